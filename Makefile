@@ -1,0 +1,46 @@
+# leasefence — see README.md. `make run` starts a three-node cluster on
+# loopback; `make test` runs the whole suite.
+
+GO        ?= go
+BIN       := bin
+PROTOC_GEN_GO_VERSION      := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
+PROTO_FILES := $(shell find . -name '*.proto' -not -path './.git/*' | sort)
+GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
+
+.PHONY: all build proto proto-tools test test-short vet fmt run clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+proto-tools:
+	@command -v protoc >/dev/null || { echo "protoc missing: apt-get install -y protobuf-compiler"; exit 2; }
+	GOBIN=$(GOBIN_DIR) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(GOBIN_DIR) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+
+# proto regenerates every *.pb.go from the .proto files beside them.
+proto: proto-tools
+	PATH=$(GOBIN_DIR):$$PATH protoc -I . \
+		--go_out=. --go_opt=module=github.com/leasefence/leasefence \
+		--go-grpc_out=. --go-grpc_opt=module=github.com/leasefence/leasefence \
+		$(PROTO_FILES)
+
+vet:
+	$(GO) vet ./...
+
+fmt:
+	gofmt -l -w $$(git ls-files '*.go' | grep -v '\.pb\.go$$')
+
+test: vet
+	$(GO) test -race -count=1 -timeout 14m ./...
+
+test-short:
+	$(GO) test -short -count=1 ./...
+
+run: build
+	./scripts/run-cluster.sh
+
+clean:
+	rm -rf $(BIN) run-data

@@ -1,0 +1,67 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Domain errors returned in a Result. They are deterministic: every replica
+// applying the same entry returns the same error.
+var (
+	// ErrInvalidArgument is returned (wrapped in a *FieldError) when a
+	// command carries a bad name, ttl or size.
+	ErrInvalidArgument = errors.New("fsm: invalid argument")
+	// ErrHeld is returned (wrapped in a *HeldError) when Acquire names a
+	// resource whose lease is not yet past expires_at + skew_margin.
+	ErrHeld = errors.New("fsm: resource held")
+	// ErrNotFound is returned by Renew when the lease id is unknown or the
+	// lease is past its expires_at.
+	ErrNotFound = errors.New("fsm: lease not found or expired")
+	// ErrRequestIDReused is returned when a request id that produced a grant
+	// is presented again for another resource.
+	ErrRequestIDReused = errors.New("fsm: request id reused for another resource")
+)
+
+// Errors of Apply itself: the entry cannot be applied at all. A node that
+// meets one must stop, or replicas would diverge.
+var (
+	// ErrCorruptEntry is returned when an entry's bytes do not decode.
+	ErrCorruptEntry = errors.New("fsm: corrupt log entry")
+	// ErrUnknownEntry is returned for an entry type this version does not
+	// know and that is not marked ignorable.
+	ErrUnknownEntry = errors.New("fsm: unknown log entry type")
+	// ErrCorruptSnapshot is returned by Restore for undecodable snapshot
+	// bytes; no state is changed.
+	ErrCorruptSnapshot = errors.New("fsm: corrupt snapshot")
+)
+
+// FieldError says which field of a command is invalid and what its limit is.
+type FieldError struct {
+	Field string
+	Limit string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("fsm: invalid %s: %s", e.Field, e.Limit)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidArgument) true.
+func (e *FieldError) Unwrap() error { return ErrInvalidArgument }
+
+// HeldError describes the lease that blocks an Acquire.
+type HeldError struct {
+	Resource string
+	Holder   string
+	Token    uint64
+	// TimeLeft is how long until the resource may be granted again:
+	// expires_at + skew_margin - now, at the refusing command's stamp.
+	TimeLeft time.Duration
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("fsm: resource %q held by %q (token %d), free in %v", e.Resource, e.Holder, e.Token, e.TimeLeft)
+}
+
+// Unwrap makes errors.Is(err, ErrHeld) true.
+func (e *HeldError) Unwrap() error { return ErrHeld }

@@ -1,0 +1,334 @@
+package fsm
+
+import (
+	"bufio"
+	"container/heap"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/leasefence/leasefence/fsm/fsmpb"
+)
+
+// Snapshot format: a sequence of records, each a type byte, a uvarint body
+// length and a protobuf body. The first record is the header, whose counts
+// say how many of each record follow; the last is recEnd with an empty body.
+// Record type numbers are append-only.
+const (
+	recHeader byte = 1
+	recLease  byte = 2
+	recScope  byte = 3
+	recDedup  byte = 4
+	recEnd    byte = 0xFF
+
+	snapshotVersion = 1
+	// maxRecordLen bounds one record so garbage cannot make Restore
+	// allocate without limit.
+	maxRecordLen = 1 << 20
+)
+
+// Snapshot is an immutable copy of a State taken by (*State).Snapshot. It
+// is safe to persist from another goroutine while the State moves on.
+type Snapshot struct {
+	now    int64
+	leases []Lease
+	scopes []scopeCounter
+	dedup  []dedupEntry
+}
+
+type scopeCounter struct {
+	scope   string
+	counter uint64
+}
+
+// Snapshot captures the state. It copies the leases, counters and request
+// ids (O(n), no encoding); all encoding happens in WriteTo.
+func (s *State) Snapshot() *Snapshot {
+	sn := &Snapshot{
+		now:    s.now,
+		leases: make([]Lease, 0, len(s.byResource)),
+		scopes: make([]scopeCounter, 0, len(s.counters)),
+		dedup:  make([]dedupEntry, 0, len(s.dedupQ)-s.dedupHead),
+	}
+	for _, l := range s.byResource {
+		sn.leases = append(sn.leases, l.copy())
+	}
+	for sc, c := range s.counters {
+		sn.scopes = append(sn.scopes, scopeCounter{sc, c})
+	}
+	for _, d := range s.dedupQ[s.dedupHead:] {
+		sn.dedup = append(sn.dedup, *d)
+	}
+	return sn
+}
+
+// WriteTo encodes the snapshot deterministically: two States with the same
+// content write the same bytes.
+func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
+	sort.Slice(sn.leases, func(i, j int) bool { return sn.leases[i].Resource < sn.leases[j].Resource })
+	sort.Slice(sn.scopes, func(i, j int) bool { return sn.scopes[i].scope < sn.scopes[j].scope })
+	cw := &countingWriter{w: bufio.NewWriterSize(w, 64<<10)}
+	enc := &recordWriter{w: cw}
+	enc.write(recHeader, &fsmpb.SnapshotHeader{
+		Version:    snapshotVersion,
+		LastNowNs:  sn.now,
+		LeaseCount: uint64(len(sn.leases)),
+		ScopeCount: uint64(len(sn.scopes)),
+		DedupCount: uint64(len(sn.dedup)),
+	})
+	for i := range sn.leases {
+		enc.write(recLease, leaseRecord(&sn.leases[i]))
+	}
+	for _, sc := range sn.scopes {
+		enc.write(recScope, &fsmpb.ScopeRecord{Scope: sc.scope, Counter: sc.counter})
+	}
+	for i := range sn.dedup {
+		d := &sn.dedup[i]
+		enc.write(recDedup, &fsmpb.DedupRecord{RequestId: d.requestID, AtNs: d.at, Lease: leaseRecord(&d.lease)})
+	}
+	enc.writeRaw(recEnd, nil)
+	if enc.err == nil {
+		enc.err = cw.w.(*bufio.Writer).Flush()
+	}
+	return cw.n, enc.err
+}
+
+func leaseRecord(l *Lease) *fsmpb.LeaseRecord {
+	return &fsmpb.LeaseRecord{
+		Id:          l.ID[:],
+		Resource:    l.Resource,
+		Scope:       l.Scope,
+		Token:       l.Token,
+		Holder:      l.Holder,
+		TtlNs:       l.TTL,
+		GrantedAtNs: l.GrantedAt,
+		ExpiresAtNs: l.ExpiresAt,
+	}
+}
+
+// Restore reads a snapshot written by WriteTo and returns a fresh State.
+// Any malformed input yields an error wrapping ErrCorruptSnapshot and no
+// State; the caller's current state is untouched.
+func Restore(r io.Reader) (*State, error) {
+	st, err := restore(bufio.NewReaderSize(r, 64<<10))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorruptSnapshot, err)
+	}
+	return st, nil
+}
+
+func restore(br *bufio.Reader) (*State, error) {
+	dec := &recordReader{r: br}
+	var hdr fsmpb.SnapshotHeader
+	if err := dec.read(recHeader, &hdr); err != nil {
+		return nil, err
+	}
+	if hdr.Version != snapshotVersion {
+		return nil, fmt.Errorf("unsupported snapshot version %d", hdr.Version)
+	}
+	s := New()
+	s.now = hdr.LastNowNs
+	for i := uint64(0); i < hdr.LeaseCount; i++ {
+		var rec fsmpb.LeaseRecord
+		if err := dec.read(recLease, &rec); err != nil {
+			return nil, err
+		}
+		l, err := leaseFromRecord(&rec)
+		if err != nil {
+			return nil, fmt.Errorf("lease %d: %w", i, err)
+		}
+		if _, dup := s.byResource[l.Resource]; dup {
+			return nil, fmt.Errorf("lease %d: resource %q held twice", i, l.Resource)
+		}
+		if _, dup := s.byID[l.ID]; dup {
+			return nil, fmt.Errorf("lease %d: duplicate lease id", i)
+		}
+		lp := &l
+		s.byResource[l.Resource] = lp
+		s.byID[l.ID] = lp
+		s.expiry = append(s.expiry, lp)
+		lp.heapIdx = len(s.expiry) - 1
+	}
+	heap.Init(&s.expiry)
+	for i := uint64(0); i < hdr.ScopeCount; i++ {
+		var rec fsmpb.ScopeRecord
+		if err := dec.read(recScope, &rec); err != nil {
+			return nil, err
+		}
+		if err := ValidateName("scope", rec.Scope); err != nil {
+			return nil, fmt.Errorf("scope %d: %w", i, err)
+		}
+		if _, dup := s.counters[rec.Scope]; dup {
+			return nil, fmt.Errorf("scope %q listed twice", rec.Scope)
+		}
+		s.counters[rec.Scope] = rec.Counter
+	}
+	for _, l := range s.byResource {
+		if l.Token > s.counters[l.Scope] {
+			return nil, fmt.Errorf("lease on %q has token %d above its scope counter %d", l.Resource, l.Token, s.counters[l.Scope])
+		}
+	}
+	var lastAt int64
+	for i := uint64(0); i < hdr.DedupCount; i++ {
+		var rec fsmpb.DedupRecord
+		if err := dec.read(recDedup, &rec); err != nil {
+			return nil, err
+		}
+		if err := ValidateRequestID(rec.RequestId); err != nil || rec.RequestId == "" {
+			return nil, fmt.Errorf("dedup %d: bad request id", i)
+		}
+		if rec.Lease == nil {
+			return nil, fmt.Errorf("dedup %d: no lease", i)
+		}
+		l, err := leaseFromRecord(rec.Lease)
+		if err != nil {
+			return nil, fmt.Errorf("dedup %d: %w", i, err)
+		}
+		if rec.AtNs < lastAt {
+			return nil, fmt.Errorf("dedup %d: out of order", i)
+		}
+		lastAt = rec.AtNs
+		if _, dup := s.dedup[rec.RequestId]; dup {
+			return nil, fmt.Errorf("dedup %d: request id listed twice", i)
+		}
+		d := &dedupEntry{requestID: rec.RequestId, at: rec.AtNs, lease: l}
+		s.dedup[d.requestID] = d
+		s.dedupQ = append(s.dedupQ, d)
+	}
+	if err := dec.readEnd(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func leaseFromRecord(rec *fsmpb.LeaseRecord) (Lease, error) {
+	if err := ValidateLeaseID(rec.Id); err != nil {
+		return Lease{}, err
+	}
+	if err := ValidateName("resource", rec.Resource); err != nil {
+		return Lease{}, err
+	}
+	if err := ValidateName("scope", rec.Scope); err != nil {
+		return Lease{}, err
+	}
+	if err := ValidateHolder(rec.Holder); err != nil {
+		return Lease{}, err
+	}
+	if rec.Token == 0 || rec.TtlNs <= 0 || rec.ExpiresAtNs < rec.GrantedAtNs {
+		return Lease{}, errors.New("impossible token or times")
+	}
+	l := Lease{
+		Resource:  rec.Resource,
+		Scope:     rec.Scope,
+		Token:     rec.Token,
+		Holder:    rec.Holder,
+		TTL:       rec.TtlNs,
+		GrantedAt: rec.GrantedAtNs,
+		ExpiresAt: rec.ExpiresAtNs,
+	}
+	copy(l.ID[:], rec.Id)
+	return l, nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// recordWriter writes records and keeps the first error.
+type recordWriter struct {
+	w   io.Writer
+	buf []byte
+	err error
+}
+
+func (e *recordWriter) write(t byte, m proto.Message) {
+	if e.err != nil {
+		return
+	}
+	body, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(e.buf[:0], m)
+	if err != nil {
+		e.err = err
+		return
+	}
+	e.buf = body
+	e.writeRaw(t, body)
+}
+
+func (e *recordWriter) writeRaw(t byte, body []byte) {
+	if e.err != nil {
+		return
+	}
+	var hdr [1 + binary.MaxVarintLen64]byte
+	hdr[0] = t
+	n := binary.PutUvarint(hdr[1:], uint64(len(body)))
+	if _, e.err = e.w.Write(hdr[:1+n]); e.err != nil {
+		return
+	}
+	_, e.err = e.w.Write(body)
+}
+
+type recordReader struct {
+	r   *bufio.Reader
+	buf []byte
+}
+
+func (d *recordReader) next() (byte, []byte, error) {
+	t, err := d.r.ReadByte()
+	if err != nil {
+		return 0, nil, fmt.Errorf("reading record type: %w", err)
+	}
+	n, err := binary.ReadUvarint(d.r)
+	if err != nil {
+		return 0, nil, fmt.Errorf("reading record length: %w", err)
+	}
+	if n > maxRecordLen {
+		return 0, nil, fmt.Errorf("record of %d bytes exceeds %d", n, maxRecordLen)
+	}
+	if cap(d.buf) < int(n) {
+		d.buf = make([]byte, n)
+	}
+	d.buf = d.buf[:n]
+	if _, err := io.ReadFull(d.r, d.buf); err != nil {
+		return 0, nil, fmt.Errorf("reading record body: %w", err)
+	}
+	return t, d.buf, nil
+}
+
+func (d *recordReader) read(want byte, m proto.Message) error {
+	t, body, err := d.next()
+	if err != nil {
+		return err
+	}
+	if t != want {
+		return fmt.Errorf("record type %d where %d was expected", t, want)
+	}
+	if err := proto.Unmarshal(body, m); err != nil {
+		return fmt.Errorf("record type %d: %w", t, err)
+	}
+	return nil
+}
+
+func (d *recordReader) readEnd() error {
+	t, body, err := d.next()
+	if err != nil {
+		return err
+	}
+	if t != recEnd || len(body) != 0 {
+		return fmt.Errorf("missing end record")
+	}
+	if _, err := d.r.ReadByte(); err != io.EOF {
+		return fmt.Errorf("trailing bytes after end record")
+	}
+	return nil
+}

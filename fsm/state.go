@@ -1,0 +1,371 @@
+// Package fsm is the deterministic lease state machine of leasefence.
+//
+// It knows nothing of Raft, gRPC, clocks or randomness: time arrives as the
+// cluster time the leader stamped into each entry, lease ids arrive in the
+// commands. Two States fed the same entries end byte-identical (compare
+// their snapshots). A State is not safe for concurrent use; the node
+// serialises Apply and guards reads with its own lock.
+package fsm
+
+import (
+	"container/heap"
+	"fmt"
+	"time"
+
+	"github.com/leasefence/leasefence/fsm/fsmpb"
+)
+
+// Lease is one grant as the state machine holds it. Times are cluster time
+// in nanoseconds.
+type Lease struct {
+	ID        [LeaseIDLen]byte
+	Resource  string
+	Scope     string
+	Token     uint64
+	Holder    string
+	TTL       int64
+	GrantedAt int64
+	ExpiresAt int64
+
+	heapIdx int
+}
+
+// copy returns l without its heap bookkeeping, safe to hand out.
+func (l *Lease) copy() Lease {
+	c := *l
+	c.heapIdx = 0
+	return c
+}
+
+// EventType says what happened to a lease.
+type EventType uint8
+
+// Event types, in the order of api.EventType.
+const (
+	EventGranted EventType = iota + 1
+	EventRenewed
+	EventReleased
+	EventExpired
+)
+
+func (t EventType) String() string {
+	switch t {
+	case EventGranted:
+		return "granted"
+	case EventRenewed:
+		return "renewed"
+	case EventReleased:
+		return "released"
+	case EventExpired:
+		return "expired"
+	}
+	return fmt.Sprintf("event(%d)", uint8(t))
+}
+
+// Event is a change to a lease, produced by Apply in log order.
+type Event struct {
+	Type  EventType
+	Lease Lease
+	// Reason is the command that caused it: "acquire", "renew", "release",
+	// "tick" (expiry), or "acquire" for a lease expired by a new grant.
+	Reason string
+	Now    int64
+}
+
+// Result is the outcome of one command of a batch.
+type Result struct {
+	// Err is a domain error (ErrHeld, ErrNotFound, ErrInvalidArgument,
+	// ErrRequestIDReused, possibly wrapped) or nil.
+	Err error
+	// Lease is the lease acted on, when there is one.
+	Lease Lease
+	// Remaining is expires_at - now at this command's stamp, never negative.
+	Remaining time.Duration
+	// Replayed is set when an Acquire's request id matched an earlier grant.
+	Replayed bool
+	// Released is Release's answer: false for an unknown or expired id.
+	Released bool
+	// Expired counts the leases a Tick removed.
+	Expired int
+}
+
+// Applied is what one entry did.
+type Applied struct {
+	// Now is the cluster time the entry was applied at.
+	Now     int64
+	Results []Result
+	Events  []Event
+}
+
+type dedupEntry struct {
+	requestID string
+	at        int64
+	lease     Lease
+}
+
+// State is the lease state machine.
+//
+// Invariants kept here:
+//   - counters[scope] only grows; every lease's token is <= its scope's counter
+//     and was the counter's value right after the grant that made it;
+//   - at most one lease per resource; byID and byResource hold the same set;
+//   - every lease in byResource is in the expiry heap exactly once;
+//   - now never decreases.
+type State struct {
+	now        int64
+	byResource map[string]*Lease
+	byID       map[[LeaseIDLen]byte]*Lease
+	counters   map[string]uint64
+	expiry     expiryHeap
+	dedup      map[string]*dedupEntry
+	// dedupQ holds dedup entries in grant order (at is non-decreasing since
+	// now is); dedupQ[dedupHead:] are live.
+	dedupQ    []*dedupEntry
+	dedupHead int
+}
+
+// New returns an empty State at cluster time zero.
+func New() *State {
+	return &State{
+		byResource: make(map[string]*Lease),
+		byID:       make(map[[LeaseIDLen]byte]*Lease),
+		counters:   make(map[string]uint64),
+		dedup:      make(map[string]*dedupEntry),
+	}
+}
+
+// Now returns the last applied cluster time.
+func (s *State) Now() int64 { return s.now }
+
+// Len returns the number of leases held (including leases past expiry that
+// no Tick has removed yet).
+func (s *State) Len() int { return len(s.byResource) }
+
+// Lease returns the lease on resource, if any. A lease past its expiry but
+// not yet removed is still returned; callers compare ExpiresAt to Now.
+func (s *State) Lease(resource string) (Lease, bool) {
+	l, ok := s.byResource[resource]
+	if !ok {
+		return Lease{}, false
+	}
+	return l.copy(), true
+}
+
+// LeaseByID returns the lease with the given id, if held.
+func (s *State) LeaseByID(id [LeaseIDLen]byte) (Lease, bool) {
+	l, ok := s.byID[id]
+	if !ok {
+		return Lease{}, false
+	}
+	return l.copy(), true
+}
+
+// ScopeCounter returns the highest token issued in scope (0 if none).
+func (s *State) ScopeCounter(scope string) uint64 { return s.counters[scope] }
+
+// NextExpiry returns the earliest expires_at of all held leases.
+func (s *State) NextExpiry() (int64, bool) {
+	if len(s.expiry) == 0 {
+		return 0, false
+	}
+	return s.expiry[0].ExpiresAt, true
+}
+
+// Apply applies one log entry. A non-nil error means the entry could not be
+// applied at all (ErrCorruptEntry, ErrUnknownEntry): nothing changed, and
+// the caller must stop rather than skip it. Domain refusals are in the
+// Results, not in the error. An unknown ignorable entry returns an empty
+// Applied.
+func (s *State) Apply(entry []byte) (*Applied, error) {
+	b, err := decodeEntry(entry)
+	if err != nil {
+		return nil, err
+	}
+	if b == nil {
+		return &Applied{Now: s.now}, nil
+	}
+	return s.applyBatch(b), nil
+}
+
+func (s *State) applyBatch(b *fsmpb.Batch) *Applied {
+	if b.NowNs > s.now {
+		s.now = b.NowNs
+	}
+	a := &Applied{Now: s.now, Results: make([]Result, len(b.Commands))}
+	for i, c := range b.Commands {
+		switch op := c.Op.(type) {
+		case *fsmpb.Command_Acquire:
+			a.Results[i] = s.acquire(a, op.Acquire, b.SkewMarginNs)
+		case *fsmpb.Command_Renew:
+			a.Results[i] = s.renew(a, op.Renew)
+		case *fsmpb.Command_Release:
+			a.Results[i] = s.release(a, op.Release)
+		case *fsmpb.Command_Tick:
+			a.Results[i] = s.tick(a, op.Tick, b.SkewMarginNs, b.DedupKeepNs)
+		}
+	}
+	return a
+}
+
+func (s *State) remaining(l *Lease) time.Duration {
+	if l.ExpiresAt <= s.now {
+		return 0
+	}
+	return time.Duration(l.ExpiresAt - s.now)
+}
+
+// ValidateAcquire checks an Acquire's fields against the rules every
+// replica enforces (the leader's ttl bounds are checked before proposing).
+func ValidateAcquire(c *fsmpb.Acquire, skewMargin int64) error {
+	if err := ValidateName("resource", c.Resource); err != nil {
+		return err
+	}
+	if c.Scope != "" {
+		if err := ValidateName("scope", c.Scope); err != nil {
+			return err
+		}
+	}
+	if err := ValidateHolder(c.Holder); err != nil {
+		return err
+	}
+	if err := ValidateRequestID(c.RequestId); err != nil {
+		return err
+	}
+	if err := ValidateLeaseID(c.LeaseId); err != nil {
+		return err
+	}
+	if c.TtlNs <= 0 || c.TtlNs <= 2*skewMargin {
+		return &FieldError{Field: "ttl", Limit: fmt.Sprintf("must exceed 2 x skew margin (%v)", time.Duration(2*skewMargin))}
+	}
+	return nil
+}
+
+func (s *State) acquire(a *Applied, c *fsmpb.Acquire, margin int64) Result {
+	if err := ValidateAcquire(c, margin); err != nil {
+		return Result{Err: err}
+	}
+	if c.RequestId != "" {
+		if d, ok := s.dedup[c.RequestId]; ok {
+			if d.lease.Resource != c.Resource {
+				return Result{Err: ErrRequestIDReused}
+			}
+			// The first outcome again. Remaining is measured now, at this
+			// command's stamp, so a client's safe window is never stretched.
+			r := Result{Lease: d.lease, Replayed: true}
+			if l, ok := s.byID[d.lease.ID]; ok {
+				r.Lease = l.copy()
+				r.Remaining = s.remaining(l)
+			}
+			return r
+		}
+	}
+	if cur, ok := s.byResource[c.Resource]; ok {
+		if s.now <= cur.ExpiresAt+margin {
+			return Result{Err: &HeldError{
+				Resource: cur.Resource,
+				Holder:   cur.Holder,
+				Token:    cur.Token,
+				TimeLeft: time.Duration(cur.ExpiresAt + margin - s.now),
+			}}
+		}
+		s.remove(a, cur, EventExpired, "acquire")
+	}
+	var id [LeaseIDLen]byte
+	copy(id[:], c.LeaseId)
+	if _, dup := s.byID[id]; dup {
+		return Result{Err: &FieldError{Field: "lease_id", Limit: "must be unique"}}
+	}
+	scope := c.Scope
+	if scope == "" {
+		scope = c.Resource
+	}
+	s.counters[scope]++
+	l := &Lease{
+		ID:        id,
+		Resource:  c.Resource,
+		Scope:     scope,
+		Token:     s.counters[scope],
+		Holder:    c.Holder,
+		TTL:       c.TtlNs,
+		GrantedAt: s.now,
+		ExpiresAt: s.now + c.TtlNs,
+	}
+	s.byResource[l.Resource] = l
+	s.byID[id] = l
+	heap.Push(&s.expiry, l)
+	if c.RequestId != "" {
+		d := &dedupEntry{requestID: c.RequestId, at: s.now, lease: l.copy()}
+		s.dedup[c.RequestId] = d
+		s.dedupQ = append(s.dedupQ, d)
+	}
+	a.Events = append(a.Events, Event{Type: EventGranted, Lease: l.copy(), Reason: "acquire", Now: s.now})
+	return Result{Lease: l.copy(), Remaining: s.remaining(l)}
+}
+
+func (s *State) renew(a *Applied, c *fsmpb.Renew) Result {
+	if err := ValidateLeaseID(c.LeaseId); err != nil {
+		return Result{Err: err}
+	}
+	var id [LeaseIDLen]byte
+	copy(id[:], c.LeaseId)
+	l, ok := s.byID[id]
+	if !ok || s.now > l.ExpiresAt {
+		return Result{Err: ErrNotFound}
+	}
+	l.ExpiresAt = s.now + l.TTL
+	heap.Fix(&s.expiry, l.heapIdx)
+	a.Events = append(a.Events, Event{Type: EventRenewed, Lease: l.copy(), Reason: "renew", Now: s.now})
+	return Result{Lease: l.copy(), Remaining: s.remaining(l)}
+}
+
+func (s *State) release(a *Applied, c *fsmpb.Release) Result {
+	if err := ValidateLeaseID(c.LeaseId); err != nil {
+		return Result{Err: err}
+	}
+	var id [LeaseIDLen]byte
+	copy(id[:], c.LeaseId)
+	l, ok := s.byID[id]
+	if !ok || s.now > l.ExpiresAt {
+		// Unknown or expired: not an error. An expired lease stays until
+		// expires_at + skew_margin, when a Tick or a new grant removes it.
+		return Result{Released: false}
+	}
+	out := l.copy()
+	s.remove(a, l, EventReleased, "release")
+	return Result{Released: true, Lease: out}
+}
+
+func (s *State) tick(a *Applied, c *fsmpb.Tick, margin, keep int64) Result {
+	n := 0
+	for len(s.expiry) > 0 && (c.MaxExpire == 0 || n < int(c.MaxExpire)) {
+		l := s.expiry[0]
+		if s.now <= l.ExpiresAt+margin {
+			break
+		}
+		s.remove(a, l, EventExpired, "tick")
+		n++
+	}
+	for s.dedupHead < len(s.dedupQ) {
+		d := s.dedupQ[s.dedupHead]
+		if s.now-d.at <= keep {
+			break
+		}
+		delete(s.dedup, d.requestID)
+		s.dedupQ[s.dedupHead] = nil
+		s.dedupHead++
+	}
+	// Compact the queue once its dead prefix dominates.
+	if s.dedupHead > 1024 && s.dedupHead*2 > len(s.dedupQ) {
+		s.dedupQ = append([]*dedupEntry(nil), s.dedupQ[s.dedupHead:]...)
+		s.dedupHead = 0
+	}
+	return Result{Expired: n}
+}
+
+// remove deletes l from every index and records the event.
+func (s *State) remove(a *Applied, l *Lease, t EventType, reason string) {
+	heap.Remove(&s.expiry, l.heapIdx)
+	delete(s.byResource, l.Resource)
+	delete(s.byID, l.ID)
+	a.Events = append(a.Events, Event{Type: t, Lease: l.copy(), Reason: reason, Now: s.now})
+}
