@@ -1,0 +1,205 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/fsm"
+)
+
+// clusterService implements api.ClusterServiceServer.
+type clusterService struct {
+	api.UnimplementedClusterServiceServer
+	n *Node
+}
+
+// Status implements api.ClusterServiceServer from this node's local view.
+func (s *clusterService) Status(ctx context.Context, _ *api.StatusRequest) (*api.StatusResponse, error) {
+	n := s.n
+	leaderID, leaderAddr := n.Leader()
+	out := &api.StatusResponse{
+		Id:           n.cfg.ID,
+		Addr:         n.addr,
+		State:        strings.ToLower(n.raft.State().String()),
+		LeaderId:     leaderID,
+		LeaderAddr:   leaderAddr,
+		Term:         n.raft.CurrentTerm(),
+		CommitIndex:  n.raft.CommitIndex(),
+		AppliedIndex: n.raft.AppliedIndex(),
+		LastLogIndex: n.raft.LastIndex(),
+		SkewMarginNs: int64(n.cfg.SkewMargin),
+		Drift:        n.cfg.Drift,
+		TickNs:       int64(n.cfg.Tick),
+		Version:      Version,
+	}
+	n.sm.read(func(st *fsm.State) {
+		out.LiveLeases = uint64(st.Len())
+		out.ClusterTimeNs = st.Now()
+	})
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return nil, toStatus(n.raftError(err))
+	}
+	for _, srv := range cf.Configuration().Servers {
+		suffrage := "voter"
+		if srv.Suffrage != raft.Voter {
+			suffrage = "nonvoter"
+		}
+		out.Members = append(out.Members, &api.Member{
+			Id: string(srv.ID), Addr: string(srv.Address), Suffrage: suffrage, Leader: string(srv.ID) == leaderID,
+		})
+	}
+	return out, nil
+}
+
+// Join implements api.ClusterServiceServer: one configuration change, on
+// the leader. Joining again with the same id and address is a no-op.
+func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.JoinResponse, error) {
+	if req.Id == "" || req.Addr == "" {
+		return nil, toStatus(&fsm.FieldError{Field: "id/addr", Limit: "both required"})
+	}
+	conn, err := s.n.route(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if conn != nil {
+		return api.NewClusterServiceClient(conn).Join(markForwarded(ctx), req)
+	}
+	r := s.n.raft
+	cf := r.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return nil, toStatus(s.n.raftError(err))
+	}
+	for _, srv := range cf.Configuration().Servers {
+		switch {
+		case string(srv.ID) == req.Id && string(srv.Address) == req.Addr:
+			return &api.JoinResponse{}, nil
+		case string(srv.ID) == req.Id:
+			return nil, status.Errorf(codes.FailedPrecondition, "cluster: id %s is a member at %s; remove it first", srv.ID, srv.Address)
+		case string(srv.Address) == req.Addr:
+			return nil, status.Errorf(codes.FailedPrecondition, "cluster: address %s belongs to member %s; remove it first", req.Addr, srv.ID)
+		}
+	}
+	var f raft.IndexFuture
+	if req.Nonvoter {
+		f = r.AddNonvoter(raft.ServerID(req.Id), raft.ServerAddress(req.Addr), cf.Index(), s.n.cfg.ApplyTimeout)
+	} else {
+		f = r.AddVoter(raft.ServerID(req.Id), raft.ServerAddress(req.Addr), cf.Index(), s.n.cfg.ApplyTimeout)
+	}
+	if err := f.Error(); err != nil {
+		return nil, toStatus(s.n.raftError(err))
+	}
+	s.n.log.Info("member added", "member-id", req.Id, "member-addr", req.Addr, "nonvoter", req.Nonvoter)
+	return &api.JoinResponse{}, nil
+}
+
+// Remove implements api.ClusterServiceServer. It refuses to remove the last
+// voter.
+func (s *clusterService) Remove(ctx context.Context, req *api.RemoveRequest) (*api.RemoveResponse, error) {
+	if req.Id == "" {
+		return nil, toStatus(&fsm.FieldError{Field: "id", Limit: "required"})
+	}
+	conn, err := s.n.route(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if conn != nil {
+		return api.NewClusterServiceClient(conn).Remove(markForwarded(ctx), req)
+	}
+	r := s.n.raft
+	cf := r.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return nil, toStatus(s.n.raftError(err))
+	}
+	found, voters := false, 0
+	for _, srv := range cf.Configuration().Servers {
+		if srv.Suffrage == raft.Voter {
+			voters++
+		}
+		if string(srv.ID) == req.Id {
+			found = true
+		}
+	}
+	if !found {
+		return nil, status.Errorf(codes.NotFound, "cluster: no member %q", req.Id)
+	}
+	if voters <= 1 {
+		return nil, status.Error(codes.FailedPrecondition, "cluster: refusing to remove the last voter")
+	}
+	if err := r.RemoveServer(raft.ServerID(req.Id), cf.Index(), s.n.cfg.ApplyTimeout).Error(); err != nil {
+		return nil, toStatus(s.n.raftError(err))
+	}
+	s.n.log.Info("member removed", "member-id", req.Id)
+	return &api.RemoveResponse{}, nil
+}
+
+// TransferLeadership implements api.ClusterServiceServer.
+func (s *clusterService) TransferLeadership(ctx context.Context, req *api.TransferLeadershipRequest) (*api.TransferLeadershipResponse, error) {
+	conn, err := s.n.route(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if conn != nil {
+		return api.NewClusterServiceClient(conn).TransferLeadership(markForwarded(ctx), req)
+	}
+	r := s.n.raft
+	var f raft.Future
+	if req.Id == "" {
+		f = r.LeadershipTransfer()
+	} else {
+		var addr raft.ServerAddress
+		cf := r.GetConfiguration()
+		if err := cf.Error(); err != nil {
+			return nil, toStatus(s.n.raftError(err))
+		}
+		for _, srv := range cf.Configuration().Servers {
+			if string(srv.ID) == req.Id {
+				addr = srv.Address
+			}
+		}
+		if addr == "" {
+			return nil, status.Errorf(codes.NotFound, "cluster: no member %q", req.Id)
+		}
+		f = r.LeadershipTransferToServer(raft.ServerID(req.Id), addr)
+	}
+	if err := f.Error(); err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "cluster: leadership transfer: %v", err)
+	}
+	id, _ := s.n.Leader()
+	return &api.TransferLeadershipResponse{LeaderId: id}, nil
+}
+
+// recoverUnary turns a panic in a handler into Internal, logged with its
+// stack: no input from the network may bring the node down.
+func recoverUnary(log hclog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("panic in handler", "method", info.FullMethod, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				err = status.Errorf(codes.Internal, "internal error in %s", info.FullMethod)
+			}
+		}()
+		return handler(ctx, req)
+	}
+}
+
+func recoverStream(log hclog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("panic in handler", "method", info.FullMethod, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				err = status.Errorf(codes.Internal, "internal error in %s", info.FullMethod)
+			}
+		}()
+		return handler(srv, ss)
+	}
+}

@@ -1,0 +1,182 @@
+package cluster
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/leasefence/leasefence/api"
+)
+
+func acquireReq(resource string, ttl time.Duration) *api.AcquireRequest {
+	return &api.AcquireRequest{Resource: resource, Holder: "tester", Ttl: durationpb.New(ttl)}
+}
+
+func heldDetail(t *testing.T, err error) *api.ResourceHeld {
+	t.Helper()
+	st, _ := status.FromError(err)
+	if st.Code() != codes.FailedPrecondition {
+		t.Fatalf("want FailedPrecondition, got %v", err)
+	}
+	for _, d := range st.Details() {
+		if h, ok := d.(*api.ResourceHeld); ok {
+			return h
+		}
+	}
+	t.Fatalf("no ResourceHeld detail in %v", err)
+	return nil
+}
+
+func TestAcquireHeldReleaseAcquireOnThreeNodes(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	c := tc.client(0)
+	ctx := ctxT(t)
+	r1, err := c.Acquire(ctx, acquireReq("jobs/1", 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r1.Lease.Token != 1 || len(r1.Lease.Id) != 16 {
+		t.Fatalf("first grant: %+v", r1.Lease)
+	}
+	_, err = c.Acquire(ctx, acquireReq("jobs/1", 10*time.Second))
+	h := heldDetail(t, err)
+	if h.Token != 1 || h.Holder != "tester" || h.TimeLeft.AsDuration() <= 0 || h.TimeLeft.AsDuration() > 10*time.Second+tc.cfgs[0].SkewMargin {
+		t.Fatalf("held detail: %+v", h)
+	}
+	rel, err := c.Release(ctx, &api.ReleaseRequest{LeaseId: r1.Lease.Id})
+	if err != nil || !rel.Released {
+		t.Fatalf("release: %v %v", rel, err)
+	}
+	r2, err := c.Acquire(ctx, acquireReq("jobs/1", 10*time.Second))
+	if err != nil || r2.Lease.Token != 2 {
+		t.Fatalf("second grant: %v %v", r2, err)
+	}
+}
+
+func TestRenewKeepsTokenAndRenewAfterExpiryGetsHigherToken(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	c := tc.client(1)
+	ctx := ctxT(t)
+	r1, err := c.Acquire(ctx, acquireReq("r", 1500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rn, err := c.Renew(ctx, &api.RenewRequest{LeaseId: r1.Lease.Id})
+	if err != nil || rn.Lease.Token != r1.Lease.Token || rn.Lease.ExpiresAtNs < r1.Lease.ExpiresAtNs {
+		t.Fatalf("renew: %v %v", rn, err)
+	}
+	// Poll (reading, not renewing) until the lease is past its expiry in
+	// cluster time; then a renew is refused.
+	eventually(t, 10*time.Second, "lease past expiry", func() bool {
+		g, err := c.Get(ctx, &api.GetRequest{Resource: "r"})
+		return err == nil && g.Lease == nil
+	})
+	if _, err := c.Renew(ctx, &api.RenewRequest{LeaseId: r1.Lease.Id}); status.Code(err) != codes.NotFound {
+		t.Fatalf("renew after expiry: want NotFound, got %v", err)
+	}
+	// The same holder acquires again and gets a higher token (polling past
+	// the skew margin).
+	var r2 *api.AcquireResponse
+	eventually(t, 10*time.Second, "re-acquire after expiry", func() bool {
+		r2, err = c.Acquire(ctx, acquireReq("r", 1500*time.Millisecond))
+		return err == nil
+	})
+	if r2.Lease.Token <= r1.Lease.Token {
+		t.Fatalf("token after expiry %d not above %d", r2.Lease.Token, r1.Lease.Token)
+	}
+}
+
+func TestWriteToFollowerIsForwardedAndReadIsLinearizableEverywhere(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	fi, _ := tc.follower()
+	ctx := ctxT(t)
+	for round := 0; round < 5; round++ {
+		r, err := tc.client(fi).Acquire(ctx, acquireReq("fwd", 10*time.Second))
+		if err != nil {
+			t.Fatalf("acquire through follower: %v", err)
+		}
+		// Right after the grant, every node's linearizable read sees it.
+		for i := range tc.nodes {
+			g, err := tc.client(i).Get(ctx, &api.GetRequest{Resource: "fwd"})
+			if err != nil {
+				t.Fatalf("get from n%d: %v", i+1, err)
+			}
+			if g.Lease == nil || g.Lease.Token != r.Lease.Token {
+				t.Fatalf("n%d read %v after grant of token %d", i+1, g.Lease, r.Lease.Token)
+			}
+		}
+		if _, err := tc.client(fi).Release(ctx, &api.ReleaseRequest{LeaseId: r.Lease.Id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestBadInputGetsDocumentedCodeAndChangesNothing(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	c := tc.client(0)
+	ctx := ctxT(t)
+	long := make([]byte, 257)
+	for i := range long {
+		long[i] = 'x'
+	}
+	cases := []struct {
+		name  string
+		req   *api.AcquireRequest
+		field string
+	}{
+		{"empty resource", acquireReq("", 10*time.Second), "resource"},
+		{"oversized resource", acquireReq(string(long), 10*time.Second), "resource"},
+		{"control character", acquireReq("a\x01b", 10*time.Second), "resource"},
+		{"missing ttl", &api.AcquireRequest{Resource: "r"}, "ttl"},
+		{"ttl below min", acquireReq("r", 100*time.Millisecond), "ttl"},
+		{"ttl above max", acquireReq("r", time.Hour), "ttl"},
+		{"negative ttl", acquireReq("r", -time.Second), "ttl"},
+		{"bad scope", &api.AcquireRequest{Resource: "r", Scope: "s\n", Ttl: durationpb.New(10 * time.Second)}, "scope"},
+		{"oversized holder", &api.AcquireRequest{Resource: "r", Holder: string(long), Ttl: durationpb.New(10 * time.Second)}, "holder"},
+	}
+	before, _ := tc.nodes[0].admin.Status(ctx, &api.StatusRequest{})
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.Acquire(ctx, tc.req)
+			st, _ := status.FromError(err)
+			if st.Code() != codes.InvalidArgument {
+				t.Fatalf("want InvalidArgument, got %v", err)
+			}
+			var bf *api.BadField
+			for _, d := range st.Details() {
+				if b, ok := d.(*api.BadField); ok {
+					bf = b
+				}
+			}
+			if bf == nil || bf.Field != tc.field {
+				t.Fatalf("want BadField %q, got %v", tc.field, st.Details())
+			}
+		})
+	}
+	for _, id := range [][]byte{nil, {1, 2, 3}, make([]byte, 17)} {
+		if _, err := c.Renew(ctx, &api.RenewRequest{LeaseId: id}); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("renew with %d-byte id: %v", len(id), err)
+		}
+		if _, err := c.Release(ctx, &api.ReleaseRequest{LeaseId: id}); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("release with %d-byte id: %v", len(id), err)
+		}
+	}
+	unknown := make([]byte, 16)
+	unknown[0] = 42
+	if _, err := c.Renew(ctx, &api.RenewRequest{LeaseId: unknown}); status.Code(err) != codes.NotFound {
+		t.Fatalf("renew unknown: %v", err)
+	}
+	if r, err := c.Release(ctx, &api.ReleaseRequest{LeaseId: unknown}); err != nil || r.Released {
+		t.Fatalf("release unknown: %v %v", r, err)
+	}
+	if _, err := c.Get(ctx, &api.GetRequest{Resource: ""}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("get empty: %v", err)
+	}
+	after, _ := tc.nodes[0].admin.Status(ctx, &api.StatusRequest{})
+	if after.LiveLeases != before.LiveLeases || after.LiveLeases != 0 {
+		t.Fatalf("bad input changed state: %d -> %d leases", before.LiveLeases, after.LiveLeases)
+	}
+}

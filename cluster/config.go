@@ -1,0 +1,242 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Config configures a Node. Zero values become the defaults of
+// DefaultConfig; Validate checks the fields against each other.
+type Config struct {
+	// ID names this node in the Raft configuration. Required, stable for
+	// the life of the data dir.
+	ID string
+	// Listen is the host:port the gRPC server binds (peers and clients share
+	// it). Port 0 picks a free port; Node.Addr tells which.
+	Listen string
+	// Advertise is the address peers and clients use to reach this node.
+	// Empty means the bound listen address.
+	Advertise string
+	// DataDir holds raft.db (log and stable store) and snapshots/.
+	DataDir string
+	// Bootstrap lists every member of a new cluster (id -> address),
+	// including this node. It is used only on a first start (empty data
+	// dir), and every founding node must be given the same list.
+	Bootstrap map[string]string
+	// Join is the address of a running member to ask for admission on a
+	// first start. Ignored when the data dir has state or Bootstrap is set.
+	Join string
+	// Nonvoter joins as a non-voting member.
+	Nonvoter bool
+
+	// MinTTL and MaxTTL bound the ttl of an Acquire.
+	MinTTL, MaxTTL time.Duration
+	// SkewMargin is the safety buffer added when deciding expiry: a lease
+	// past expires_at cannot be renewed, and its resource cannot be granted
+	// again until expires_at + SkewMargin. TTLs must exceed 2 x SkewMargin.
+	SkewMargin time.Duration
+	// Drift is the bound on clock rate drift the cluster assumes (reported
+	// to clients, used in their safe deadline). Default 1e-4.
+	Drift float64
+	// Tick is the longest the leader waits between time ticks (each one an
+	// expiry batch, possibly empty). Default 1s.
+	Tick time.Duration
+	// MaxExpirePerTick bounds how many leases one tick entry removes.
+	MaxExpirePerTick int
+	// MaxBatch bounds how many client commands share one Raft entry.
+	MaxBatch int
+	// ApplyTimeout bounds how long a command waits to enter the Raft log.
+	ApplyTimeout time.Duration
+
+	// Raft timing. See hashicorp/raft's Config for their meaning.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	SnapshotInterval   time.Duration
+	SnapshotThreshold  uint64
+	TrailingLogs       uint64
+
+	// WatchBuffer is how many recent events each node keeps so that
+	// watchers can resume from a position.
+	WatchBuffer int
+
+	// Clock is the node's monotonic clock; nil means the process's own.
+	// Tests inject one to step or skew it.
+	Clock Clock
+	// Logger receives the node's logs (and raft's). nil means hclog's
+	// default at Info.
+	Logger hclog.Logger
+}
+
+// DefaultConfig returns a Config with every tunable at its documented
+// default. ID, DataDir and one of Bootstrap/Join must still be set.
+func DefaultConfig() Config {
+	return Config{
+		Listen:             "127.0.0.1:7001",
+		MinTTL:             2 * time.Second,
+		MaxTTL:             10 * time.Minute,
+		SkewMargin:         500 * time.Millisecond,
+		Drift:              1e-4,
+		Tick:               time.Second,
+		MaxExpirePerTick:   1024,
+		MaxBatch:           1024,
+		ApplyTimeout:       5 * time.Second,
+		HeartbeatTimeout:   500 * time.Millisecond,
+		ElectionTimeout:    500 * time.Millisecond,
+		LeaderLeaseTimeout: 250 * time.Millisecond,
+		CommitTimeout:      20 * time.Millisecond,
+		SnapshotInterval:   30 * time.Second,
+		SnapshotThreshold:  16384,
+		TrailingLogs:       10240,
+		WatchBuffer:        65536,
+	}
+}
+
+// withDefaults fills zero fields from DefaultConfig.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Listen == "" {
+		c.Listen = d.Listen
+	}
+	setDur := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setDur(&c.MinTTL, d.MinTTL)
+	setDur(&c.MaxTTL, d.MaxTTL)
+	setDur(&c.SkewMargin, d.SkewMargin)
+	setDur(&c.Tick, d.Tick)
+	setDur(&c.ApplyTimeout, d.ApplyTimeout)
+	setDur(&c.HeartbeatTimeout, d.HeartbeatTimeout)
+	setDur(&c.ElectionTimeout, d.ElectionTimeout)
+	setDur(&c.LeaderLeaseTimeout, d.LeaderLeaseTimeout)
+	setDur(&c.CommitTimeout, d.CommitTimeout)
+	setDur(&c.SnapshotInterval, d.SnapshotInterval)
+	if c.Drift == 0 {
+		c.Drift = d.Drift
+	}
+	if c.MaxExpirePerTick == 0 {
+		c.MaxExpirePerTick = d.MaxExpirePerTick
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = d.MaxBatch
+	}
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = d.SnapshotThreshold
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = d.TrailingLogs
+	}
+	if c.WatchBuffer == 0 {
+		c.WatchBuffer = d.WatchBuffer
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock()
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.New(&hclog.LoggerOptions{Name: "leased", Level: hclog.Info})
+	}
+	return c
+}
+
+// Validate reports every problem with c at once. It checks fields against
+// each other: ttl bounds against the skew margin, the margin and tick
+// against raft's timing.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.ID == "" {
+		bad("id is required")
+	} else if strings.ContainsAny(c.ID, ",= \t\n") {
+		bad("id %q must not contain ',', '=' or spaces", c.ID)
+	}
+	if c.DataDir == "" {
+		bad("data dir is required")
+	}
+	if c.Listen == "" {
+		bad("listen address is required")
+	}
+	if len(c.Bootstrap) > 0 {
+		if _, ok := c.Bootstrap[c.ID]; !ok {
+			bad("bootstrap list must include this node's id %q", c.ID)
+		}
+		addrs := map[string]string{}
+		for id, a := range c.Bootstrap {
+			if id == "" || a == "" {
+				bad("bootstrap entry %q=%q is incomplete", id, a)
+			}
+			if other, dup := addrs[a]; dup {
+				bad("bootstrap address %s given to both %s and %s", a, other, id)
+			}
+			addrs[a] = id
+		}
+	}
+	if c.SkewMargin < 0 {
+		bad("skew margin %v must not be negative", c.SkewMargin)
+	}
+	if c.MinTTL <= 2*c.SkewMargin {
+		bad("min ttl %v must exceed 2 x skew margin (%v)", c.MinTTL, 2*c.SkewMargin)
+	}
+	if c.MaxTTL < c.MinTTL {
+		bad("max ttl %v is below min ttl %v", c.MaxTTL, c.MinTTL)
+	}
+	if c.Drift < 0 || c.Drift >= 0.1 {
+		bad("drift %g must lie in [0, 0.1)", c.Drift)
+	}
+	if c.Tick <= 0 {
+		bad("tick %v must be positive", c.Tick)
+	}
+	if c.MaxExpirePerTick < 1 || c.MaxBatch < 1 {
+		bad("max expire per tick and max batch must be at least 1")
+	}
+	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
+		bad("leader lease timeout %v must not exceed heartbeat timeout %v", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
+	}
+	if c.ElectionTimeout < c.HeartbeatTimeout {
+		bad("election timeout %v must not be below heartbeat timeout %v", c.ElectionTimeout, c.HeartbeatTimeout)
+	}
+	if c.WatchBuffer < 16 {
+		bad("watch buffer %d must be at least 16", c.WatchBuffer)
+	}
+	return errors.Join(errs...)
+}
+
+// ParsePeers parses "n1=host:port,n2=host:port" into a bootstrap map.
+func ParsePeers(s string) (map[string]string, error) {
+	out := map[string]string{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("cluster: peer %q is not id=host:port", part)
+		}
+		if _, dup := out[id]; dup {
+			return nil, fmt.Errorf("cluster: peer id %q listed twice", id)
+		}
+		out[id] = addr
+	}
+	return out, nil
+}
+
+// FormatPeers is the inverse of ParsePeers, sorted by id.
+func FormatPeers(m map[string]string) string {
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = id + "=" + m[id]
+	}
+	return strings.Join(parts, ",")
+}

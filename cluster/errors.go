@@ -1,0 +1,117 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/fsm"
+)
+
+// Errors of the node. Domain errors come from package fsm.
+var (
+	// ErrNoLeader is returned when no leader is known within the call's
+	// patience (an election is under way or quorum is lost).
+	ErrNoLeader = errors.New("cluster: no leader")
+	// ErrIndeterminate is returned when a command was handed to Raft but
+	// its outcome is unknown (leadership lost or the node stopped before it
+	// committed). The command may or may not take effect: retry with the
+	// same request id.
+	ErrIndeterminate = errors.New("cluster: outcome unknown")
+	// ErrStopped is returned by a node that is shutting down.
+	ErrStopped = errors.New("cluster: node stopped")
+	// ErrFailed is returned after the node met a log entry it cannot apply.
+	ErrFailed = errors.New("cluster: node failed")
+)
+
+// NotLeaderError says that this node is not the leader and names the one
+// it knows, if any.
+type NotLeaderError struct {
+	ID   string
+	Addr string
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.Addr == "" {
+		return "cluster: not the leader, leader unknown"
+	}
+	return fmt.Sprintf("cluster: not the leader; leader is %s at %s", e.ID, e.Addr)
+}
+
+// Is makes errors.Is(err, ErrNoLeader) true when the leader is unknown.
+func (e *NotLeaderError) Is(target error) bool { return target == ErrNoLeader && e.Addr == "" }
+
+// raftError classifies an error of a Raft future: definite failures (the
+// command never entered the log) become *NotLeaderError; anything after
+// the command may have entered the log becomes ErrIndeterminate.
+func (n *Node) raftError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrEnqueueTimeout):
+		return n.notLeader()
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return fmt.Errorf("%w: %v", ErrIndeterminate, ErrStopped)
+	default:
+		return fmt.Errorf("%w: %v", ErrIndeterminate, err)
+	}
+}
+
+func (n *Node) notLeader() *NotLeaderError {
+	addr, id := n.raft.LeaderWithID()
+	return &NotLeaderError{ID: string(id), Addr: string(addr)}
+}
+
+// toStatus is the one table from domain and node errors to gRPC statuses.
+// The client's inverse lives in package client.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err // already a status (e.g. from a forwarded call)
+	}
+	var (
+		field *fsm.FieldError
+		held  *fsm.HeldError
+		nl    *NotLeaderError
+	)
+	switch {
+	case errors.As(err, &field):
+		return withDetail(codes.InvalidArgument, err, &api.BadField{Field: field.Field, Limit: field.Limit})
+	case errors.Is(err, fsm.ErrRequestIDReused):
+		return withDetail(codes.InvalidArgument, err, &api.BadField{Field: "request_id", Limit: "must not be reused for another resource"})
+	case errors.As(err, &held):
+		return withDetail(codes.FailedPrecondition, err, &api.ResourceHeld{
+			Resource: held.Resource, Holder: held.Holder, Token: held.Token, TimeLeft: durationpb.New(held.TimeLeft),
+		})
+	case errors.Is(err, fsm.ErrNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.As(err, &nl):
+		return withDetail(codes.Unavailable, err, &api.NotLeader{LeaderId: nl.ID, LeaderAddr: nl.Addr})
+	case errors.Is(err, ErrNoLeader), errors.Is(err, ErrIndeterminate), errors.Is(err, ErrStopped):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, ErrFailed):
+		return status.Error(codes.Internal, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+func withDetail(c codes.Code, err error, detail protoadapt.MessageV1) error {
+	st, derr := status.New(c, err.Error()).WithDetails(detail)
+	if derr != nil {
+		return status.Error(c, err.Error())
+	}
+	return st.Err()
+}

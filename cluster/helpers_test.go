@@ -1,0 +1,177 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/leasefence/leasefence/api"
+)
+
+// testCluster runs n in-process nodes with real gRPC on loopback and real
+// raft-boltdb stores in t.TempDir().
+type testCluster struct {
+	t      testing.TB
+	nodes  []*Node
+	cfgs   []Config
+	clocks []*ManualClock
+}
+
+// freeAddrs reserves n loopback ports.
+func freeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	var out []string
+	var ls []net.Listener
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return out
+}
+
+// testLogger routes node logs to t.Log (raft's at warn to keep output short).
+func testLogger(t testing.TB, name string) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{
+		Name:   name,
+		Level:  hclog.Warn,
+		Output: testWriter{t},
+	})
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func newTestCluster(t testing.TB, n int, tweak func(*Config)) *testCluster {
+	t.Helper()
+	addrs := freeAddrs(t, n)
+	peers := map[string]string{}
+	for i, a := range addrs {
+		peers[fmt.Sprintf("n%d", i+1)] = a
+	}
+	tc := &testCluster{t: t}
+	for i, a := range addrs {
+		cfg := DefaultConfig()
+		cfg.ID = fmt.Sprintf("n%d", i+1)
+		cfg.Listen = a
+		cfg.DataDir = t.TempDir()
+		cfg.Bootstrap = peers
+		cfg.MinTTL = 1500 * time.Millisecond
+		cfg.SkewMargin = 200 * time.Millisecond
+		cfg.Tick = 200 * time.Millisecond
+		clock := NewManualClock()
+		cfg.Clock = clock
+		cfg.Logger = testLogger(t, cfg.ID)
+		if tweak != nil {
+			tweak(&cfg)
+		}
+		tc.cfgs = append(tc.cfgs, cfg)
+		tc.clocks = append(tc.clocks, clock)
+	}
+	tc.nodes = make([]*Node, n)
+	for i := range tc.cfgs {
+		tc.start(i)
+	}
+	t.Cleanup(tc.close)
+	tc.leader()
+	return tc
+}
+
+func (tc *testCluster) start(i int) {
+	tc.t.Helper()
+	node, err := Start(tc.cfgs[i])
+	if err != nil {
+		tc.t.Fatalf("start %s: %v", tc.cfgs[i].ID, err)
+	}
+	tc.nodes[i] = node
+}
+
+// stop closes node i (a graceful stop: a leader hands over first).
+func (tc *testCluster) stop(i int) {
+	if tc.nodes[i] != nil {
+		tc.nodes[i].Close()
+		tc.nodes[i] = nil
+	}
+}
+
+func (tc *testCluster) close() {
+	for i := range tc.nodes {
+		tc.stop(i)
+	}
+}
+
+// leader waits until exactly one running node leads and is ready.
+func (tc *testCluster) leader() (int, *Node) {
+	tc.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		for i, n := range tc.nodes {
+			if n != nil && n.IsLeader() {
+				return i, n
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	tc.t.Fatal("no leader within 15s")
+	return -1, nil
+}
+
+// follower returns a running node that is not the leader.
+func (tc *testCluster) follower() (int, *Node) {
+	tc.t.Helper()
+	li, _ := tc.leader()
+	for i, n := range tc.nodes {
+		if n != nil && i != li {
+			return i, n
+		}
+	}
+	tc.t.Fatal("no follower")
+	return -1, nil
+}
+
+// client dials node i over real gRPC.
+func (tc *testCluster) client(i int) api.LeaseServiceClient {
+	tc.t.Helper()
+	conn, err := grpc.NewClient(tc.cfgs[i].Listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	tc.t.Cleanup(func() { conn.Close() })
+	return api.NewLeaseServiceClient(conn)
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,416 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/fsm"
+	"github.com/leasefence/leasefence/fsm/fsmpb"
+	"github.com/leasefence/leasefence/transport"
+)
+
+// Version is reported by Status.
+var Version = "0.1.0-dev"
+
+// Node is one leasefence server: a Raft member with the lease state
+// machine, serving peers and clients on one gRPC port. All methods are safe
+// for concurrent use.
+type Node struct {
+	cfg   Config
+	log   hclog.Logger
+	clock Clock
+
+	raft   *raft.Raft
+	sm     *stateMachine
+	hub    *hub
+	tr     *transport.Transport
+	store  *raftboltdb.BoltStore
+	server *grpc.Server
+	lis    net.Listener
+	addr   string
+
+	lead      atomic.Pointer[leaderState]
+	proposeCh chan *proposal
+	fwd       *forwarder
+	waiters   *waitQueues
+	leases    *leaseService
+	admin     *clusterService
+
+	stopCh    chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+	fatal     atomic.Pointer[error]
+}
+
+// leaderState is this node's view of its own leadership for one term. It
+// exists only after the term's barrier has applied.
+type leaderState struct {
+	term uint64
+	// Cluster time is base + (clock.Now() - monoBase): the last applied
+	// cluster time at the barrier, advanced by this node's monotonic clock.
+	base     int64
+	monoBase time.Duration
+	ctx      context.Context
+	cancel   context.CancelFunc
+}
+
+func (ls *leaderState) now(c Clock) int64 { return ls.base + int64(c.Now()-ls.monoBase) }
+
+// Start opens the data dir, binds the listener, starts Raft and serves. On
+// a first start it bootstraps (cfg.Bootstrap) or asks to join (cfg.Join).
+// The returned Node serves until Close.
+func Start(cfg Config) (*Node, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("cluster: invalid config: %w", err)
+	}
+	n := &Node{
+		cfg:       cfg,
+		log:       cfg.Logger.Named("node").With("node-id", cfg.ID),
+		clock:     cfg.Clock,
+		hub:       newHub(cfg.WatchBuffer),
+		proposeCh: make(chan *proposal, 4*cfg.MaxBatch),
+		stopCh:    make(chan struct{}),
+	}
+	n.sm = newStateMachine(n.hub, cfg.Logger.Named("fsm"), n.onFatal)
+	n.waiters = newWaitQueues()
+	if err := n.open(); err != nil {
+		n.cleanup()
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *Node) open() error {
+	cfg := n.cfg
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return fmt.Errorf("cluster: data dir: %w", err)
+	}
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
+	if err != nil {
+		return fmt.Errorf("cluster: open raft.db: %w", err)
+	}
+	n.store = store
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, cfg.Logger.Named("snapshots"))
+	if err != nil {
+		return fmt.Errorf("cluster: snapshot store: %w", err)
+	}
+	logs, err := raft.NewLogCache(1024, store)
+	if err != nil {
+		return err
+	}
+
+	n.lis, err = net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("cluster: listen: %w", err)
+	}
+	n.addr = cfg.Advertise
+	if n.addr == "" {
+		if ta, ok := n.lis.Addr().(*net.TCPAddr); ok && ta.IP.IsUnspecified() {
+			return fmt.Errorf("cluster: listening on %s: set an advertise address peers can reach", n.lis.Addr())
+		}
+		n.addr = n.lis.Addr().String()
+	}
+	if len(cfg.Bootstrap) > 0 && cfg.Bootstrap[cfg.ID] != n.addr {
+		return fmt.Errorf("cluster: bootstrap list gives %s the address %s, but it serves %s", cfg.ID, cfg.Bootstrap[cfg.ID], n.addr)
+	}
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	n.tr, err = transport.New(transport.Config{
+		LocalAddr:   raft.ServerAddress(n.addr),
+		Logger:      cfg.Logger,
+		DialOptions: dial,
+	})
+	if err != nil {
+		return err
+	}
+	n.fwd = newForwarder(dial)
+	n.leases = &leaseService{n: n}
+	n.admin = &clusterService{n: n}
+	n.server = grpc.NewServer(
+		grpc.MaxRecvMsgSize(16<<20),
+		grpc.ChainUnaryInterceptor(recoverUnary(n.log)),
+		grpc.ChainStreamInterceptor(recoverStream(n.log)),
+	)
+	n.tr.Register(n.server)
+	api.RegisterLeaseServiceServer(n.server, n.leases)
+	api.RegisterClusterServiceServer(n.server, n.admin)
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = cfg.CommitTimeout
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.TrailingLogs = cfg.TrailingLogs
+	rc.Logger = cfg.Logger.Named("raft")
+	if err := raft.ValidateConfig(rc); err != nil {
+		return fmt.Errorf("cluster: raft config: %w", err)
+	}
+	existing, err := raft.HasExistingState(logs, store, snaps)
+	if err != nil {
+		return fmt.Errorf("cluster: reading raft state: %w", err)
+	}
+	n.raft, err = raft.NewRaft(rc, n.sm, logs, store, snaps, n.tr)
+	if err != nil {
+		return fmt.Errorf("cluster: start raft: %w", err)
+	}
+	if !existing && len(cfg.Bootstrap) > 0 {
+		var servers []raft.Server
+		for id, addr := range cfg.Bootstrap {
+			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(addr)})
+		}
+		if err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			return fmt.Errorf("cluster: bootstrap: %w", err)
+		}
+	}
+
+	n.wg.Add(3)
+	go func() {
+		defer n.wg.Done()
+		if err := n.server.Serve(n.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			n.log.Error("grpc server stopped", "error", err)
+		}
+	}()
+	go func() { defer n.wg.Done(); n.leaderLoop() }()
+	go func() { defer n.wg.Done(); n.proposeLoop() }()
+	if !existing && len(cfg.Bootstrap) == 0 && cfg.Join != "" {
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); n.joinLoop() }()
+	}
+	n.log.Info("node started", "addr", n.addr, "data-dir", cfg.DataDir, "existing-state", existing)
+	return nil
+}
+
+// Addr returns the address this node serves peers and clients on.
+func (n *Node) Addr() string { return n.addr }
+
+// ID returns the node's id.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// Config returns the node's effective configuration.
+func (n *Node) Config() Config { return n.cfg }
+
+// IsLeader reports whether this node leads and has applied its term's
+// barrier (so it serves writes and linearizable reads).
+func (n *Node) IsLeader() bool { return n.lead.Load() != nil }
+
+// Leader returns the id and address of the leader this node knows of.
+func (n *Node) Leader() (id, addr string) {
+	a, i := n.raft.LeaderWithID()
+	return string(i), string(a)
+}
+
+// AppliedIndex returns the index of the last log entry this node applied.
+func (n *Node) AppliedIndex() uint64 { return n.raft.AppliedIndex() }
+
+// LeaseServer returns the node's LeaseService implementation, for an
+// application that embeds the node and calls it without a network hop.
+func (n *Node) LeaseServer() api.LeaseServiceServer { return n.leases }
+
+// ClusterServer returns the node's ClusterService implementation.
+func (n *Node) ClusterServer() api.ClusterServiceServer { return n.admin }
+
+// Raft exposes the underlying raft instance to tests and tools in this
+// module. Changing its configuration behind the node's back is unsupported.
+func (n *Node) Raft() *raft.Raft { return n.raft }
+
+// Err returns the fatal error that stopped the node, if any.
+func (n *Node) Err() error {
+	if p := n.fatal.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (n *Node) onFatal(err error) {
+	err = fmt.Errorf("%w: %v", ErrFailed, err)
+	n.fatal.CompareAndSwap(nil, &err)
+	n.log.Error("node failed; shutting down", "error", err)
+	_ = n.Close()
+}
+
+// Close stops the node. A leader first hands leadership to another voter
+// (bounded by the election timeout), so that clients see a short failover
+// instead of a lost leader. Close is idempotent.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		if n.raft != nil && n.raft.State() == raft.Leader && n.Err() == nil {
+			f := n.raft.LeadershipTransfer()
+			done := make(chan error, 1)
+			go func() { done <- f.Error() }()
+			select {
+			case err := <-done:
+				if err != nil {
+					n.log.Warn("leadership transfer before stop failed", "error", err)
+				}
+			case <-time.After(2 * n.cfg.ElectionTimeout):
+				n.log.Warn("leadership transfer before stop timed out")
+			}
+		}
+		close(n.stopCh)
+		n.closeErr = n.cleanup()
+		n.wg.Wait()
+		n.log.Info("node stopped")
+	})
+	return n.closeErr
+}
+
+func (n *Node) cleanup() error {
+	var errs []error
+	if ls := n.lead.Swap(nil); ls != nil {
+		ls.cancel()
+	}
+	if n.raft != nil {
+		if err := n.raft.Shutdown().Error(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if n.server != nil {
+		stopped := make(chan struct{})
+		go func() { n.server.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(time.Second):
+			n.server.Stop()
+			<-stopped
+		}
+	} else if n.lis != nil {
+		n.lis.Close()
+	}
+	if n.tr != nil {
+		if err := n.tr.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if n.fwd != nil {
+		n.fwd.close()
+	}
+	if n.store != nil {
+		if err := n.store.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// leaderLoop follows raft's leadership signal. On gaining leadership it
+// commits a barrier, then takes the last applied cluster time as its base
+// (DESIGN.md, Time); only then does the node serve as leader.
+func (n *Node) leaderLoop() {
+	for {
+		select {
+		case <-n.stopCh:
+			return
+		case isLeader := <-n.raft.LeaderCh():
+			if old := n.lead.Swap(nil); old != nil {
+				old.cancel()
+			}
+			if !isLeader {
+				n.log.Info("lost leadership")
+				continue
+			}
+			term := n.raft.CurrentTerm()
+			if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
+				n.log.Warn("barrier after election failed", "term", term, "error", err)
+				continue
+			}
+			var base int64
+			n.sm.read(func(st *fsm.State) { base = st.Now() })
+			ctx, cancel := context.WithCancel(context.Background())
+			ls := &leaderState{term: term, base: base, monoBase: n.clock.Now(), ctx: ctx, cancel: cancel}
+			n.lead.Store(ls)
+			n.log.Info("leading", "term", term, "cluster-time", time.Duration(base))
+			n.wg.Add(1)
+			go func() { defer n.wg.Done(); n.tickLoop(ls) }()
+		}
+	}
+}
+
+// tickLoop proposes a Tick at least every cfg.Tick, and as soon as the
+// earliest lease passes expires_at + skew_margin, so that cluster time
+// advances and expired leases leave the state (cost proportional to what
+// expires: the FSM pops its expiry heap).
+func (n *Node) tickLoop(ls *leaderState) {
+	margin := int64(n.cfg.SkewMargin)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ls.ctx.Done():
+			return
+		case <-n.stopCh:
+			return
+		case <-timer.C:
+		}
+		res, err := n.propose(ls.ctx, &fsmpb.Command{Op: &fsmpb.Command_Tick{Tick: &fsmpb.Tick{MaxExpire: uint32(n.cfg.MaxExpirePerTick)}}})
+		next := n.cfg.Tick
+		if err == nil && res.Expired >= n.cfg.MaxExpirePerTick {
+			next = 0 // more to expire: go on at once
+		} else {
+			var exp int64
+			var ok bool
+			n.sm.read(func(st *fsm.State) { exp, ok = st.NextExpiry() })
+			if ok {
+				due := time.Duration(exp + margin + 1 - ls.now(n.clock))
+				if due < next {
+					next = max(due, time.Millisecond)
+				}
+			}
+		}
+		timer.Reset(next)
+	}
+}
+
+// joinLoop asks the join address to admit this node until it succeeds.
+func (n *Node) joinLoop() {
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		conn, err := n.fwd.conn(n.cfg.Join)
+		if err == nil {
+			_, err = api.NewClusterServiceClient(conn).Join(ctx, &api.JoinRequest{Id: n.cfg.ID, Addr: n.addr, Nonvoter: n.cfg.Nonvoter})
+		}
+		cancel()
+		if err == nil {
+			n.log.Info("joined cluster", "via", n.cfg.Join)
+			return
+		}
+		if attempt%10 == 0 {
+			n.log.Warn("join failed; retrying", "via", n.cfg.Join, "error", err)
+		}
+		select {
+		case <-n.stopCh:
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// newLeaseID draws 16 random bytes on the leader: the FSM draws none.
+func newLeaseID() []byte {
+	id := make([]byte, fsm.LeaseIDLen)
+	if _, err := rand.Read(id); err != nil {
+		panic("cluster: crypto/rand failed: " + err.Error()) // cannot happen on Linux
+	}
+	return id
+}
+
+// Wait blocks until the node has stopped (Close, or a fatal error).
+func (n *Node) Wait() { <-n.stopCh }

@@ -1,0 +1,353 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/fsm"
+	"github.com/leasefence/leasefence/fsm/fsmpb"
+)
+
+// leaseService implements api.LeaseServiceServer. Writes and linearizable
+// reads run on the leader; other nodes forward them.
+type leaseService struct {
+	api.UnimplementedLeaseServiceServer
+	n *Node
+}
+
+func (s *leaseService) validateAcquire(req *api.AcquireRequest) (time.Duration, error) {
+	cfg := s.n.cfg
+	if err := fsm.ValidateName("resource", req.Resource); err != nil {
+		return 0, err
+	}
+	if req.Scope != "" {
+		if err := fsm.ValidateName("scope", req.Scope); err != nil {
+			return 0, err
+		}
+	}
+	if err := fsm.ValidateHolder(req.Holder); err != nil {
+		return 0, err
+	}
+	if err := fsm.ValidateRequestID(req.RequestId); err != nil {
+		return 0, err
+	}
+	if req.Ttl == nil {
+		return 0, &fsm.FieldError{Field: "ttl", Limit: fmt.Sprintf("required, within [%v, %v]", cfg.MinTTL, cfg.MaxTTL)}
+	}
+	if err := req.Ttl.CheckValid(); err != nil {
+		return 0, &fsm.FieldError{Field: "ttl", Limit: err.Error()}
+	}
+	ttl := req.Ttl.AsDuration()
+	if ttl < cfg.MinTTL || ttl > cfg.MaxTTL {
+		return 0, &fsm.FieldError{Field: "ttl", Limit: fmt.Sprintf("within [%v, %v]", cfg.MinTTL, cfg.MaxTTL)}
+	}
+	return ttl, nil
+}
+
+// Acquire implements api.LeaseServiceServer.
+func (s *leaseService) Acquire(ctx context.Context, req *api.AcquireRequest) (*api.AcquireResponse, error) {
+	ttl, err := s.validateAcquire(req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	conn, err := s.n.route(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if conn != nil {
+		return api.NewLeaseServiceClient(conn).Acquire(markForwarded(ctx), req)
+	}
+	cmd := &fsmpb.Command{Op: &fsmpb.Command_Acquire{Acquire: &fsmpb.Acquire{
+		Resource:  req.Resource,
+		Scope:     req.Scope,
+		Holder:    req.Holder,
+		TtlNs:     int64(ttl),
+		RequestId: req.RequestId,
+		LeaseId:   newLeaseID(),
+	}}}
+	var res fsm.Result
+	if req.Wait {
+		res, err = s.n.acquireWaiting(ctx, cmd)
+	} else {
+		res, err = s.n.propose(ctx, cmd)
+	}
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &api.AcquireResponse{Lease: toAPILease(res.Lease), TtlRemaining: durationpb.New(res.Remaining), Replayed: res.Replayed}, nil
+}
+
+// acquireWaiting queues the caller FIFO behind other waiters for the same
+// resource on this leader. Only the head of the queue proposes; it retries
+// when the resource is released or expires, or when the holder's time left
+// runs out, without polling. Leaving (grant, error, cancel) passes the turn.
+func (n *Node) acquireWaiting(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
+	resource := cmd.GetAcquire().Resource
+	w, _, _ := n.hub.subscribe(resource, false, nil)
+	defer n.hub.unsubscribe(w)
+	t := n.waiters.join(resource)
+	defer n.waiters.leave(resource, t)
+	select {
+	case <-t.turn:
+	case <-ctx.Done():
+		return fsm.Result{}, ctx.Err()
+	}
+	for {
+		res, err := n.propose(ctx, cmd)
+		var held *fsm.HeldError
+		if err != nil || !errors.As(res.Err, &held) {
+			return res, err
+		}
+		timer := time.NewTimer(held.TimeLeft + time.Millisecond)
+	wait:
+		for {
+			select {
+			case ev := <-w.ch:
+				if ev.Type == api.EventType_EVENT_TYPE_RELEASED || ev.Type == api.EventType_EVENT_TYPE_EXPIRED {
+					break wait
+				}
+			case <-w.overflow:
+				break wait
+			case <-timer.C:
+				break wait
+			case <-ctx.Done():
+				timer.Stop()
+				return fsm.Result{}, ctx.Err()
+			}
+		}
+		timer.Stop()
+	}
+}
+
+// waitQueues keeps, per resource, the FIFO of callers waiting to acquire.
+type waitQueues struct {
+	mu sync.Mutex
+	q  map[string][]*waitTicket
+}
+
+type waitTicket struct{ turn chan struct{} } // closed when first in line
+
+func newWaitQueues() *waitQueues { return &waitQueues{q: map[string][]*waitTicket{}} }
+
+func (w *waitQueues) join(resource string) *waitTicket {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t := &waitTicket{turn: make(chan struct{})}
+	w.q[resource] = append(w.q[resource], t)
+	if len(w.q[resource]) == 1 {
+		close(t.turn)
+	}
+	return t
+}
+
+func (w *waitQueues) leave(resource string, t *waitTicket) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	q := w.q[resource]
+	for i, x := range q {
+		if x != t {
+			continue
+		}
+		q = append(q[:i], q[i+1:]...)
+		if i == 0 && len(q) > 0 {
+			close(q[0].turn)
+		}
+		break
+	}
+	if len(q) == 0 {
+		delete(w.q, resource)
+	} else {
+		w.q[resource] = q
+	}
+}
+
+// waiting returns how many callers wait on resource.
+func (w *waitQueues) waiting(resource string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.q[resource])
+}
+
+// Renew implements api.LeaseServiceServer.
+func (s *leaseService) Renew(ctx context.Context, req *api.RenewRequest) (*api.RenewResponse, error) {
+	if err := fsm.ValidateLeaseID(req.LeaseId); err != nil {
+		return nil, toStatus(err)
+	}
+	conn, err := s.n.route(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if conn != nil {
+		return api.NewLeaseServiceClient(conn).Renew(markForwarded(ctx), req)
+	}
+	res, err := s.n.propose(ctx, &fsmpb.Command{Op: &fsmpb.Command_Renew{Renew: &fsmpb.Renew{LeaseId: req.LeaseId}}})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		if errors.Is(err, fsm.ErrNotFound) {
+			return nil, status.Errorf(codes.NotFound, "lease %x not found or expired", req.LeaseId)
+		}
+		return nil, toStatus(err)
+	}
+	return &api.RenewResponse{Lease: toAPILease(res.Lease), TtlRemaining: durationpb.New(res.Remaining)}, nil
+}
+
+// Release implements api.LeaseServiceServer.
+func (s *leaseService) Release(ctx context.Context, req *api.ReleaseRequest) (*api.ReleaseResponse, error) {
+	if err := fsm.ValidateLeaseID(req.LeaseId); err != nil {
+		return nil, toStatus(err)
+	}
+	conn, err := s.n.route(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if conn != nil {
+		return api.NewLeaseServiceClient(conn).Release(markForwarded(ctx), req)
+	}
+	res, err := s.n.propose(ctx, &fsmpb.Command{Op: &fsmpb.Command_Release{Release: &fsmpb.Release{LeaseId: req.LeaseId}}})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &api.ReleaseResponse{Released: res.Released}
+	if res.Released {
+		out.Lease = toAPILease(res.Lease)
+	}
+	return out, nil
+}
+
+// Get implements api.LeaseServiceServer. By default the answer is
+// linearizable: the leader confirms its leadership through a quorum and
+// waits until it has applied everything committed when the read arrived.
+func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetResponse, error) {
+	if err := fsm.ValidateName("resource", req.Resource); err != nil {
+		return nil, toStatus(err)
+	}
+	if !req.Stale {
+		conn, err := s.n.route(ctx)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		if conn != nil {
+			return api.NewLeaseServiceClient(conn).Get(markForwarded(ctx), req)
+		}
+		if err := s.n.readIndex(ctx); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	out := &api.GetResponse{}
+	s.n.sm.read(func(st *fsm.State) {
+		out.AppliedIndex = s.n.sm.applied.Load()
+		out.ScopeToken = st.ScopeCounter(req.Resource)
+		l, ok := st.Lease(req.Resource)
+		if !ok || st.Now() > l.ExpiresAt {
+			// Past expiry the lease is gone for everyone but the margin
+			// still keeps the resource from new holders.
+			return
+		}
+		out.Lease = toAPILease(l)
+		out.ScopeToken = st.ScopeCounter(l.Scope)
+		out.TtlRemaining = durationpb.New(time.Duration(l.ExpiresAt - st.Now()))
+	})
+	return out, nil
+}
+
+// readIndex makes a read linearizable: note the commit index, confirm
+// leadership with a quorum, then wait until that index has applied. A
+// leader serves nothing before its term's barrier has applied (lead is set
+// only after it).
+func (n *Node) readIndex(ctx context.Context) error {
+	if n.lead.Load() == nil {
+		return n.notLeader()
+	}
+	idx := n.raft.CommitIndex()
+	if err := n.raft.VerifyLeader().Error(); err != nil {
+		return n.raftError(err)
+	}
+	return n.waitApplied(ctx, idx)
+}
+
+// waitApplied blocks until this node has applied index idx.
+func (n *Node) waitApplied(ctx context.Context, idx uint64) error {
+	for {
+		ch := n.sm.appliedChanged()
+		if n.sm.applied.Load() >= idx || n.raft.AppliedIndex() >= idx {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Millisecond): // a snapshot restore moves raft's index only
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.stopCh:
+			return ErrStopped
+		}
+	}
+}
+
+// Watch implements api.LeaseServiceServer: events from this node's applied
+// log, identical in content and position on every node. A watcher that
+// falls more than the buffer behind is cut with ResourceExhausted and
+// resumes from its last position.
+func (s *leaseService) Watch(req *api.WatchRequest, stream grpc.ServerStreamingServer[api.WatchEvent]) error {
+	if req.Key == "" && !req.Prefix {
+		return toStatus(&fsm.FieldError{Field: "key", Limit: "must not be empty unless prefix is set"})
+	}
+	if len(req.Key) > fsm.MaxNameLen {
+		return toStatus(&fsm.FieldError{Field: "key", Limit: fmt.Sprintf("at most %d bytes", fsm.MaxNameLen)})
+	}
+	var after *position
+	if req.After != nil {
+		after = &position{req.After.Index, req.After.Seq}
+	}
+	w, backlog, ok := s.n.hub.subscribe(req.Key, req.Prefix, after)
+	if !ok {
+		return status.Errorf(codes.OutOfRange, "events after %d.%d are no longer retained on this node; read the current state and watch from now", req.After.Index, req.After.Seq)
+	}
+	defer s.n.hub.unsubscribe(w)
+	for _, ev := range backlog {
+		if err := stream.Send(ev); err != nil {
+			return err
+		}
+	}
+	ctx := stream.Context()
+	for {
+		select {
+		case ev := <-w.ch:
+			if err := stream.Send(ev); err != nil {
+				return err
+			}
+		case <-w.overflow:
+			// Deliver what is buffered, then cut: the client resumes.
+			for {
+				select {
+				case ev := <-w.ch:
+					if err := stream.Send(ev); err != nil {
+						return err
+					}
+				default:
+					return status.Error(codes.ResourceExhausted, "watcher fell behind; resume from the last position received")
+				}
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.n.stopCh:
+			return status.Error(codes.Unavailable, "node stopping; resume on another node from the last position received")
+		}
+	}
+}

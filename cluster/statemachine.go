@@ -1,0 +1,128 @@
+package cluster
+
+import (
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/leasefence/leasefence/fsm"
+)
+
+// stateMachine adapts fsm.State to raft.FSM: it serialises Apply against
+// reads, publishes events, tracks the applied index, and stops the node on
+// an entry it cannot apply.
+type stateMachine struct {
+	mu  sync.RWMutex
+	st  *fsm.State
+	hub *hub
+	log hclog.Logger
+
+	applied atomic.Uint64
+	// appliedCh is closed and replaced after every apply: waiters for an
+	// index select on it.
+	appliedMu sync.Mutex
+	appliedCh chan struct{}
+
+	failed  atomic.Pointer[error]
+	onFatal func(error)
+}
+
+func newStateMachine(h *hub, log hclog.Logger, onFatal func(error)) *stateMachine {
+	return &stateMachine{st: fsm.New(), hub: h, log: log, appliedCh: make(chan struct{}), onFatal: onFatal}
+}
+
+// Apply implements raft.FSM. It returns *fsm.Applied, or an error when the
+// entry cannot be applied; after such an error every later entry is
+// refused too and the node stops: replicas must not diverge.
+func (m *stateMachine) Apply(l *raft.Log) interface{} {
+	if errp := m.failed.Load(); errp != nil {
+		return *errp
+	}
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	m.mu.Lock()
+	a, err := m.st.Apply(l.Data)
+	m.mu.Unlock()
+	if err != nil {
+		err = fmt.Errorf("cluster: log entry %d: %w", l.Index, err)
+		m.failed.Store(&err)
+		m.log.Error("cannot apply log entry; stopping the node so replicas do not diverge", "index", l.Index, "term", l.Term, "error", err)
+		if m.onFatal != nil {
+			go m.onFatal(err)
+		}
+		return err
+	}
+	m.hub.publish(l.Index, a)
+	m.setApplied(l.Index)
+	return a
+}
+
+func (m *stateMachine) setApplied(index uint64) {
+	m.applied.Store(index)
+	m.appliedMu.Lock()
+	close(m.appliedCh)
+	m.appliedCh = make(chan struct{})
+	m.appliedMu.Unlock()
+}
+
+// appliedChanged returns a channel closed at the next apply.
+func (m *stateMachine) appliedChanged() <-chan struct{} {
+	m.appliedMu.Lock()
+	defer m.appliedMu.Unlock()
+	return m.appliedCh
+}
+
+// read runs f with the state under the read lock.
+func (m *stateMachine) read(f func(st *fsm.State)) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	f(m.st)
+}
+
+// Snapshot implements raft.FSM: an immutable copy, encoded in Persist.
+func (m *stateMachine) Snapshot() (raft.FSMSnapshot, error) {
+	if errp := m.failed.Load(); errp != nil {
+		return nil, *errp
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return &fsmSnapshot{sn: m.st.Snapshot(), log: m.log}, nil
+}
+
+// Restore implements raft.FSM: builds fresh state from the snapshot and
+// swaps it in; on error the current state is kept.
+func (m *stateMachine) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	st, err := fsm.Restore(rc)
+	if err != nil {
+		m.log.Error("snapshot restore failed", "error", err)
+		return err
+	}
+	m.mu.Lock()
+	m.st = st
+	m.mu.Unlock()
+	m.hub.markGap()
+	return nil
+}
+
+type fsmSnapshot struct {
+	sn  *fsm.Snapshot
+	log hclog.Logger
+}
+
+// Persist writes the snapshot; the sink is cancelled on every error path.
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := s.sn.WriteTo(sink); err != nil {
+		s.log.Error("snapshot persist failed", "error", err)
+		_ = sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {}

@@ -1,0 +1,136 @@
+// Command leased runs one leasefence node.
+//
+//	leased --id n1 --listen 127.0.0.1:7001 --data-dir data/n1 \
+//	       --bootstrap n1=127.0.0.1:7001,n2=127.0.0.1:7002,n3=127.0.0.1:7003
+//
+// Every flag can also be set through an environment variable named
+// LEASEFENCE_ plus the flag in upper case with '-' as '_' (for example
+// LEASEFENCE_DATA_DIR); a flag on the command line wins.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/leasefence/leasefence/cluster"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cfg, err := parse(args, stderr)
+	if err == flag.ErrHelp {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "leased:", err)
+		return 2
+	}
+	node, err := cluster.Start(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "leased:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "leased %s serving on %s\n", node.ID(), node.Addr())
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	select {
+	case s := <-sig:
+		cfg.Logger.Info("stopping", "signal", s.String())
+	case <-nodeFailed(node):
+	}
+	if err := node.Close(); err != nil {
+		fmt.Fprintln(stderr, "leased: stop:", err)
+	}
+	if err := node.Err(); err != nil {
+		fmt.Fprintln(stderr, "leased:", err)
+		return 1
+	}
+	return 0
+}
+
+// nodeFailed returns a channel closed when the node stopped itself after a
+// fatal error.
+func nodeFailed(n *cluster.Node) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		n.Wait()
+		close(ch)
+	}()
+	return ch
+}
+
+func parse(args []string, stderr io.Writer) (cluster.Config, error) {
+	cfg := cluster.DefaultConfig()
+	fs := flag.NewFlagSet("leased", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var bootstrap, logLevel string
+	var logJSON bool
+	fs.StringVar(&cfg.ID, "id", "", "node id, stable for the life of the data dir (required)")
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "host:port to serve peers and clients on")
+	fs.StringVar(&cfg.Advertise, "advertise", "", "address others reach this node at (default: the listen address)")
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory for the raft log and snapshots (required)")
+	fs.StringVar(&bootstrap, "bootstrap", "", "founding members id=host:port,... (first start only; the same on every founding node)")
+	fs.StringVar(&cfg.Join, "join", "", "address of a running member to join through (first start only)")
+	fs.BoolVar(&cfg.Nonvoter, "nonvoter", false, "join as a non-voting member")
+	fs.DurationVar(&cfg.MinTTL, "min-ttl", cfg.MinTTL, "shortest lease ttl accepted")
+	fs.DurationVar(&cfg.MaxTTL, "max-ttl", cfg.MaxTTL, "longest lease ttl accepted")
+	fs.DurationVar(&cfg.SkewMargin, "skew-margin", cfg.SkewMargin, "safety margin added after expiry before a resource is granted again")
+	fs.Float64Var(&cfg.Drift, "drift", cfg.Drift, "assumed bound on clock rate drift")
+	fs.DurationVar(&cfg.Tick, "tick", cfg.Tick, "longest interval between the leader's time ticks")
+	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "raft heartbeat timeout")
+	fs.DurationVar(&cfg.ElectionTimeout, "election-timeout", cfg.ElectionTimeout, "raft election timeout")
+	fs.DurationVar(&cfg.LeaderLeaseTimeout, "leader-lease-timeout", cfg.LeaderLeaseTimeout, "raft leader lease timeout")
+	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", cfg.SnapshotInterval, "how often raft checks whether to snapshot")
+	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries since the last snapshot that trigger a new one")
+	fs.Uint64Var(&cfg.TrailingLogs, "trailing-logs", cfg.TrailingLogs, "log entries kept after a snapshot")
+	fs.StringVar(&logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	fs.BoolVar(&logJSON, "log-json", false, "log as JSON lines")
+	// Environment first, so that flags given on the command line win.
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "LEASEFENCE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok && envErr == nil {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %v", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return cfg, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	peers, err := cluster.ParsePeers(bootstrap)
+	if err != nil {
+		return cfg, err
+	}
+	if len(peers) > 0 {
+		cfg.Bootstrap = peers
+	}
+	level := hclog.LevelFromString(logLevel)
+	if level == hclog.NoLevel {
+		return cfg, fmt.Errorf("unknown log level %q", logLevel)
+	}
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "leased", Level: level, JSONFormat: logJSON, Output: stderr})
+	if len(cfg.Bootstrap) == 0 && cfg.Join == "" && cfg.DataDir != "" && !hasState(cfg.DataDir) {
+		return cfg, fmt.Errorf("a first start needs --bootstrap or --join")
+	}
+	return cfg, cfg.Validate()
+}
+
+func hasState(dir string) bool {
+	_, err := os.Stat(dir + "/raft.db")
+	return err == nil
+}
