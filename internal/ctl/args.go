@@ -1,0 +1,345 @@
+package ctl
+
+import (
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/leasefence/leasefence/api"
+)
+
+// globalFlags defines --endpoints, --timeout and --json on fs. Every
+// command's flag set carries them, so they may appear anywhere on the line.
+func (a *app) globalFlags(fs *flag.FlagSet) {
+	def := strings.TrimSpace(a.getenv(EnvEndpoints))
+	if def == "" {
+		def = DefaultEndpoints
+	}
+	fs.Func("endpoints", "comma-separated `host:port` list of nodes, tried in order (default $"+EnvEndpoints+" or "+DefaultEndpoints+")",
+		func(s string) error {
+			eps, err := parseEndpoints(s)
+			if err != nil {
+				return err
+			}
+			a.endpoints = eps
+			return nil
+		})
+	a.endpoints, _ = parseEndpoints(def)
+	fs.DurationVar(&a.timeout, "timeout", DefaultTimeout, "bound on the whole command, retries included; 0 means none (acquire --wait and watch: none unless given)")
+	fs.BoolVar(&a.json, "json", false, "print one JSON object per result, and errors as JSON on stdout")
+}
+
+// finishGlobalFlags checks the global flags after fs has been parsed.
+func (a *app) finishGlobalFlags(fs *flag.FlagSet) error {
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "timeout" {
+			a.timeoutSet = true
+		}
+	})
+	if len(a.endpoints) == 0 {
+		return usageErrorf("no endpoints: set --endpoints or $%s", EnvEndpoints)
+	}
+	return nil
+}
+
+func isGlobalFlag(name string) bool {
+	return name == "endpoints" || name == "timeout" || name == "json"
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// parseEndpoints splits a comma-separated list, dropping blanks and
+// duplicates and keeping the order.
+func parseEndpoints(s string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, e := range strings.Split(s, ",") {
+		e = strings.TrimSpace(e)
+		if e == "" || seen[e] {
+			continue
+		}
+		seen[e] = true
+		out = append(out, e)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty endpoint list")
+	}
+	return out, nil
+}
+
+// reorder moves the flags in args (with their values) in front of the
+// positional arguments, so that the standard flag package, which stops at
+// the first positional, accepts `acquire jobs/42 --ttl 10s --json`. It
+// consults fs to know which flags take a separate value. A "--" ends the
+// flags: everything after it is positional, even if it starts with "-".
+func reorder(fs *flag.FlagSet, args []string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if len(arg) < 2 || arg[0] != '-' {
+			pos = append(pos, arg)
+			continue
+		}
+		flags = append(flags, arg)
+		name := strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		f := fs.Lookup(name)
+		if f == nil || isBoolFlag(f) {
+			continue // unknown flags are reported by fs.Parse
+		}
+		if i+1 < len(args) {
+			flags = append(flags, args[i+1])
+			i++
+		}
+	}
+	out := make([]string, 0, len(flags)+1+len(pos))
+	out = append(out, flags...)
+	out = append(out, "--")
+	return append(out, pos...)
+}
+
+// findCommand finds the command word(s) among args, wherever global or
+// command flags put them, and returns the command and args without them.
+// It returns flag.ErrHelp for -h, -help or --help before any command.
+func findCommand(args []string) (*command, []string, error) {
+	known := allFlags()
+	var idx []int // positions of positional words, up to two
+	for i := 0; i < len(args) && len(idx) < 2; i++ {
+		arg := args[i]
+		if arg == "--" {
+			for j := i + 1; j < len(args) && len(idx) < 2; j++ {
+				idx = append(idx, j)
+			}
+			break
+		}
+		if len(arg) < 2 || arg[0] != '-' {
+			idx = append(idx, i)
+			continue
+		}
+		name := strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-")
+		if len(idx) == 0 && (name == "h" || name == "help") {
+			return nil, nil, flag.ErrHelp
+		}
+		if strings.Contains(name, "=") {
+			continue
+		}
+		if f := known.Lookup(name); f != nil && !isBoolFlag(f) {
+			i++
+		}
+	}
+	if len(idx) == 0 {
+		return nil, nil, errors.New("no command given")
+	}
+	word := args[idx[0]]
+	drop := map[int]bool{idx[0]: true}
+	if word == "members" {
+		if len(idx) < 2 {
+			return nil, nil, errors.New("members needs a subcommand: list, add or remove")
+		}
+		word += " " + args[idx[1]]
+		drop[idx[1]] = true
+	}
+	cmd := lookupCommand(word)
+	if cmd == nil {
+		return nil, nil, fmt.Errorf("unknown command %q", word)
+	}
+	rest := make([]string, 0, len(args))
+	for i, arg := range args {
+		if !drop[i] {
+			rest = append(rest, arg)
+		}
+	}
+	return cmd, rest, nil
+}
+
+func lookupCommand(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// allFlags is a flag set holding every flag of every command, used only to
+// tell which flags take a value while looking for the command word.
+func allFlags() *flag.FlagSet {
+	fs := flag.NewFlagSet("all", flag.ContinueOnError)
+	scratch := newApp(nil, io.Discard, io.Discard)
+	scratch.globalFlags(fs)
+	for _, c := range commands {
+		if c.setup == nil {
+			continue
+		}
+		sub := flag.NewFlagSet(c.name, flag.ContinueOnError)
+		c.setup(scratch, sub)
+		sub.VisitAll(func(f *flag.Flag) {
+			if fs.Lookup(f.Name) == nil {
+				fs.Var(f.Value, f.Name, f.Usage)
+			}
+		})
+	}
+	return fs
+}
+
+// flagSetFor returns a fresh flag set with cmd's flags and the global ones,
+// for help output.
+func (a *app) flagSetFor(cmd *command) *flag.FlagSet {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	scratch := newApp(nil, io.Discard, io.Discard)
+	scratch.getenv = a.getenv
+	if cmd.setup != nil {
+		cmd.setup(scratch, fs)
+	}
+	return fs
+}
+
+// parseLeaseID parses a lease id: exactly 32 lowercase hex characters.
+func parseLeaseID(s string) ([]byte, error) {
+	if len(s) != 32 {
+		return nil, usageErrorf("lease id %q: want 32 lowercase hex characters, got %d characters", s, len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return nil, usageErrorf("lease id %q: want 32 lowercase hex characters, found %q at offset %d", s, c, i)
+		}
+	}
+	return hex.DecodeString(s)
+}
+
+// formatPosition prints a position as INDEX.SEQ, the form --after accepts.
+func formatPosition(p *api.Position) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%d.%d", p.GetIndex(), p.GetSeq())
+}
+
+// parsePosition parses INDEX.SEQ.
+func parsePosition(s string) (*api.Position, error) {
+	i := strings.IndexByte(s, '.')
+	if i < 0 {
+		return nil, usageErrorf("--after %q: want INDEX.SEQ, e.g. 120.0", s)
+	}
+	index, err := strconv.ParseUint(s[:i], 10, 64)
+	if err != nil {
+		return nil, usageErrorf("--after %q: bad index: %v", s, err)
+	}
+	seq, err := strconv.ParseUint(s[i+1:], 10, 32)
+	if err != nil {
+		return nil, usageErrorf("--after %q: bad seq: %v", s, err)
+	}
+	return &api.Position{Index: index, Seq: uint32(seq)}, nil
+}
+
+const helpHeader = `leasectl is the command-line client of leasefence.
+
+usage: leasectl COMMAND [ARGUMENTS] [FLAGS]
+Flags may come before or after the arguments; "--" ends the flags.
+`
+
+const helpFooter = `
+Each command tries the endpoints in order and moves on when a node is
+unavailable; a node that names the leader sends the next try there.
+
+exit status: 0 success; 1 refused by the service (resource held, lease not
+found, ...); 2 bad usage, invalid argument or cluster unreachable;
+130 interrupted (watch ends with 0 when interrupted).
+Run "leasectl help COMMAND" for a command's flags.
+`
+
+func (a *app) printHelp(w io.Writer) {
+	fmt.Fprint(w, helpHeader)
+	fmt.Fprintln(w, "\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %s\n      %s\n", c.synopsis(a.flagSetFor(c))[len("leasectl "):], c.summary)
+	}
+	fmt.Fprintln(w, "\nglobal flags:")
+	fs := flag.NewFlagSet("global", flag.ContinueOnError)
+	scratch := newApp(nil, io.Discard, io.Discard)
+	scratch.getenv = a.getenv
+	scratch.globalFlags(fs)
+	printFlags(w, fs, true)
+	fmt.Fprint(w, helpFooter)
+}
+
+func (a *app) printCommandHelp(w io.Writer, cmd *command) {
+	fs := a.flagSetFor(cmd)
+	fmt.Fprintf(w, "usage: %s\n\n%s\n", cmd.synopsis(fs), cmd.summary)
+	if hasOwnFlags(fs) {
+		fmt.Fprintln(w, "\nflags:")
+		printFlags(w, fs, false)
+	}
+	fmt.Fprintln(w, "\nglobal flags: --endpoints host:port,... --timeout D --json (see leasectl help)")
+}
+
+func hasOwnFlags(fs *flag.FlagSet) bool {
+	any := false
+	fs.VisitAll(func(f *flag.Flag) {
+		if !isGlobalFlag(f.Name) {
+			any = true
+		}
+	})
+	return any
+}
+
+func printFlags(w io.Writer, fs *flag.FlagSet, global bool) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fs.VisitAll(func(f *flag.Flag) {
+		if isGlobalFlag(f.Name) != global {
+			return
+		}
+		name, usage := flag.UnquoteUsage(f)
+		if isBoolFlag(f) {
+			name = ""
+		}
+		fmt.Fprintf(tw, "  --%s %s\t%s\n", f.Name, name, usage)
+	})
+	tw.Flush()
+}
+
+// help runs `leasectl help [COMMAND]`.
+func (a *app) help(args []string) int {
+	var words []string
+	for _, arg := range args {
+		if !strings.HasPrefix(arg, "-") {
+			words = append(words, arg)
+		}
+	}
+	if len(words) == 0 {
+		a.printHelp(a.stdout)
+		return ExitOK
+	}
+	name := strings.Join(words, " ")
+	cmd := lookupCommand(name)
+	if cmd == nil || cmd.setup == nil {
+		if name == "members" {
+			for _, c := range commands {
+				if strings.HasPrefix(c.name, "members ") {
+					a.printCommandHelp(a.stdout, c)
+				}
+			}
+			return ExitOK
+		}
+		fmt.Fprintf(a.stderr, "leasectl help: unknown command %q\n", name)
+		return ExitFailed
+	}
+	a.printCommandHelp(a.stdout, cmd)
+	return ExitOK
+}

@@ -1,0 +1,237 @@
+// Package ctl implements leasectl, the command-line client of leasefence.
+//
+// Everything the binary does lives here so that tests (unit tests against a
+// fake service, and end-to-end tests against a real cluster) can drive it
+// through Main or Run with their own arguments and writers; cmd/leasectl only
+// calls Main and exits with its status.
+//
+// Every node answers every call (the server forwards to the leader), so each
+// command tries the configured endpoints in order and moves on when a call
+// fails with codes.Unavailable (which is also how gRPC reports connection
+// errors). An Unavailable that carries an api.NotLeader detail with a leader
+// address sends the next attempt to that address first. See cluster.call.
+package ctl
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Exit statuses of Main and Run.
+const (
+	// ExitOK: the command succeeded (including `release` of an unknown id,
+	// which reports "released false", and a watch ended by an interrupt).
+	ExitOK = 0
+	// ExitRefused: the service refused the request (FailedPrecondition,
+	// NotFound, AlreadyExists, PermissionDenied, ResourceExhausted).
+	ExitRefused = 1
+	// ExitFailed: bad usage, InvalidArgument, an unreachable cluster
+	// (Unavailable or DeadlineExceeded after trying every endpoint), or any
+	// other error that is not a refusal.
+	ExitFailed = 2
+	// ExitInterrupted: a command other than watch was cancelled by SIGINT or
+	// SIGTERM before it finished (128 + SIGINT, the shell convention). The
+	// outcome of a write cancelled in flight is unknown; acquire prints its
+	// request id so that a retry with --request-id returns the same outcome.
+	ExitInterrupted = 130
+)
+
+const (
+	// EnvEndpoints names the environment variable that supplies the default
+	// of --endpoints: a comma-separated list of host:port.
+	EnvEndpoints = "LEASEFENCE_ENDPOINTS"
+	// DefaultEndpoints is the default of --endpoints when EnvEndpoints is unset.
+	DefaultEndpoints = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"
+	// DefaultTimeout bounds each command, retries included. acquire --wait
+	// and watch have no default bound.
+	DefaultTimeout = 5 * time.Second
+)
+
+// Main runs leasectl with args (without the program name) and returns the
+// exit status. SIGINT and SIGTERM cancel the running command: a watch then
+// ends with ExitOK, any other command with ExitInterrupted.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return Run(ctx, args, stdin, stdout, stderr)
+}
+
+// Run is Main without signal handling: cancelling ctx acts as an interrupt.
+// It reads LEASEFENCE_ENDPOINTS from the environment. Run is safe to call
+// from several goroutines at once; each call has its own connections, which
+// it closes before returning.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return newApp(stdin, stdout, stderr).run(ctx, args)
+}
+
+// app is one invocation of leasectl.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	hostname       func() (string, error)
+	retry          retryPolicy
+
+	// Global flags, valid once parse has run.
+	endpoints  []string
+	timeout    time.Duration
+	timeoutSet bool
+	json       bool
+
+	cl *cluster
+}
+
+func newApp(stdin io.Reader, stdout, stderr io.Writer) *app {
+	return &app{
+		stdin:    stdin,
+		stdout:   stdout,
+		stderr:   stderr,
+		getenv:   os.Getenv,
+		hostname: os.Hostname,
+		retry:    defaultRetryPolicy,
+	}
+}
+
+// command is one leasectl subcommand. setup defines the command's own flags
+// on fs and returns the function that runs it with the positional arguments.
+type command struct {
+	name    string // "acquire", or "members add"
+	args    string // positional synopsis, e.g. "RESOURCE"
+	summary string
+	minArgs int
+	maxArgs int
+	// required lists flags that must be given; help shows them unbracketed.
+	required []string
+	setup    func(a *app, fs *flag.FlagSet) func(ctx context.Context, args []string) error
+}
+
+func (c *command) synopsis(fs *flag.FlagSet) string {
+	var b strings.Builder
+	b.WriteString("leasectl ")
+	b.WriteString(c.name)
+	if c.args != "" {
+		b.WriteString(" " + c.args)
+	}
+	var required, optional []*flag.Flag
+	fs.VisitAll(func(f *flag.Flag) {
+		switch {
+		case isGlobalFlag(f.Name):
+		case slices.Contains(c.required, f.Name):
+			required = append(required, f)
+		default:
+			optional = append(optional, f)
+		}
+	})
+	for _, f := range append(required, optional...) {
+		item := "--" + f.Name
+		if !isBoolFlag(f) {
+			name, _ := flag.UnquoteUsage(f)
+			if name == "" {
+				name = "VALUE"
+			}
+			item += " " + strings.ToUpper(name)
+		}
+		if !slices.Contains(c.required, f.Name) {
+			item = "[" + item + "]"
+		}
+		b.WriteString(" " + item)
+	}
+	return b.String()
+}
+
+func (a *app) run(ctx context.Context, args []string) int {
+	cmd, rest, err := findCommand(args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			a.printHelp(a.stdout)
+			return ExitOK
+		}
+		fmt.Fprintf(a.stderr, "leasectl: %v\n\n", err)
+		a.printHelp(a.stderr)
+		return ExitFailed
+	}
+	if cmd.name == "help" {
+		return a.help(rest)
+	}
+
+	fs := flag.NewFlagSet("leasectl "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	a.globalFlags(fs)
+	runCmd := cmd.setup(a, fs)
+	if err := fs.Parse(reorder(fs, rest)); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			a.printCommandHelp(a.stdout, cmd)
+			return ExitOK
+		}
+		return a.usageFailure(cmd, fs, err)
+	}
+	if err := a.finishGlobalFlags(fs); err != nil {
+		return a.usageFailure(cmd, fs, err)
+	}
+	pos := fs.Args()
+	if len(pos) < cmd.minArgs || len(pos) > cmd.maxArgs {
+		return a.usageFailure(cmd, fs, usageErrorf("%s takes %s", cmd.name, arity(cmd)))
+	}
+
+	a.cl = newCluster(a.endpoints, a.retry)
+	defer a.cl.close()
+	err = runCmd(ctx, pos)
+	if err == nil {
+		return ExitOK
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return a.usageFailure(cmd, fs, err)
+	}
+	return a.report(ctx, err)
+}
+
+func arity(c *command) string {
+	switch {
+	case c.minArgs == c.maxArgs && c.maxArgs == 0:
+		return "no arguments"
+	case c.minArgs == c.maxArgs:
+		return fmt.Sprintf("%d argument(s): %s", c.minArgs, c.args)
+	default:
+		return fmt.Sprintf("%d to %d argument(s): %s", c.minArgs, c.maxArgs, c.args)
+	}
+}
+
+// usageFailure reports a usage error on stderr (and as a JSON object on
+// stdout with --json) and returns ExitFailed.
+func (a *app) usageFailure(cmd *command, fs *flag.FlagSet, err error) int {
+	if a.json {
+		a.printJSON(map[string]any{"error": err.Error(), "code": "Usage"})
+	}
+	fmt.Fprintf(a.stderr, "leasectl %s: %v\nusage: %s\n", cmd.name, err, cmd.synopsis(fs))
+	return ExitFailed
+}
+
+// commandContext bounds ctx by --timeout. When the command has no default
+// bound (acquire --wait, watch) only an explicit --timeout applies. A
+// timeout of zero or less means no bound.
+func (a *app) commandContext(ctx context.Context, unboundedByDefault bool) (context.Context, context.CancelFunc) {
+	if a.timeout <= 0 || (unboundedByDefault && !a.timeoutSet) {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, a.timeout)
+}
+
+// usageError is a mistake on the command line, found before any call.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usageErrorf(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
