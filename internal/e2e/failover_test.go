@@ -1,0 +1,190 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestKilledLeaderIsReplacedAndNextTokenIsHigher(t *testing.T) {
+	c := startCluster(t, 3)
+	before := c.cycle("jobs/1", 5)
+	li := c.leader()
+	c.kill(li, syscall.SIGKILL)
+	nl := c.leader()
+	if nl == li {
+		t.Fatal("killed node still leads")
+	}
+	r, err := c.acquire("jobs/1", 10*time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Lease.Token <= before {
+		t.Fatalf("after failover token %d, earlier max %d", r.Lease.Token, before)
+	}
+}
+
+func TestFullClusterRestartContinuesTokens(t *testing.T) {
+	c := startCluster(t, 3)
+	before := c.cycle("jobs/2", 5)
+	shared := c.cycle("shard", 3)
+	for i := range c.procs {
+		c.kill(i, syscall.SIGKILL)
+	}
+	for i := range c.procs {
+		c.start(i)
+	}
+	c.leader()
+	if got := c.cycle("jobs/2", 1); got != before+1 {
+		t.Fatalf("after restart token %d, want %d", got, before+1)
+	}
+	if got := c.cycle("shard", 1); got != shared+1 {
+		t.Fatalf("after restart token %d, want %d", got, shared+1)
+	}
+	// A graceful stop (SIGTERM) of every node, too.
+	for i := range c.procs {
+		c.kill(i, syscall.SIGTERM)
+	}
+	for i := range c.procs {
+		c.start(i)
+	}
+	c.leader()
+	if got := c.cycle("jobs/2", 1); got != before+2 {
+		t.Fatalf("after second restart token %d, want %d", got, before+2)
+	}
+}
+
+// A node that was down while the log was compacted catches up through a
+// snapshot; then it and a wiped node are all that is left, so every token
+// after that comes from state that travelled in the snapshot.
+func TestSnapshotInstalledOnNodeThatWasDownCarriesTokens(t *testing.T) {
+	c := startCluster(t, 3, "--snapshot-threshold", "40", "--trailing-logs", "10", "--snapshot-interval", "200ms")
+	li := c.leader()
+	down := (li + 1) % 3
+	other := (li + 2) % 3
+	c.kill(down, syscall.SIGKILL)
+	last := c.cycle("snap", 60)
+	c.start(down)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ls, err1 := c.status(li)
+		ds, err2 := c.status(down)
+		if err1 == nil && err2 == nil && ds.AppliedIndex >= ls.CommitIndex {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("restarted node did not catch up")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	snaps, _ := filepath.Glob(filepath.Join(c.procs[down].dataDir, "snapshots", "*"))
+	if len(snaps) == 0 {
+		t.Fatal("restarted node holds no snapshot: it caught up from the log, not by snapshot install")
+	}
+	// Only the restored node keeps its data; the other survivor comes back
+	// empty and rejoins through it.
+	c.kill(li, syscall.SIGKILL)
+	c.kill(other, syscall.SIGKILL)
+	if err := os.RemoveAll(c.procs[other].dataDir); err != nil {
+		t.Fatal(err)
+	}
+	p := c.procs[other]
+	p.args = append(withoutFlag(p.args, "--bootstrap"), "--join", c.procs[down].addr)
+	c.start(other)
+	c.leader()
+	if got := c.cycle("snap", 1); got != last+1 {
+		t.Fatalf("token after snapshot install %d, want %d", got, last+1)
+	}
+}
+
+func withoutFlag(args []string, flag string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		if args[i] == flag {
+			i++
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
+}
+
+func TestSameRequestIDAcrossKilledLeaderYieldsOneLease(t *testing.T) {
+	c := startCluster(t, 3)
+	r1, err := c.acquire("dedup", 30*time.Second, "req-e2e-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.kill(c.leader(), syscall.SIGKILL)
+	r2, err := c.acquire("dedup", 30*time.Second, "req-e2e-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r2.Replayed || string(r2.Lease.Id) != string(r1.Lease.Id) || r2.Lease.Token != r1.Lease.Token {
+		t.Fatalf("retry after failover: %+v, first %+v", r2.Lease, r1.Lease)
+	}
+}
+
+// A leader change neither shortens nor refreshes a lease: cluster time only
+// pauses for the failover.
+func TestLeaderChangeNeitherShortensNorRefreshesLease(t *testing.T) {
+	const (
+		ttl    = 6 * time.Second
+		margin = 300 * time.Millisecond // startCluster's --skew-margin
+		tick   = 250 * time.Millisecond // startCluster's --tick
+	)
+	c := startCluster(t, 3)
+	sentA := time.Now()
+	a, err := c.acquire("keep", ttl, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sentB := time.Now()
+	b, err := c.acquire("lapse", ttl, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(ttl / 2) // let half the lease pass, then crash the leader
+	killed := time.Now()
+	c.kill(c.leader(), syscall.SIGKILL)
+	c.leader()
+	gap := time.Since(killed)
+	t.Logf("failover took %v", gap)
+
+	// Not shortened: shortly before T (real time, which cluster time never
+	// runs ahead of), lease a is still renewable.
+	if wait := time.Until(sentA.Add(ttl - 700*time.Millisecond)); wait > 0 {
+		time.Sleep(wait)
+	}
+	if _, err := c.renew(a.Lease.Id); err != nil {
+		t.Fatalf("renew before T after failover: %v", err)
+	}
+	// Not refreshed: lease b becomes grantable to someone else no later than
+	// T + margin + the failover gap + one tick (plus scheduling slack), and
+	// never before T + margin.
+	var got time.Time
+	for {
+		r, err := c.acquire("lapse", ttl, "")
+		if err == nil {
+			got = time.Now()
+			if r.Lease.Token != b.Lease.Token+1 {
+				t.Fatalf("token %d after %d", r.Lease.Token, b.Lease.Token)
+			}
+			break
+		}
+		if time.Since(sentB) > 3*ttl {
+			t.Fatalf("resource never freed: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	elapsed := got.Sub(sentB)
+	t.Logf("lapsed lease regranted %v after its grant was sent", elapsed)
+	if elapsed < ttl+margin {
+		t.Fatalf("regranted after %v: before ttl + margin (%v)", elapsed, ttl+margin)
+	}
+	if bound := ttl + margin + gap + tick + 2*time.Second; elapsed > bound {
+		t.Fatalf("regranted after %v: later than ttl+margin+gap+tick+2s slack = %v (lease refreshed?)", elapsed, bound)
+	}
+}

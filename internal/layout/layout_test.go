@@ -1,0 +1,156 @@
+// Package layout holds the test that keeps DESIGN.md's layout table true:
+// each top-level folder imports only the folders it may.
+package layout
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/leasefence/leasefence"
+
+// allowed maps a top-level folder to the folders of ours it may depend on
+// (itself and its subfolders always). Folders not listed (cmd, internal)
+// may import anything.
+var allowed = map[string][]string{
+	"api":       {},
+	"fsm":       {"api"},
+	"transport": {"api"},
+	"cluster":   {"fsm", "transport", "api"},
+	"client":    {"api"},
+	"fence":     {"api"},
+	"jepsen":    {"client", "fence", "api"},
+}
+
+// forbidden lists outside packages a folder must never reach, even
+// indirectly: the FSM knows nothing of Raft or gRPC.
+var forbidden = map[string][]string{
+	"fsm": {"github.com/hashicorp/raft", "google.golang.org/grpc"},
+}
+
+// forbiddenDirect lists packages a folder must not import itself (its
+// dependencies may, e.g. protobuf uses os): the FSM reads no clock source,
+// network, files or randomness.
+var forbiddenDirect = map[string][]string{
+	"fsm": {"net", "os", "crypto/rand", "math/rand", "math/rand/v2"},
+}
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+	Deps       []string
+}
+
+func TestPackagesImportOnlyWhatTheLayoutAllows(t *testing.T) {
+	out, err := exec.Command("go", "list", "-json=ImportPath,Imports,Deps", module+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	checked := 0
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		top := topFolder(p.ImportPath)
+		rules, ok := allowed[top]
+		if !ok {
+			continue
+		}
+		checked++
+		for _, d := range p.Imports {
+			if contains(forbiddenDirect[top], d) {
+				t.Errorf("%s imports %s, which %s must not use", p.ImportPath, d, top)
+			}
+		}
+		for _, d := range p.Deps {
+			if f := forbiddenHit(top, d); f != "" {
+				t.Errorf("%s depends on %s, which %s must never reach", p.ImportPath, d, top)
+			}
+			if !strings.HasPrefix(d, module+"/") {
+				continue
+			}
+			dt := topFolder(d)
+			if dt != top && !contains(rules, dt) {
+				t.Errorf("%s imports %s: %s may import only %v", p.ImportPath, d, top, rules)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no package checked: the test would pass vacuously")
+	}
+}
+
+// TestLayoutCheckCatchesAWrongArrow shows the check can fail: an fsm
+// package that depended on cluster and net would be reported.
+func TestLayoutCheckCatchesAWrongArrow(t *testing.T) {
+	if contains(allowed["fsm"], topFolder(module+"/cluster")) {
+		t.Fatal("fsm may not import cluster")
+	}
+	if forbiddenHit("fsm", "google.golang.org/grpc/codes") == "" || forbiddenHit("fsm", "github.com/hashicorp/raft") == "" {
+		t.Fatal("forbidden dependencies of fsm not detected")
+	}
+	if !contains(forbiddenDirect["fsm"], "math/rand") {
+		t.Fatal("randomness in fsm not detected")
+	}
+	if forbiddenHit("fsm", "github.com/hashicorp/raftx") != "" {
+		t.Fatal("prefix match must respect path boundaries")
+	}
+}
+
+func forbiddenHit(top, dep string) string {
+	for _, f := range forbidden[top] {
+		if dep == f || strings.HasPrefix(dep, f+"/") {
+			return f
+		}
+	}
+	return ""
+}
+
+func topFolder(importPath string) string {
+	rest := strings.TrimPrefix(importPath, module+"/")
+	top, _, _ := strings.Cut(rest, "/")
+	return top
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if x == y {
+			return true
+		}
+	}
+	return false
+}
+
+// TestFSMReadsNoClockAndStartsNoGoroutine scans the fsm sources: time
+// arrives only as a stamped field, and apply runs on the caller's goroutine.
+func TestFSMReadsNoClockAndStartsNoGoroutine(t *testing.T) {
+	files, err := filepath.Glob("../../fsm/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no fsm sources found: %v", err)
+	}
+	bad := regexp.MustCompile(`time\.(Now|Since|Until|Sleep|After|Tick|NewTimer|NewTicker)\b|^\s*go\s`)
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if bad.MatchString(line) {
+				t.Errorf("%s:%d: %s", f, i+1, strings.TrimSpace(line))
+			}
+		}
+	}
+	if !bad.MatchString("\tnow := time.Now()") || !bad.MatchString("\tgo f()") {
+		t.Fatal("the scan would miss a clock read or a goroutine")
+	}
+}
