@@ -180,3 +180,36 @@ func TestBadInputGetsDocumentedCodeAndChangesNothing(t *testing.T) {
 		t.Fatalf("bad input changed state: %d -> %d leases", before.LiveLeases, after.LiveLeases)
 	}
 }
+
+func TestNodeJoinsRunningClusterAndIsRemoved(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	ctx := ctxT(t)
+	addr := freeAddrs(t, 1)[0]
+	cfg := tc.cfgs[0]
+	cfg.ID, cfg.Listen, cfg.DataDir, cfg.Bootstrap, cfg.Join = "n4", addr, t.TempDir(), nil, tc.cfgs[1].Listen
+	cfg.Clock, cfg.Logger = NewManualClock(), testLogger(t, "n4")
+	n4, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n4.Close()
+	eventually(t, 15*time.Second, "n4 is a member and knows the leader", func() bool {
+		st, err := n4.admin.Status(ctx, &api.StatusRequest{})
+		return err == nil && len(st.Members) == 4 && st.LeaderId != ""
+	})
+	r, err := n4.leases.Acquire(ctx, acquireReq("via-n4", 10*time.Second))
+	if err != nil || r.Lease.Token != 1 {
+		t.Fatalf("acquire through the new member: %v %v", r, err)
+	}
+	_, leader := tc.leader()
+	if _, err := leader.admin.Remove(ctx, &api.RemoveRequest{Id: "n4"}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := leader.admin.Status(ctx, &api.StatusRequest{})
+	if err != nil || len(st.Members) != 3 {
+		t.Fatalf("after remove: %v %v", st, err)
+	}
+	if _, err := leader.admin.Remove(ctx, &api.RemoveRequest{Id: "nope"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("remove unknown: %v", err)
+	}
+}

@@ -163,6 +163,7 @@ func TestStateMatchesReferenceModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		s, m := New(), newModel()
 		var replica *State // restored from a snapshot mid-run
+		twin := New()      // fed the same log from the start
 		now := int64(0)
 		lastToken := map[string]uint64{}
 		var ids [][]byte
@@ -218,6 +219,9 @@ func TestStateMatchesReferenceModel(t *testing.T) {
 			if err != nil {
 				rt.Fatal(err)
 			}
+			if _, err := twin.Apply(raw); err != nil {
+				rt.Fatal(err)
+			}
 			if replica != nil {
 				if _, err := replica.Apply(raw); err != nil {
 					rt.Fatal(err)
@@ -248,6 +252,9 @@ func TestStateMatchesReferenceModel(t *testing.T) {
 				}
 			}
 			raw1 := snapshotBytes(rt, s)
+			if !bytes.Equal(raw1, snapshotBytes(rt, twin)) {
+				rt.Fatalf("step %d: two states fed the same log differ", step)
+			}
 			if replica == nil && rapid.Bool().Draw(rt, "restore here") {
 				if replica, err = Restore(bytes.NewReader(raw1)); err != nil {
 					rt.Fatal(err)
