@@ -79,6 +79,147 @@ func (EventType) EnumDescriptor() ([]byte, []int) {
 	return file_api_lease_proto_rawDescGZIP(), []int{0}
 }
 
+type KeepAliveRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId []byte                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// seq is chosen by the client and echoed in the response.
+	Seq           uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepAliveRequest) Reset() {
+	*x = KeepAliveRequest{}
+	mi := &file_api_lease_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepAliveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepAliveRequest) ProtoMessage() {}
+
+func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_lease_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
+func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
+	return file_api_lease_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *KeepAliveRequest) GetLeaseId() []byte {
+	if x != nil {
+		return x.LeaseId
+	}
+	return nil
+}
+
+func (x *KeepAliveRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+type KeepAliveResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Seq     uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	LeaseId []byte                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// code is the gRPC status code a unary Renew would have returned
+	// (0 = renewed); message explains a non-zero code.
+	Code    int32  `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// On success: the renewed lease and its ttl_remaining at the renewal's
+	// stamp, as in RenewResponse.
+	Lease         *Lease               `protobuf:"bytes,5,opt,name=lease,proto3" json:"lease,omitempty"`
+	TtlRemaining  *durationpb.Duration `protobuf:"bytes,6,opt,name=ttl_remaining,json=ttlRemaining,proto3" json:"ttl_remaining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepAliveResponse) Reset() {
+	*x = KeepAliveResponse{}
+	mi := &file_api_lease_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepAliveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepAliveResponse) ProtoMessage() {}
+
+func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_lease_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
+func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
+	return file_api_lease_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *KeepAliveResponse) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *KeepAliveResponse) GetLeaseId() []byte {
+	if x != nil {
+		return x.LeaseId
+	}
+	return nil
+}
+
+func (x *KeepAliveResponse) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *KeepAliveResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *KeepAliveResponse) GetLease() *Lease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *KeepAliveResponse) GetTtlRemaining() *durationpb.Duration {
+	if x != nil {
+		return x.TtlRemaining
+	}
+	return nil
+}
+
 // Lease is one grant. Times are cluster time (see DESIGN.md, Time).
 type Lease struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -100,7 +241,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_api_lease_proto_msgTypes[0]
+	mi := &file_api_lease_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -112,7 +253,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_api_lease_proto_msgTypes[0]
+	mi := &file_api_lease_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -125,7 +266,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_api_lease_proto_rawDescGZIP(), []int{0}
+	return file_api_lease_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Lease) GetId() []byte {
@@ -204,7 +345,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_api_lease_proto_msgTypes[1]
+	mi := &file_api_lease_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -216,7 +357,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_lease_proto_msgTypes[1]
+	mi := &file_api_lease_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -229,7 +370,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_api_lease_proto_rawDescGZIP(), []int{1}
+	return file_api_lease_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AcquireRequest) GetResource() string {
@@ -288,7 +429,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_api_lease_proto_msgTypes[2]
+	mi := &file_api_lease_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -300,7 +441,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_lease_proto_msgTypes[2]
+	mi := &file_api_lease_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -313,7 +454,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_api_lease_proto_rawDescGZIP(), []int{2}
+	return file_api_lease_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AcquireResponse) GetLease() *Lease {
@@ -352,7 +493,7 @@ type ResourceHeld struct {
 
 func (x *ResourceHeld) Reset() {
 	*x = ResourceHeld{}
-	mi := &file_api_lease_proto_msgTypes[3]
+	mi := &file_api_lease_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -364,7 +505,7 @@ func (x *ResourceHeld) String() string {
 func (*ResourceHeld) ProtoMessage() {}
 
 func (x *ResourceHeld) ProtoReflect() protoreflect.Message {
-	mi := &file_api_lease_proto_msgTypes[3]
+	mi := &file_api_lease_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -377,7 +518,7 @@ func (x *ResourceHeld) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceHeld.ProtoReflect.Descriptor instead.
 func (*ResourceHeld) Descriptor() ([]byte, []int) {
-	return file_api_lease_proto_rawDescGZIP(), []int{3}
+	return file_api_lease_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ResourceHeld) GetResource() string {
@@ -419,7 +560,7 @@ type NotLeader struct {
 
 func (x *NotLeader) Reset() {
 	*x = NotLeader{}
-	mi := &file_api_lease_proto_msgTypes[4]
+	mi := &file_api_lease_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -431,7 +572,7 @@ func (x *NotLeader) String() string {
 func (*NotLeader) ProtoMessage() {}
 
 func (x *NotLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_api_lease_proto_msgTypes[4]
+	mi := &file_api_lease_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -444,7 +585,7 @@ func (x *NotLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeader.ProtoReflect.Descriptor instead.
 func (*NotLeader) Descriptor() ([]byte, []int) {
-	return file_api_lease_proto_rawDescGZIP(), []int{4}
+	return file_api_lease_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NotLeader) GetLeaderId() string {
@@ -472,7 +613,7 @@ type BadField struct {
 
 func (x *BadField) Reset() {
 	*x = BadField{}
-	mi := &file_api_lease_proto_msgTypes[5]
+	mi := &file_api_lease_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -484,7 +625,7 @@ func (x *BadField) String() string {
 func (*BadField) ProtoMessage() {}
 
 func (x *BadField) ProtoReflect() protoreflect.Message {
-	mi := &file_api_lease_proto_msgTypes[5]
+	mi := &file_api_lease_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -497,7 +638,7 @@ func (x *BadField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BadField.ProtoReflect.Descriptor instead.
 func (*BadField) Descriptor() ([]byte, []int) {
-	return file_api_lease_proto_rawDescGZIP(), []int{5}
+	return file_api_lease_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BadField) GetField() string {
@@ -523,7 +664,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_api_lease_proto_msgTypes[6]
+	mi := &file_api_lease_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -535,7 +676,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_lease_proto_msgTypes[6]
+	mi := &file_api_lease_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -548,7 +689,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_api_lease_proto_rawDescGZIP(), []int{6}
+	return file_api_lease_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RenewRequest) GetLeaseId() []byte {
@@ -568,7 +709,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_api_lease_proto_msgTypes[7]
+	mi := &file_api_lease_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +721,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_lease_proto_msgTypes[7]
+	mi := &file_api_lease_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +734,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_api_lease_proto_rawDescGZIP(), []int{7}
+	return file_api_lease_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RenewResponse) GetLease() *Lease {
@@ -619,7 +760,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_api_lease_proto_msgTypes[8]
+	mi := &file_api_lease_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +772,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_lease_proto_msgTypes[8]
+	mi := &file_api_lease_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +785,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_api_lease_proto_rawDescGZIP(), []int{8}
+	return file_api_lease_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReleaseRequest) GetLeaseId() []byte {
@@ -665,7 +806,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_api_lease_proto_msgTypes[9]
+	mi := &file_api_lease_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -677,7 +818,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_lease_proto_msgTypes[9]
+	mi := &file_api_lease_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -690,7 +831,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_api_lease_proto_rawDescGZIP(), []int{9}
+	return file_api_lease_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -718,7 +859,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_api_lease_proto_msgTypes[10]
+	mi := &file_api_lease_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +871,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_lease_proto_msgTypes[10]
+	mi := &file_api_lease_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +884,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_api_lease_proto_rawDescGZIP(), []int{10}
+	return file_api_lease_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetRequest) GetResource() string {
@@ -776,7 +917,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_api_lease_proto_msgTypes[11]
+	mi := &file_api_lease_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +929,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_lease_proto_msgTypes[11]
+	mi := &file_api_lease_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +942,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_api_lease_proto_rawDescGZIP(), []int{11}
+	return file_api_lease_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetResponse) GetLease() *Lease {
@@ -844,7 +985,7 @@ type Position struct {
 
 func (x *Position) Reset() {
 	*x = Position{}
-	mi := &file_api_lease_proto_msgTypes[12]
+	mi := &file_api_lease_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +997,7 @@ func (x *Position) String() string {
 func (*Position) ProtoMessage() {}
 
 func (x *Position) ProtoReflect() protoreflect.Message {
-	mi := &file_api_lease_proto_msgTypes[12]
+	mi := &file_api_lease_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +1010,7 @@ func (x *Position) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Position.ProtoReflect.Descriptor instead.
 func (*Position) Descriptor() ([]byte, []int) {
-	return file_api_lease_proto_rawDescGZIP(), []int{12}
+	return file_api_lease_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Position) GetIndex() uint64 {
@@ -899,7 +1040,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_api_lease_proto_msgTypes[13]
+	mi := &file_api_lease_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +1052,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_lease_proto_msgTypes[13]
+	mi := &file_api_lease_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +1065,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_lease_proto_rawDescGZIP(), []int{13}
+	return file_api_lease_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchRequest) GetKey() string {
@@ -963,7 +1104,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_api_lease_proto_msgTypes[14]
+	mi := &file_api_lease_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1116,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_lease_proto_msgTypes[14]
+	mi := &file_api_lease_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1129,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_api_lease_proto_rawDescGZIP(), []int{14}
+	return file_api_lease_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchEvent) GetPosition() *Position {
@@ -1030,7 +1171,17 @@ var File_api_lease_proto protoreflect.FileDescriptor
 
 const file_api_lease_proto_rawDesc = "" +
 	"\n" +
-	"\x0fapi/lease.proto\x12\rleasefence.v1\x1a\x1egoogle/protobuf/duration.proto\"\xec\x01\n" +
+	"\x0fapi/lease.proto\x12\rleasefence.v1\x1a\x1egoogle/protobuf/duration.proto\"?\n" +
+	"\x10KeepAliveRequest\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\fR\aleaseId\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xda\x01\n" +
+	"\x11KeepAliveResponse\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x19\n" +
+	"\blease_id\x18\x02 \x01(\fR\aleaseId\x12\x12\n" +
+	"\x04code\x18\x03 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12*\n" +
+	"\x05lease\x18\x05 \x01(\v2\x14.leasefence.v1.LeaseR\x05lease\x12>\n" +
+	"\rttl_remaining\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\fttlRemaining\"\xec\x01\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x1a\n" +
 	"\bresource\x18\x02 \x01(\tR\bresource\x12\x14\n" +
@@ -1103,13 +1254,14 @@ const file_api_lease_proto_rawDesc = "" +
 	"\x12EVENT_TYPE_GRANTED\x10\x01\x12\x16\n" +
 	"\x12EVENT_TYPE_RENEWED\x10\x02\x12\x17\n" +
 	"\x13EVENT_TYPE_RELEASED\x10\x03\x12\x16\n" +
-	"\x12EVENT_TYPE_EXPIRED\x10\x042\xe7\x02\n" +
+	"\x12EVENT_TYPE_EXPIRED\x10\x042\xbb\x03\n" +
 	"\fLeaseService\x12H\n" +
 	"\aAcquire\x12\x1d.leasefence.v1.AcquireRequest\x1a\x1e.leasefence.v1.AcquireResponse\x12B\n" +
 	"\x05Renew\x12\x1b.leasefence.v1.RenewRequest\x1a\x1c.leasefence.v1.RenewResponse\x12H\n" +
 	"\aRelease\x12\x1d.leasefence.v1.ReleaseRequest\x1a\x1e.leasefence.v1.ReleaseResponse\x12<\n" +
 	"\x03Get\x12\x19.leasefence.v1.GetRequest\x1a\x1a.leasefence.v1.GetResponse\x12A\n" +
-	"\x05Watch\x12\x1b.leasefence.v1.WatchRequest\x1a\x19.leasefence.v1.WatchEvent0\x01B*Z(github.com/leasefence/leasefence/api;apib\x06proto3"
+	"\x05Watch\x12\x1b.leasefence.v1.WatchRequest\x1a\x19.leasefence.v1.WatchEvent0\x01\x12R\n" +
+	"\tKeepAlive\x12\x1f.leasefence.v1.KeepAliveRequest\x1a .leasefence.v1.KeepAliveResponse(\x010\x01B*Z(github.com/leasefence/leasefence/api;apib\x06proto3"
 
 var (
 	file_api_lease_proto_rawDescOnce sync.Once
@@ -1124,56 +1276,62 @@ func file_api_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_api_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_api_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_api_lease_proto_goTypes = []any{
 	(EventType)(0),              // 0: leasefence.v1.EventType
-	(*Lease)(nil),               // 1: leasefence.v1.Lease
-	(*AcquireRequest)(nil),      // 2: leasefence.v1.AcquireRequest
-	(*AcquireResponse)(nil),     // 3: leasefence.v1.AcquireResponse
-	(*ResourceHeld)(nil),        // 4: leasefence.v1.ResourceHeld
-	(*NotLeader)(nil),           // 5: leasefence.v1.NotLeader
-	(*BadField)(nil),            // 6: leasefence.v1.BadField
-	(*RenewRequest)(nil),        // 7: leasefence.v1.RenewRequest
-	(*RenewResponse)(nil),       // 8: leasefence.v1.RenewResponse
-	(*ReleaseRequest)(nil),      // 9: leasefence.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),     // 10: leasefence.v1.ReleaseResponse
-	(*GetRequest)(nil),          // 11: leasefence.v1.GetRequest
-	(*GetResponse)(nil),         // 12: leasefence.v1.GetResponse
-	(*Position)(nil),            // 13: leasefence.v1.Position
-	(*WatchRequest)(nil),        // 14: leasefence.v1.WatchRequest
-	(*WatchEvent)(nil),          // 15: leasefence.v1.WatchEvent
-	(*durationpb.Duration)(nil), // 16: google.protobuf.Duration
+	(*KeepAliveRequest)(nil),    // 1: leasefence.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),   // 2: leasefence.v1.KeepAliveResponse
+	(*Lease)(nil),               // 3: leasefence.v1.Lease
+	(*AcquireRequest)(nil),      // 4: leasefence.v1.AcquireRequest
+	(*AcquireResponse)(nil),     // 5: leasefence.v1.AcquireResponse
+	(*ResourceHeld)(nil),        // 6: leasefence.v1.ResourceHeld
+	(*NotLeader)(nil),           // 7: leasefence.v1.NotLeader
+	(*BadField)(nil),            // 8: leasefence.v1.BadField
+	(*RenewRequest)(nil),        // 9: leasefence.v1.RenewRequest
+	(*RenewResponse)(nil),       // 10: leasefence.v1.RenewResponse
+	(*ReleaseRequest)(nil),      // 11: leasefence.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),     // 12: leasefence.v1.ReleaseResponse
+	(*GetRequest)(nil),          // 13: leasefence.v1.GetRequest
+	(*GetResponse)(nil),         // 14: leasefence.v1.GetResponse
+	(*Position)(nil),            // 15: leasefence.v1.Position
+	(*WatchRequest)(nil),        // 16: leasefence.v1.WatchRequest
+	(*WatchEvent)(nil),          // 17: leasefence.v1.WatchEvent
+	(*durationpb.Duration)(nil), // 18: google.protobuf.Duration
 }
 var file_api_lease_proto_depIdxs = []int32{
-	16, // 0: leasefence.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	16, // 1: leasefence.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	1,  // 2: leasefence.v1.AcquireResponse.lease:type_name -> leasefence.v1.Lease
-	16, // 3: leasefence.v1.AcquireResponse.ttl_remaining:type_name -> google.protobuf.Duration
-	16, // 4: leasefence.v1.ResourceHeld.time_left:type_name -> google.protobuf.Duration
-	1,  // 5: leasefence.v1.RenewResponse.lease:type_name -> leasefence.v1.Lease
-	16, // 6: leasefence.v1.RenewResponse.ttl_remaining:type_name -> google.protobuf.Duration
-	1,  // 7: leasefence.v1.ReleaseResponse.lease:type_name -> leasefence.v1.Lease
-	1,  // 8: leasefence.v1.GetResponse.lease:type_name -> leasefence.v1.Lease
-	16, // 9: leasefence.v1.GetResponse.ttl_remaining:type_name -> google.protobuf.Duration
-	13, // 10: leasefence.v1.WatchRequest.after:type_name -> leasefence.v1.Position
-	13, // 11: leasefence.v1.WatchEvent.position:type_name -> leasefence.v1.Position
-	0,  // 12: leasefence.v1.WatchEvent.type:type_name -> leasefence.v1.EventType
-	1,  // 13: leasefence.v1.WatchEvent.lease:type_name -> leasefence.v1.Lease
-	2,  // 14: leasefence.v1.LeaseService.Acquire:input_type -> leasefence.v1.AcquireRequest
-	7,  // 15: leasefence.v1.LeaseService.Renew:input_type -> leasefence.v1.RenewRequest
-	9,  // 16: leasefence.v1.LeaseService.Release:input_type -> leasefence.v1.ReleaseRequest
-	11, // 17: leasefence.v1.LeaseService.Get:input_type -> leasefence.v1.GetRequest
-	14, // 18: leasefence.v1.LeaseService.Watch:input_type -> leasefence.v1.WatchRequest
-	3,  // 19: leasefence.v1.LeaseService.Acquire:output_type -> leasefence.v1.AcquireResponse
-	8,  // 20: leasefence.v1.LeaseService.Renew:output_type -> leasefence.v1.RenewResponse
-	10, // 21: leasefence.v1.LeaseService.Release:output_type -> leasefence.v1.ReleaseResponse
-	12, // 22: leasefence.v1.LeaseService.Get:output_type -> leasefence.v1.GetResponse
-	15, // 23: leasefence.v1.LeaseService.Watch:output_type -> leasefence.v1.WatchEvent
-	19, // [19:24] is the sub-list for method output_type
-	14, // [14:19] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	3,  // 0: leasefence.v1.KeepAliveResponse.lease:type_name -> leasefence.v1.Lease
+	18, // 1: leasefence.v1.KeepAliveResponse.ttl_remaining:type_name -> google.protobuf.Duration
+	18, // 2: leasefence.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	18, // 3: leasefence.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 4: leasefence.v1.AcquireResponse.lease:type_name -> leasefence.v1.Lease
+	18, // 5: leasefence.v1.AcquireResponse.ttl_remaining:type_name -> google.protobuf.Duration
+	18, // 6: leasefence.v1.ResourceHeld.time_left:type_name -> google.protobuf.Duration
+	3,  // 7: leasefence.v1.RenewResponse.lease:type_name -> leasefence.v1.Lease
+	18, // 8: leasefence.v1.RenewResponse.ttl_remaining:type_name -> google.protobuf.Duration
+	3,  // 9: leasefence.v1.ReleaseResponse.lease:type_name -> leasefence.v1.Lease
+	3,  // 10: leasefence.v1.GetResponse.lease:type_name -> leasefence.v1.Lease
+	18, // 11: leasefence.v1.GetResponse.ttl_remaining:type_name -> google.protobuf.Duration
+	15, // 12: leasefence.v1.WatchRequest.after:type_name -> leasefence.v1.Position
+	15, // 13: leasefence.v1.WatchEvent.position:type_name -> leasefence.v1.Position
+	0,  // 14: leasefence.v1.WatchEvent.type:type_name -> leasefence.v1.EventType
+	3,  // 15: leasefence.v1.WatchEvent.lease:type_name -> leasefence.v1.Lease
+	4,  // 16: leasefence.v1.LeaseService.Acquire:input_type -> leasefence.v1.AcquireRequest
+	9,  // 17: leasefence.v1.LeaseService.Renew:input_type -> leasefence.v1.RenewRequest
+	11, // 18: leasefence.v1.LeaseService.Release:input_type -> leasefence.v1.ReleaseRequest
+	13, // 19: leasefence.v1.LeaseService.Get:input_type -> leasefence.v1.GetRequest
+	16, // 20: leasefence.v1.LeaseService.Watch:input_type -> leasefence.v1.WatchRequest
+	1,  // 21: leasefence.v1.LeaseService.KeepAlive:input_type -> leasefence.v1.KeepAliveRequest
+	5,  // 22: leasefence.v1.LeaseService.Acquire:output_type -> leasefence.v1.AcquireResponse
+	10, // 23: leasefence.v1.LeaseService.Renew:output_type -> leasefence.v1.RenewResponse
+	12, // 24: leasefence.v1.LeaseService.Release:output_type -> leasefence.v1.ReleaseResponse
+	14, // 25: leasefence.v1.LeaseService.Get:output_type -> leasefence.v1.GetResponse
+	17, // 26: leasefence.v1.LeaseService.Watch:output_type -> leasefence.v1.WatchEvent
+	2,  // 27: leasefence.v1.LeaseService.KeepAlive:output_type -> leasefence.v1.KeepAliveResponse
+	22, // [22:28] is the sub-list for method output_type
+	16, // [16:22] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_api_lease_proto_init() }
@@ -1187,7 +1345,7 @@ func file_api_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_lease_proto_rawDesc), len(file_api_lease_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,11 +21,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	LeaseService_Acquire_FullMethodName = "/leasefence.v1.LeaseService/Acquire"
-	LeaseService_Renew_FullMethodName   = "/leasefence.v1.LeaseService/Renew"
-	LeaseService_Release_FullMethodName = "/leasefence.v1.LeaseService/Release"
-	LeaseService_Get_FullMethodName     = "/leasefence.v1.LeaseService/Get"
-	LeaseService_Watch_FullMethodName   = "/leasefence.v1.LeaseService/Watch"
+	LeaseService_Acquire_FullMethodName   = "/leasefence.v1.LeaseService/Acquire"
+	LeaseService_Renew_FullMethodName     = "/leasefence.v1.LeaseService/Renew"
+	LeaseService_Release_FullMethodName   = "/leasefence.v1.LeaseService/Release"
+	LeaseService_Get_FullMethodName       = "/leasefence.v1.LeaseService/Get"
+	LeaseService_Watch_FullMethodName     = "/leasefence.v1.LeaseService/Watch"
+	LeaseService_KeepAlive_FullMethodName = "/leasefence.v1.LeaseService/KeepAlive"
 )
 
 // LeaseServiceClient is the client API for LeaseService service.
@@ -48,6 +49,10 @@ type LeaseServiceClient interface {
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetResponse, error)
 	// Watch streams lease events for a resource or a prefix.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
+	// KeepAlive renews many leases over one stream. Each request renews one
+	// lease exactly as Renew would; each response answers one request,
+	// matched by seq, in any order. The stream stays open across refusals.
+	KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error)
 }
 
 type leaseServiceClient struct {
@@ -117,6 +122,19 @@ func (c *leaseServiceClient) Watch(ctx context.Context, in *WatchRequest, opts .
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LeaseService_WatchClient = grpc.ServerStreamingClient[WatchEvent]
 
+func (c *leaseServiceClient) KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &LeaseService_ServiceDesc.Streams[1], LeaseService_KeepAlive_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[KeepAliveRequest, KeepAliveResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type LeaseService_KeepAliveClient = grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse]
+
 // LeaseServiceServer is the server API for LeaseService service.
 // All implementations must embed UnimplementedLeaseServiceServer
 // for forward compatibility.
@@ -137,6 +155,10 @@ type LeaseServiceServer interface {
 	Get(context.Context, *GetRequest) (*GetResponse, error)
 	// Watch streams lease events for a resource or a prefix.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error
+	// KeepAlive renews many leases over one stream. Each request renews one
+	// lease exactly as Renew would; each response answers one request,
+	// matched by seq, in any order. The stream stays open across refusals.
+	KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error
 	mustEmbedUnimplementedLeaseServiceServer()
 }
 
@@ -161,6 +183,9 @@ func (UnimplementedLeaseServiceServer) Get(context.Context, *GetRequest) (*GetRe
 }
 func (UnimplementedLeaseServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error {
 	return status.Errorf(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedLeaseServiceServer) KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method KeepAlive not implemented")
 }
 func (UnimplementedLeaseServiceServer) mustEmbedUnimplementedLeaseServiceServer() {}
 func (UnimplementedLeaseServiceServer) testEmbeddedByValue()                      {}
@@ -266,6 +291,13 @@ func _LeaseService_Watch_Handler(srv interface{}, stream grpc.ServerStream) erro
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LeaseService_WatchServer = grpc.ServerStreamingServer[WatchEvent]
 
+func _LeaseService_KeepAlive_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(LeaseServiceServer).KeepAlive(&grpc.GenericServerStream[KeepAliveRequest, KeepAliveResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type LeaseService_KeepAliveServer = grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]
+
 // LeaseService_ServiceDesc is the grpc.ServiceDesc for LeaseService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -295,6 +327,12 @@ var LeaseService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Watch",
 			Handler:       _LeaseService_Watch_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "KeepAlive",
+			Handler:       _LeaseService_KeepAlive_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "api/lease.proto",

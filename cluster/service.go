@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -349,5 +350,56 @@ func (s *leaseService) Watch(req *api.WatchRequest, stream grpc.ServerStreamingS
 		case <-s.n.stopCh:
 			return status.Error(codes.Unavailable, "node stopping; resume on another node from the last position received")
 		}
+	}
+}
+
+// keepAliveInFlight bounds the renewals one KeepAlive stream may have
+// outstanding, so a client that floods the stream cannot hold server memory
+// without bound: past it, the stream stops reading until answers go out.
+const keepAliveInFlight = 4096
+
+// KeepAlive implements api.LeaseServiceServer: every request is a Renew
+// (forwarded to the leader when needed, group-committed with all others),
+// answered on the stream as soon as its outcome is known.
+func (s *leaseService) KeepAlive(stream grpc.BidiStreamingServer[api.KeepAliveRequest, api.KeepAliveResponse]) error {
+	ctx := stream.Context()
+	var (
+		sendMu  sync.Mutex
+		sendErr error
+		wg      sync.WaitGroup
+	)
+	sem := make(chan struct{}, keepAliveInFlight)
+	defer wg.Wait()
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			resp := &api.KeepAliveResponse{Seq: req.Seq, LeaseId: req.LeaseId}
+			r, err := s.Renew(ctx, &api.RenewRequest{LeaseId: req.LeaseId})
+			if err != nil {
+				st := status.Convert(err)
+				resp.Code, resp.Message = int32(st.Code()), st.Message()
+			} else {
+				resp.Lease, resp.TtlRemaining = r.Lease, r.TtlRemaining
+			}
+			sendMu.Lock()
+			defer sendMu.Unlock()
+			if sendErr == nil {
+				sendErr = stream.Send(resp)
+			}
+		}()
 	}
 }

@@ -10,14 +10,14 @@ import (
 
 func TestKilledLeaderIsReplacedAndNextTokenIsHigher(t *testing.T) {
 	c := startCluster(t, 3)
-	before := c.cycle("jobs/1", 5)
-	li := c.leader()
-	c.kill(li, syscall.SIGKILL)
-	nl := c.leader()
+	before := c.Cycle("jobs/1", 5)
+	li := c.Leader()
+	c.Kill(li, syscall.SIGKILL)
+	nl := c.Leader()
 	if nl == li {
 		t.Fatal("killed node still leads")
 	}
-	r, err := c.acquire("jobs/1", 10*time.Second, "")
+	r, err := c.Acquire("jobs/1", 10*time.Second, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,30 +28,30 @@ func TestKilledLeaderIsReplacedAndNextTokenIsHigher(t *testing.T) {
 
 func TestFullClusterRestartContinuesTokens(t *testing.T) {
 	c := startCluster(t, 3)
-	before := c.cycle("jobs/2", 5)
-	shared := c.cycle("shard", 3)
-	for i := range c.procs {
-		c.kill(i, syscall.SIGKILL)
+	before := c.Cycle("jobs/2", 5)
+	shared := c.Cycle("shard", 3)
+	for i := range c.Procs {
+		c.Kill(i, syscall.SIGKILL)
 	}
-	for i := range c.procs {
-		c.start(i)
+	for i := range c.Procs {
+		c.Start(i)
 	}
-	c.leader()
-	if got := c.cycle("jobs/2", 1); got != before+1 {
+	c.Leader()
+	if got := c.Cycle("jobs/2", 1); got != before+1 {
 		t.Fatalf("after restart token %d, want %d", got, before+1)
 	}
-	if got := c.cycle("shard", 1); got != shared+1 {
+	if got := c.Cycle("shard", 1); got != shared+1 {
 		t.Fatalf("after restart token %d, want %d", got, shared+1)
 	}
 	// A graceful stop (SIGTERM) of every node, too.
-	for i := range c.procs {
-		c.kill(i, syscall.SIGTERM)
+	for i := range c.Procs {
+		c.Kill(i, syscall.SIGTERM)
 	}
-	for i := range c.procs {
-		c.start(i)
+	for i := range c.Procs {
+		c.Start(i)
 	}
-	c.leader()
-	if got := c.cycle("jobs/2", 1); got != before+2 {
+	c.Leader()
+	if got := c.Cycle("jobs/2", 1); got != before+2 {
 		t.Fatalf("after second restart token %d, want %d", got, before+2)
 	}
 }
@@ -61,16 +61,16 @@ func TestFullClusterRestartContinuesTokens(t *testing.T) {
 // after that comes from state that travelled in the snapshot.
 func TestSnapshotInstalledOnNodeThatWasDownCarriesTokens(t *testing.T) {
 	c := startCluster(t, 3, "--snapshot-threshold", "40", "--trailing-logs", "10", "--snapshot-interval", "200ms")
-	li := c.leader()
+	li := c.Leader()
 	down := (li + 1) % 3
 	other := (li + 2) % 3
-	c.kill(down, syscall.SIGKILL)
-	last := c.cycle("snap", 60)
-	c.start(down)
+	c.Kill(down, syscall.SIGKILL)
+	last := c.Cycle("snap", 60)
+	c.Start(down)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		ls, err1 := c.status(li)
-		ds, err2 := c.status(down)
+		ls, err1 := c.Status(li)
+		ds, err2 := c.Status(down)
 		if err1 == nil && err2 == nil && ds.AppliedIndex >= ls.CommitIndex {
 			break
 		}
@@ -79,22 +79,22 @@ func TestSnapshotInstalledOnNodeThatWasDownCarriesTokens(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	snaps, _ := filepath.Glob(filepath.Join(c.procs[down].dataDir, "snapshots", "*"))
+	snaps, _ := filepath.Glob(filepath.Join(c.Procs[down].DataDir, "snapshots", "*"))
 	if len(snaps) == 0 {
 		t.Fatal("restarted node holds no snapshot: it caught up from the log, not by snapshot install")
 	}
 	// Only the restored node keeps its data; the other survivor comes back
 	// empty and rejoins through it.
-	c.kill(li, syscall.SIGKILL)
-	c.kill(other, syscall.SIGKILL)
-	if err := os.RemoveAll(c.procs[other].dataDir); err != nil {
+	c.Kill(li, syscall.SIGKILL)
+	c.Kill(other, syscall.SIGKILL)
+	if err := os.RemoveAll(c.Procs[other].DataDir); err != nil {
 		t.Fatal(err)
 	}
-	p := c.procs[other]
-	p.args = append(withoutFlag(p.args, "--bootstrap"), "--join", c.procs[down].addr)
-	c.start(other)
-	c.leader()
-	if got := c.cycle("snap", 1); got != last+1 {
+	p := c.Procs[other]
+	p.Args = append(withoutFlag(p.Args, "--bootstrap"), "--join", c.Procs[down].Addr)
+	c.Start(other)
+	c.Leader()
+	if got := c.Cycle("snap", 1); got != last+1 {
 		t.Fatalf("token after snapshot install %d, want %d", got, last+1)
 	}
 }
@@ -113,12 +113,12 @@ func withoutFlag(args []string, flag string) []string {
 
 func TestSameRequestIDAcrossKilledLeaderYieldsOneLease(t *testing.T) {
 	c := startCluster(t, 3)
-	r1, err := c.acquire("dedup", 30*time.Second, "req-e2e-1")
+	r1, err := c.Acquire("dedup", 30*time.Second, "req-e2e-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.kill(c.leader(), syscall.SIGKILL)
-	r2, err := c.acquire("dedup", 30*time.Second, "req-e2e-1")
+	c.Kill(c.Leader(), syscall.SIGKILL)
+	r2, err := c.Acquire("dedup", 30*time.Second, "req-e2e-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,19 +137,19 @@ func TestLeaderChangeNeitherShortensNorRefreshesLease(t *testing.T) {
 	)
 	c := startCluster(t, 3)
 	sentA := time.Now()
-	a, err := c.acquire("keep", ttl, "")
+	a, err := c.Acquire("keep", ttl, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	sentB := time.Now()
-	b, err := c.acquire("lapse", ttl, "")
+	b, err := c.Acquire("lapse", ttl, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(ttl / 2) // let half the lease pass, then crash the leader
 	killed := time.Now()
-	c.kill(c.leader(), syscall.SIGKILL)
-	c.leader()
+	c.Kill(c.Leader(), syscall.SIGKILL)
+	c.Leader()
 	gap := time.Since(killed)
 	t.Logf("failover took %v", gap)
 
@@ -158,7 +158,7 @@ func TestLeaderChangeNeitherShortensNorRefreshesLease(t *testing.T) {
 	if wait := time.Until(sentA.Add(ttl - 700*time.Millisecond)); wait > 0 {
 		time.Sleep(wait)
 	}
-	if _, err := c.renew(a.Lease.Id); err != nil {
+	if _, err := c.Renew(a.Lease.Id); err != nil {
 		t.Fatalf("renew before T after failover: %v", err)
 	}
 	// Not refreshed: lease b becomes grantable to someone else no later than
@@ -166,7 +166,7 @@ func TestLeaderChangeNeitherShortensNorRefreshesLease(t *testing.T) {
 	// never before T + margin.
 	var got time.Time
 	for {
-		r, err := c.acquire("lapse", ttl, "")
+		r, err := c.Acquire("lapse", ttl, "")
 		if err == nil {
 			got = time.Now()
 			if r.Lease.Token != b.Lease.Token+1 {

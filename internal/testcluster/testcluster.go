@@ -1,0 +1,310 @@
+// Package testcluster runs real leased processes on loopback for tests:
+// each with its own data dir and log file, started, killed with real
+// signals and restarted from its data. Only tests import it.
+package testcluster
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/leasefence/leasefence/api"
+)
+
+// Build compiles leased (with the race detector) into a fresh temporary
+// directory and returns the binary's path and a cleanup function.
+func Build() (bin string, cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", "leasefence-bin-")
+	if err != nil {
+		return "", nil, err
+	}
+	bin = filepath.Join(dir, "leased")
+	out, err := exec.Command("go", "build", "-race", "-o", bin, "github.com/leasefence/leasefence/cmd/leased").CombinedOutput()
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("building leased: %v\n%s", err, out)
+	}
+	return bin, func() { os.RemoveAll(dir) }, nil
+}
+
+// Proc is one leased process.
+type Proc struct {
+	ID, Addr, DataDir, LogPath string
+	// Args are the flags it is (re)started with; tests may edit them
+	// between a Kill and a Start.
+	Args []string
+
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// Cluster is n leased processes that bootstrapped one cluster.
+type Cluster struct {
+	t     testing.TB
+	bin   string
+	Procs []*Proc
+
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+// Defaults every node gets before the caller's extra flags: short ttls and
+// ticks so tests run fast.
+var Defaults = []string{"--min-ttl", "1s", "--skew-margin", "300ms", "--tick", "250ms", "--log-level", "debug"}
+
+// FreeAddrs reserves n loopback addresses.
+func FreeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	var out []string
+	var ls []net.Listener
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return out
+}
+
+// Start launches n nodes of a new cluster and waits for a leader. On test
+// end every process is killed; when the test failed, the tail of every
+// node's log is written to the test log.
+func Start(t testing.TB, bin string, n int, extra ...string) *Cluster {
+	t.Helper()
+	addrs := FreeAddrs(t, n)
+	var peers []string
+	for i, a := range addrs {
+		peers = append(peers, fmt.Sprintf("n%d=%s", i+1, a))
+	}
+	c := &Cluster{t: t, bin: bin, conns: map[string]*grpc.ClientConn{}}
+	base := t.TempDir()
+	for i, a := range addrs {
+		id := fmt.Sprintf("n%d", i+1)
+		p := &Proc{ID: id, Addr: a, DataDir: filepath.Join(base, id), LogPath: filepath.Join(base, id+".log")}
+		p.Args = append(append([]string{
+			"--id", id, "--listen", a, "--data-dir", p.DataDir,
+			"--bootstrap", strings.Join(peers, ","),
+		}, Defaults...), extra...)
+		c.Procs = append(c.Procs, p)
+		c.Start(i)
+	}
+	t.Cleanup(func() {
+		for i := range c.Procs {
+			c.Kill(i, syscall.SIGKILL)
+		}
+		c.mu.Lock()
+		for _, conn := range c.conns {
+			conn.Close()
+		}
+		c.mu.Unlock()
+		if t.Failed() {
+			for _, p := range c.Procs {
+				b, _ := os.ReadFile(p.LogPath)
+				t.Logf("---- %s log (last 4 KiB) ----\n%s", p.ID, tail(b, 4096))
+			}
+		}
+	})
+	c.Leader()
+	return c
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// Endpoints returns every node's address.
+func (c *Cluster) Endpoints() []string {
+	var out []string
+	for _, p := range c.Procs {
+		out = append(out, p.Addr)
+	}
+	return out
+}
+
+// Start (re)starts process i from its data dir.
+func (c *Cluster) Start(i int) {
+	c.t.Helper()
+	p := c.Procs[i]
+	logf, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	p.cmd = exec.Command(c.bin, p.Args...)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	if err := p.cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	p.exited = make(chan struct{})
+	cmd, exited := p.cmd, p.exited
+	go func() { cmd.Wait(); logf.Close(); close(exited) }()
+}
+
+// Kill sends sig to process i and waits for it to exit (SIGKILL after 15s).
+func (c *Cluster) Kill(i int, sig syscall.Signal) {
+	p := c.Procs[i]
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.exited:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+	p.cmd = nil
+}
+
+// Signal sends sig to process i without waiting (SIGSTOP, SIGCONT).
+func (c *Cluster) Signal(i int, sig syscall.Signal) {
+	if p := c.Procs[i]; p.cmd != nil {
+		_ = p.cmd.Process.Signal(sig)
+	}
+}
+
+// Running reports whether process i was started and not killed.
+func (c *Cluster) Running(i int) bool { return c.Procs[i].cmd != nil }
+
+func (c *Cluster) conn(addr string) *grpc.ClientConn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if conn, ok := c.conns[addr]; ok {
+		return conn
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.conns[addr] = conn
+	return conn
+}
+
+// Lease returns a LeaseService client for node i.
+func (c *Cluster) Lease(i int) api.LeaseServiceClient {
+	return api.NewLeaseServiceClient(c.conn(c.Procs[i].Addr))
+}
+
+// Status asks node i for its status.
+func (c *Cluster) Status(i int) (*api.StatusResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return api.NewClusterServiceClient(c.conn(c.Procs[i].Addr)).Status(ctx, &api.StatusRequest{})
+}
+
+// Leader polls the running nodes until one reports itself leader.
+func (c *Cluster) Leader() int {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for i := range c.Procs {
+			if !c.Running(i) {
+				continue
+			}
+			if st, err := c.Status(i); err == nil && st.State == "leader" {
+				return i
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.t.Fatal("no leader within 30s")
+	return -1
+}
+
+// Any calls f against each running node in turn until one answers with
+// something other than Unavailable or DeadlineExceeded, for up to 20s.
+func (c *Cluster) Any(f func(api.LeaseServiceClient) error) error {
+	deadline := time.Now().Add(20 * time.Second)
+	var err error
+	for time.Now().Before(deadline) {
+		for i := range c.Procs {
+			if !c.Running(i) {
+				continue
+			}
+			err = f(c.Lease(i))
+			if code := status.Code(err); code != codes.Unavailable && code != codes.DeadlineExceeded {
+				return err
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return err
+}
+
+// Acquire acquires resource through any node.
+func (c *Cluster) Acquire(resource string, ttl time.Duration, reqID string) (*api.AcquireResponse, error) {
+	var out *api.AcquireResponse
+	err := c.Any(func(l api.LeaseServiceClient) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var err error
+		out, err = l.Acquire(ctx, &api.AcquireRequest{Resource: resource, Holder: "testcluster", Ttl: durationpb.New(ttl), RequestId: reqID})
+		return err
+	})
+	return out, err
+}
+
+// Release releases a lease through any node.
+func (c *Cluster) Release(id []byte) error {
+	return c.Any(func(l api.LeaseServiceClient) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := l.Release(ctx, &api.ReleaseRequest{LeaseId: id})
+		return err
+	})
+}
+
+// Renew renews a lease through any node.
+func (c *Cluster) Renew(id []byte) (*api.RenewResponse, error) {
+	var out *api.RenewResponse
+	err := c.Any(func(l api.LeaseServiceClient) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var err error
+		out, err = l.Renew(ctx, &api.RenewRequest{LeaseId: id})
+		return err
+	})
+	return out, err
+}
+
+// Cycle acquires and releases resource n times, checking that tokens
+// strictly increase, and returns the last token.
+func (c *Cluster) Cycle(resource string, n int) uint64 {
+	c.t.Helper()
+	var last uint64
+	for i := 0; i < n; i++ {
+		r, err := c.Acquire(resource, 10*time.Second, "")
+		if err != nil {
+			c.t.Fatalf("acquire %d: %v", i, err)
+		}
+		if r.Lease.Token <= last {
+			c.t.Fatalf("token %d not above %d", r.Lease.Token, last)
+		}
+		last = r.Lease.Token
+		if err := c.Release(r.Lease.Id); err != nil {
+			c.t.Fatalf("release %d: %v", i, err)
+		}
+	}
+	return last
+}
