@@ -111,7 +111,8 @@ func (c *Config) setDefaults() {
 }
 
 // Validate reports, wrapped in ErrInvalidConfig, the first field that is out
-// of range. Zero values are valid: they stand for the defaults.
+// of range. Zero values are valid: they stand for the defaults. DialOptions
+// are checked by New, which asks gRPC.
 func (c *Config) Validate() error {
 	d := *c
 	d.setDefaults()

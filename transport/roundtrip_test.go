@@ -453,37 +453,65 @@ func TestClosedServerRespondsUnavailableAndHandsNothingToRaft(t *testing.T) {
 	}
 }
 
+// gatedReader yields first, then blocks until gate is closed, then yields
+// rest and io.EOF.
+type gatedReader struct {
+	first, rest []byte
+	gate        <-chan struct{}
+}
+
+func (g *gatedReader) Read(p []byte) (int, error) {
+	if len(g.first) > 0 {
+		n := copy(p, g.first)
+		g.first = g.first[n:]
+		return n, nil
+	}
+	<-g.gate
+	if len(g.rest) > 0 {
+		n := copy(p, g.rest)
+		g.rest = g.rest[n:]
+		return n, nil
+	}
+	return 0, io.EOF
+}
+
 func TestInstallSnapshotRefusesDataThatDoesNotMatchSize(t *testing.T) {
 	a := startNode(t, "127.0.0.1:0", nil)
 	b := startNode(t, "127.0.0.1:0", nil)
 
+	if err := a.tr.InstallSnapshot("b", b.addr, &raft.InstallSnapshotRequest{Size: -1}, &raft.InstallSnapshotResponse{}, bytes.NewReader(nil)); !errors.Is(err, ErrSnapshotSize) {
+		t.Fatalf("negative size: error = %v, want ErrSnapshotSize", err)
+	}
+
 	for name, tc := range map[string]struct {
-		size int64
-		data []byte
+		size        int64
+		first, rest []byte
 	}{
-		"short reader": {size: 10, data: []byte("12345")},
-		"long reader":  {size: 3, data: []byte("12345")},
-		"negative":     {size: -1, data: nil},
+		"short reader": {size: 10, first: []byte("12"), rest: []byte("345")},
+		"long reader":  {size: 3, first: []byte("12"), rest: []byte("345")},
 	} {
 		t.Run(name, func(t *testing.T) {
-			// The server may or may not have handed the request to raft
-			// before the sender aborts; serve it if it comes.
-			seen := answerOne(t, b.tr, &raft.InstallSnapshotResponse{}, nil)
-			err := a.tr.InstallSnapshot("b", b.addr, &raft.InstallSnapshotRequest{Size: tc.size}, &raft.InstallSnapshotResponse{}, bytes.NewReader(tc.data))
+			// The sender's reader blocks until raft holds the request, so
+			// the abort happens while raft is reading the stream.
+			taken := make(chan struct{})
+			seen := make(chan received, 1)
+			go func() {
+				select {
+				case rpc := <-b.tr.Consumer():
+					close(taken)
+					data, err := io.ReadAll(rpc.Reader)
+					rpc.Respond(&raft.InstallSnapshotResponse{}, err)
+					seen <- received{command: rpc.Command, data: data, readErr: err}
+				case <-t.Context().Done():
+				}
+			}()
+			data := &gatedReader{first: tc.first, rest: tc.rest, gate: taken}
+			err := a.tr.InstallSnapshot("b", b.addr, &raft.InstallSnapshotRequest{Size: tc.size}, &raft.InstallSnapshotResponse{}, data)
 			if !errors.Is(err, ErrSnapshotSize) {
 				t.Fatalf("error = %v, want ErrSnapshotSize", err)
 			}
-			if tc.size < 0 {
-				return
-			}
-			// Whether the request reached raft before the abort is a race;
-			// if it did, raft's reader must fail rather than end cleanly.
-			select {
-			case r := <-seen:
-				if r.readErr == nil {
-					t.Fatalf("raft read %d bytes of an aborted snapshot without an error", len(r.data))
-				}
-			case <-time.After(2 * time.Second):
+			if r := <-seen; r.readErr == nil {
+				t.Fatalf("raft read %q of an aborted snapshot without an error", r.data)
 			}
 		})
 	}

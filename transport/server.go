@@ -54,6 +54,12 @@ func toStatus(err error) error {
 	}
 }
 
+// refuse logs a request that could not be converted and returns its status.
+func (s *rpcServer) refuse(rpc string, err error) error {
+	s.t.logger.Warn("refused malformed request", "rpc", rpc, "error", err)
+	return toStatus(err)
+}
+
 func errorText(err error) string {
 	if err == nil {
 		return ""
@@ -123,7 +129,7 @@ func (s *rpcServer) AppendEntries(ctx context.Context, in *transportpb.AppendEnt
 func (s *rpcServer) appendEntries(ctx context.Context, in *transportpb.AppendEntriesRequest) (*transportpb.AppendEntriesResponse, error) {
 	req, err := appendEntriesRequestFromPB(in)
 	if err != nil {
-		return nil, err
+		return nil, s.refuse("append-entries", err)
 	}
 	r, err := s.t.dispatch(ctx, req, isHeartbeat(req))
 	if err != nil {
@@ -172,7 +178,7 @@ func (s *rpcServer) AppendEntriesPipeline(stream grpc.BidiStreamingServer[transp
 func (s *rpcServer) RequestVote(ctx context.Context, in *transportpb.RequestVoteRequest) (*transportpb.RequestVoteResponse, error) {
 	req, err := requestVoteRequestFromPB(in)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, s.refuse("request-vote", err)
 	}
 	r, err := s.t.dispatch(ctx, req, false)
 	if err != nil {
@@ -197,7 +203,7 @@ func (s *rpcServer) RequestVote(ctx context.Context, in *transportpb.RequestVote
 func (s *rpcServer) RequestPreVote(ctx context.Context, in *transportpb.RequestPreVoteRequest) (*transportpb.RequestPreVoteResponse, error) {
 	req, err := requestPreVoteRequestFromPB(in)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, s.refuse("request-pre-vote", err)
 	}
 	r, err := s.t.dispatch(ctx, req, false)
 	if err != nil {
@@ -222,7 +228,7 @@ func (s *rpcServer) RequestPreVote(ctx context.Context, in *transportpb.RequestP
 func (s *rpcServer) TimeoutNow(ctx context.Context, in *transportpb.TimeoutNowRequest) (*transportpb.TimeoutNowResponse, error) {
 	req, err := timeoutNowRequestFromPB(in)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, s.refuse("timeout-now", err)
 	}
 	r, err := s.t.dispatch(ctx, req, false)
 	if err != nil {
@@ -257,13 +263,13 @@ func (s *rpcServer) InstallSnapshot(stream grpc.ClientStreamingServer[transportp
 	first, err := stream.Recv()
 	if err != nil {
 		if errors.Is(err, io.EOF) {
-			return toStatus(invalidf("InstallSnapshot stream without a request"))
+			return s.refuse("install-snapshot", invalidf("stream without a request"))
 		}
 		return err
 	}
 	req, err := installSnapshotRequestFromPB(first.GetRequest())
 	if err != nil {
-		return toStatus(err)
+		return s.refuse("install-snapshot", err)
 	}
 
 	pr, pw := io.Pipe()
@@ -283,8 +289,7 @@ func (s *rpcServer) InstallSnapshot(stream grpc.ClientStreamingServer[transportp
 		return toStatus(waitErr)
 	}
 	if errors.Is(pumpErr, ErrInvalidMessage) || errors.Is(pumpErr, ErrSnapshotSize) {
-		s.t.logger.Warn("refused snapshot stream", "error", pumpErr)
-		return toStatus(pumpErr)
+		return s.refuse("install-snapshot", pumpErr)
 	}
 	out := &transportpb.InstallSnapshotResponse{}
 	switch resp := r.Response.(type) {

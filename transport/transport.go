@@ -61,14 +61,23 @@ var (
 	_ raft.WithClose   = (*Transport)(nil)
 )
 
-// New returns a Transport for cfg. It starts no goroutine and opens no
-// connection: peers are dialled on first use, and the server half serves
-// only once Register has attached it to a running *grpc.Server.
+// New returns a Transport for cfg. It fails with ErrInvalidConfig when
+// cfg.Validate does, or when gRPC refuses cfg.DialOptions (for instance when
+// they carry no transport credentials). It opens no connection: peers are
+// dialled on first use, and the server half serves only once Register has
+// attached it to a running *grpc.Server.
 func New(cfg Config) (*Transport, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.setDefaults()
+	// grpc.NewClient checks the options without dialling; fail here rather
+	// than on every RPC.
+	probe, err := grpc.NewClient("passthrough:///config-check", cfg.DialOptions...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: DialOptions: %v", ErrInvalidConfig, err)
+	}
+	_ = probe.Close()
 	logger := cfg.Logger
 	if logger == nil {
 		logger = hclog.Default()
@@ -126,9 +135,10 @@ func (t *Transport) DecodePeer(buf []byte) raft.ServerAddress {
 // codes.Unavailable; it does not stop the *grpc.Server, which belongs to the
 // caller. raft.Raft.Shutdown calls Close itself.
 //
-// Close returns once every goroutine the transport started has ended. A
-// server handler that is receiving an InstallSnapshot stream ends as soon
-// as the sender sends its next message or its deadline passes.
+// Close returns once the goroutines of every client pipeline have ended.
+// Server handlers end on their own: those waiting for raft return
+// Unavailable at once; a pipeline or InstallSnapshot stream ends when its
+// sender sends the next message, gives up, or the *grpc.Server stops.
 func (t *Transport) Close() error {
 	t.mu.Lock()
 	if t.shutdown {
@@ -295,12 +305,12 @@ func (t *Transport) TimeoutNow(_ raft.ServerID, target raft.ServerAddress, args 
 // otherwise the stream is cancelled and an ErrSnapshotSize error returned.
 // It returns a *RemoteError when the peer's raft answered with an error.
 func (t *Transport) InstallSnapshot(_ raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
-	if args.Size < 0 {
-		return fmt.Errorf("%w: size %d is negative", ErrSnapshotSize, args.Size)
-	}
 	c, err := t.client(target)
 	if err != nil {
 		return err
+	}
+	if args.Size < 0 {
+		return fmt.Errorf("%w: size %d is negative", ErrSnapshotSize, args.Size)
 	}
 	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.snapshotTimeout(args.Size))
 	defer cancel() // also aborts the stream on every early return
