@@ -910,7 +910,10 @@ type GetResponse struct {
 	// scope (the lease's scope when held, else the resource name).
 	ScopeToken uint64 `protobuf:"varint,3,opt,name=scope_token,json=scopeToken,proto3" json:"scope_token,omitempty"`
 	// applied_index is the Raft index the answer reflects.
-	AppliedIndex  uint64 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	AppliedIndex uint64 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// waiters is how many Acquire calls with wait are queued on the
+	// resource at the leader (0 for a stale read).
+	Waiters       uint32 `protobuf:"varint,5,opt,name=waiters,proto3" json:"waiters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -969,6 +972,13 @@ func (x *GetResponse) GetScopeToken() uint64 {
 func (x *GetResponse) GetAppliedIndex() uint64 {
 	if x != nil {
 		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *GetResponse) GetWaiters() uint32 {
+	if x != nil {
+		return x.Waiters
 	}
 	return 0
 }
@@ -1228,13 +1238,14 @@ const file_api_lease_proto_rawDesc = "" +
 	"\n" +
 	"GetRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
-	"\x05stale\x18\x02 \x01(\bR\x05stale\"\xbf\x01\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"\xd9\x01\n" +
 	"\vGetResponse\x12*\n" +
 	"\x05lease\x18\x01 \x01(\v2\x14.leasefence.v1.LeaseR\x05lease\x12>\n" +
 	"\rttl_remaining\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\fttlRemaining\x12\x1f\n" +
 	"\vscope_token\x18\x03 \x01(\x04R\n" +
 	"scopeToken\x12#\n" +
-	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\"2\n" +
+	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12\x18\n" +
+	"\awaiters\x18\x05 \x01(\rR\awaiters\"2\n" +
 	"\bPosition\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\rR\x03seq\"g\n" +

@@ -252,6 +252,9 @@ func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 		}
 	}
 	out := &api.GetResponse{}
+	if !req.Stale {
+		out.Waiters = uint32(s.n.waiters.waiting(req.Resource))
+	}
 	s.n.sm.read(func(st *fsm.State) {
 		out.AppliedIndex = s.n.sm.applied.Load()
 		out.ScopeToken = st.ScopeCounter(req.Resource)

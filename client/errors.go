@@ -1,0 +1,125 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/leasefence/leasefence/api"
+)
+
+// Errors returned by the client. Test with errors.Is; the typed errors
+// below carry details and unwrap to these.
+var (
+	// ErrHeld: Acquire found the resource held (a *HeldError says by whom).
+	ErrHeld = errors.New("client: resource held")
+	// ErrInvalidArgument: the service refused a field (an *InvalidError
+	// says which).
+	ErrInvalidArgument = errors.New("client: invalid argument")
+	// ErrNotFound: the lease is unknown or already expired.
+	ErrNotFound = errors.New("client: lease not found or expired")
+	// ErrLeaseLost ends a lease whose renewal the service refused: it
+	// expired or was released elsewhere. Acquire again for a new token.
+	ErrLeaseLost = errors.New("client: lease lost")
+	// ErrSafeDeadline ends a lease whose safe deadline passed without a
+	// confirmed renewal. The cluster may still count it as held for a
+	// while; this process must act as if it were not.
+	ErrSafeDeadline = errors.New("client: safe deadline passed without a confirmed renewal")
+	// ErrReleased ends a lease released through this client.
+	ErrReleased = errors.New("client: lease released")
+	// ErrClosed: the client was closed (it also ends every lease).
+	ErrClosed = errors.New("client: closed")
+	// ErrUnavailable: no node answered within the retry budget.
+	ErrUnavailable = errors.New("client: cluster unavailable")
+	// ErrIndeterminate: a mutating call was sent but no answer came back;
+	// it may or may not have taken effect. Acquire is safe to retry with
+	// the same request id (WithRequestID).
+	ErrIndeterminate = errors.New("client: outcome unknown")
+)
+
+// HeldError describes the lease that refused an Acquire.
+type HeldError struct {
+	Resource string
+	Holder   string
+	Token    uint64
+	// TimeLeft until the resource may be granted again, as the service
+	// measured it.
+	TimeLeft time.Duration
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("client: %q held by %q (token %d), free in %v", e.Resource, e.Holder, e.Token, e.TimeLeft)
+}
+
+// Unwrap makes errors.Is(err, ErrHeld) true.
+func (e *HeldError) Unwrap() error { return ErrHeld }
+
+// InvalidError says which argument the service refused.
+type InvalidError struct {
+	Field, Limit, Message string
+}
+
+func (e *InvalidError) Error() string {
+	if e.Field == "" {
+		return "client: invalid argument: " + e.Message
+	}
+	return fmt.Sprintf("client: invalid %s: %s", e.Field, e.Limit)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidArgument) true.
+func (e *InvalidError) Unwrap() error { return ErrInvalidArgument }
+
+// fromStatus is the inverse of the server's table (cluster/errors.go):
+// gRPC statuses back to client errors. Codes without a client meaning are
+// returned as the status error itself.
+func fromStatus(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	switch st.Code() {
+	case codes.FailedPrecondition:
+		for _, d := range st.Details() {
+			if h, ok := d.(*api.ResourceHeld); ok {
+				return &HeldError{Resource: h.Resource, Holder: h.Holder, Token: h.Token, TimeLeft: h.TimeLeft.AsDuration()}
+			}
+		}
+	case codes.InvalidArgument:
+		ie := &InvalidError{Message: st.Message()}
+		for _, d := range st.Details() {
+			if b, ok := d.(*api.BadField); ok {
+				ie.Field, ie.Limit = b.Field, b.Limit
+			}
+		}
+		return ie
+	case codes.NotFound:
+		return fmt.Errorf("%w: %s", ErrNotFound, st.Message())
+	}
+	return err
+}
+
+// retryable reports whether err is worth trying on another node.
+func retryable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
+		return true
+	}
+	return false
+}
+
+// leaderHint returns the leader address an Unavailable carried, if any.
+func leaderHint(err error) string {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unavailable {
+		return ""
+	}
+	for _, d := range st.Details() {
+		if nl, ok := d.(*api.NotLeader); ok {
+			return nl.LeaderAddr
+		}
+	}
+	return ""
+}

@@ -1,0 +1,211 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/leasefence/leasefence/api"
+)
+
+// keeper renews every live lease of a client over one KeepAlive stream.
+// Each lease is renewed every KeepAliveInterval (default ttl/3) from the
+// send time of its last confirmed renewal; an unconfirmed renewal is
+// retried sooner. A refusal ends the lease at once; silence leaves it to
+// end at its safe deadline. A broken stream is reopened on another node.
+type keeper struct {
+	c *Client
+
+	mu      sync.Mutex
+	leases  map[ID]*Lease
+	pending map[uint64]pendingRenew
+	seq     uint64
+	wake    chan struct{}
+
+	// stalled is a test hook: while set, no renewal is sent.
+	stalled atomic.Bool
+}
+
+type pendingRenew struct {
+	l      *Lease
+	sentAt time.Duration
+}
+
+// retryUnconfirmed is how soon a renewal without an answer is sent again.
+const retryUnconfirmed = 500 * time.Millisecond
+
+func newKeeper(c *Client) *keeper {
+	return &keeper{c: c, leases: map[ID]*Lease{}, pending: map[uint64]pendingRenew{}, wake: make(chan struct{}, 1)}
+}
+
+func (k *keeper) interval(l *Lease) time.Duration {
+	if k.c.cfg.KeepAliveInterval > 0 {
+		return k.c.cfg.KeepAliveInterval
+	}
+	return l.ttl / 3
+}
+
+func (k *keeper) add(l *Lease, sentAt time.Duration) {
+	k.mu.Lock()
+	l.nextRenew = sentAt + k.interval(l)
+	k.leases[l.id] = l
+	k.mu.Unlock()
+	k.poke()
+	// Forget the lease when it ends for any reason.
+	go func() {
+		<-l.Done()
+		k.remove(l)
+	}()
+}
+
+func (k *keeper) remove(l *Lease) {
+	k.mu.Lock()
+	delete(k.leases, l.id)
+	k.mu.Unlock()
+}
+
+func (k *keeper) poke() {
+	select {
+	case k.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (k *keeper) endAll(err error) {
+	k.mu.Lock()
+	ls := make([]*Lease, 0, len(k.leases))
+	for _, l := range k.leases {
+		ls = append(ls, l)
+	}
+	k.mu.Unlock()
+	for _, l := range ls {
+		l.end(err)
+	}
+}
+
+// run keeps a stream open until ctx ends.
+func (k *keeper) run(ctx context.Context) {
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		k.mu.Lock()
+		idle := len(k.leases) == 0
+		k.mu.Unlock()
+		if idle {
+			select {
+			case <-k.wake:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		if err := k.session(ctx); err != nil && ctx.Err() == nil {
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+	}
+}
+
+// session runs one stream until it breaks, ctx ends, or no lease is left.
+func (k *keeper) session(ctx context.Context) error {
+	addr, conn, err := k.c.endpoint()
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := api.NewLeaseServiceClient(conn).KeepAlive(sctx)
+	if err != nil {
+		k.c.failover(addr, err)
+		return err
+	}
+	recvErr := make(chan error, 1)
+	go func() { recvErr <- k.receive(stream) }()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case err := <-recvErr:
+			k.c.failover(addr, err)
+			return err
+		case <-ctx.Done():
+			return nil
+		case <-k.wake:
+		case <-timer.C:
+		}
+		next, empty, err := k.sendDue(stream)
+		if err != nil {
+			k.c.failover(addr, err)
+			return err
+		}
+		if empty {
+			return nil // no lease left: close the stream until one comes
+		}
+		timer.Reset(max(next, time.Millisecond))
+	}
+}
+
+// sendDue sends a renewal for every lease that is due and returns the time
+// until the next one is.
+func (k *keeper) sendDue(stream api.LeaseService_KeepAliveClient) (time.Duration, bool, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.leases) == 0 {
+		return 0, true, nil
+	}
+	now := k.c.clock.Now()
+	next := time.Hour
+	for _, l := range k.leases {
+		if l.nextRenew <= now && !k.stalled.Load() {
+			k.seq++
+			k.pending[k.seq] = pendingRenew{l: l, sentAt: now}
+			if err := stream.Send(&api.KeepAliveRequest{LeaseId: l.id[:], Seq: k.seq}); err != nil {
+				return 0, false, err
+			}
+			l.nextRenew = now + min(k.interval(l), retryUnconfirmed)
+		}
+		next = min(next, l.nextRenew-now)
+	}
+	if k.stalled.Load() {
+		next = min(next, 50*time.Millisecond)
+	}
+	return next, false, nil
+}
+
+func (k *keeper) receive(stream api.LeaseService_KeepAliveClient) error {
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		k.mu.Lock()
+		p, ok := k.pending[resp.Seq]
+		delete(k.pending, resp.Seq)
+		k.mu.Unlock()
+		if !ok {
+			continue
+		}
+		switch codes.Code(resp.Code) {
+		case codes.OK:
+			if p.l.confirm(p.sentAt, resp.TtlRemaining.AsDuration()) {
+				k.mu.Lock()
+				p.l.nextRenew = p.sentAt + k.interval(p.l)
+				k.mu.Unlock()
+				k.poke()
+			}
+		case codes.NotFound:
+			p.l.end(ErrLeaseLost)
+		default:
+			// Unavailable and the like: the renewal may be retried; the
+			// lease ends at its safe deadline unless one is confirmed.
+		}
+	}
+}

@@ -1,0 +1,255 @@
+package client
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/leasefence/leasefence/api"
+)
+
+// ID identifies a lease. It is a capability (whoever has it may renew or
+// release) and carries no order: never use it for fencing.
+type ID [16]byte
+
+// String returns the id as 32 lowercase hex digits, as leasectl prints it.
+func (id ID) String() string { return hex.EncodeToString(id[:]) }
+
+// ParseID parses the form String returns.
+func ParseID(s string) (ID, error) {
+	var id ID
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != len(id) {
+		return id, fmt.Errorf("client: lease id %q is not 32 hex digits", s)
+	}
+	copy(id[:], b)
+	return id, nil
+}
+
+// Lease is a granted lease, kept alive by the client until it is released,
+// lost, or its safe deadline passes without a confirmed renewal. Its
+// methods are safe for concurrent use.
+type Lease struct {
+	c        *Client
+	id       ID
+	resource string
+	scope    string
+	holder   string
+	token    uint64
+	ttl      time.Duration
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu        sync.Mutex
+	safeUntil time.Duration // on c.clock
+	lastSent  time.Duration // send time of the last confirmed grant or renewal
+	timer     *time.Timer
+	err       error
+
+	// keep-alive bookkeeping, guarded by keeper.mu
+	nextRenew time.Duration
+}
+
+// ID returns the lease id.
+func (l *Lease) ID() ID { return l.id }
+
+// Resource returns the leased resource.
+func (l *Lease) Resource() string { return l.resource }
+
+// Scope returns the fencing scope the token was drawn from.
+func (l *Lease) Scope() string { return l.scope }
+
+// Holder returns the holder label.
+func (l *Lease) Holder() string { return l.holder }
+
+// Token returns the fencing token: pass it with every effect. It never
+// changes over the lease's life; renewal keeps it.
+func (l *Lease) Token() uint64 { return l.token }
+
+// TTL returns the lease's time to live.
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// SafeUntil returns the instant until which this process may assume it
+// holds the lease: the send time of the last confirmed grant or renewal,
+// plus the ttl remaining the cluster reported, shrunk by the drift bound,
+// minus the client margin. Done closes no later than this.
+func (l *Lease) SafeUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return time.Now().Add(l.safeUntil - l.c.clock.Now())
+}
+
+// Done is closed when the lease ends: released, refused on renewal, safe
+// deadline passed, or client closed, whichever comes first.
+func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Context is cancelled when Done closes; bound work under the lease by it.
+// context.Cause(ctx) says why.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Err returns nil while the lease lives, then why it ended: ErrReleased,
+// ErrLeaseLost, ErrSafeDeadline or ErrClosed.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Release frees the resource at once and ends the lease. It is idempotent;
+// releasing a lease that already ended only tells the cluster.
+func (l *Lease) Release(ctx context.Context) error {
+	l.c.keeper.remove(l)
+	l.end(ErrReleased)
+	return l.c.call(ctx, true, func(ctx context.Context, conn *grpc.ClientConn) error {
+		_, err := api.NewLeaseServiceClient(conn).Release(ctx, &api.ReleaseRequest{LeaseId: l.id[:]})
+		return err
+	})
+}
+
+// confirm records a grant or renewal sent at sentAt whose response said
+// remaining ttl was left, and moves the safe deadline (never backwards).
+// It reports whether the lease is still live.
+func (l *Lease) confirm(sentAt, remaining time.Duration) bool {
+	cfg := l.c.cfg
+	safe := sentAt + time.Duration(float64(remaining)*(1-cfg.Drift)) - cfg.Margin
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return false
+	}
+	if safe > l.safeUntil {
+		l.safeUntil = safe
+	}
+	if sentAt > l.lastSent {
+		l.lastSent = sentAt
+	}
+	wait := l.safeUntil - l.c.clock.Now()
+	if wait <= 0 {
+		l.endLocked(ErrSafeDeadline)
+		return false
+	}
+	if l.timer == nil {
+		l.timer = time.AfterFunc(wait, l.checkDeadline)
+	} else {
+		l.timer.Reset(wait)
+	}
+	return true
+}
+
+// checkDeadline ends the lease if its safe deadline has passed on the
+// client's clock (which counts suspend), or re-arms the timer.
+func (l *Lease) checkDeadline() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return
+	}
+	if wait := l.safeUntil - l.c.clock.Now(); wait > 0 {
+		l.timer.Reset(wait)
+		return
+	}
+	l.endLocked(ErrSafeDeadline)
+}
+
+func (l *Lease) end(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.endLocked(err)
+}
+
+func (l *Lease) endLocked(err error) {
+	if l.err != nil {
+		return
+	}
+	l.err = err
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.cancel(err)
+}
+
+// Acquire grants a lease on resource. A held resource fails with a
+// *HeldError (errors.Is ErrHeld) unless WithWait is given. The call is
+// retried on other nodes with the same request id, so a retry never yields
+// a second lease. The lease is kept alive until Release, loss, or Close.
+func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lease, error) {
+	o := acquireOptions{ttl: DefaultTTL}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.requestID == "" {
+		o.requestID = newRequestID()
+	}
+	req := &api.AcquireRequest{
+		Resource: resource, Scope: o.scope, Holder: o.holder,
+		Ttl: durationpb.New(o.ttl), RequestId: o.requestID, Wait: o.wait,
+	}
+	var (
+		resp   *api.AcquireResponse
+		sentAt time.Duration
+	)
+	err := c.call(ctx, !o.wait, func(ctx context.Context, conn *grpc.ClientConn) error {
+		sentAt = c.clock.Now() // the send time of the attempt that succeeds
+		var err error
+		resp, err = api.NewLeaseServiceClient(conn).Acquire(ctx, req)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	l := c.newLease(resp.Lease)
+	if o.wait {
+		// The send time of a waiting Acquire may lie long before the grant,
+		// so the grant's safe window (measured from it) may already be
+		// spent. Renew once: its send time is fresh.
+		if err := c.renewOnce(ctx, l); err != nil {
+			l.end(ErrLeaseLost)
+			return nil, err
+		}
+	} else {
+		l.confirm(sentAt, resp.TtlRemaining.AsDuration())
+	}
+	if l.Err() == nil {
+		c.keeper.add(l, l.lastSent)
+	}
+	return l, nil
+}
+
+// renewOnce renews l with a unary call and records the confirmation.
+func (c *Client) renewOnce(ctx context.Context, l *Lease) error {
+	var (
+		resp   *api.RenewResponse
+		sentAt time.Duration
+	)
+	err := c.call(ctx, true, func(ctx context.Context, conn *grpc.ClientConn) error {
+		sentAt = c.clock.Now()
+		var err error
+		resp, err = api.NewLeaseServiceClient(conn).Renew(ctx, &api.RenewRequest{LeaseId: l.id[:]})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	l.confirm(sentAt, resp.TtlRemaining.AsDuration())
+	return nil
+}
+
+func (c *Client) newLease(pl *api.Lease) *Lease {
+	l := &Lease{
+		c:        c,
+		resource: pl.Resource,
+		scope:    pl.Scope,
+		holder:   pl.Holder,
+		token:    pl.Token,
+		ttl:      pl.Ttl.AsDuration(),
+	}
+	copy(l.id[:], pl.Id)
+	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	return l
+}
