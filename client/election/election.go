@@ -14,12 +14,12 @@ import (
 
 // Election campaigns for, holds and observes the leadership of one name.
 type Election struct {
-	c      *client.Client
-	name   string
-	id     string
-	ttl    time.Duration
-	scope  string
-	lease  *client.Lease
+	c     *client.Client
+	name  string
+	id    string
+	ttl   time.Duration
+	scope string
+	lease *client.Lease
 }
 
 // Option configures an Election.
