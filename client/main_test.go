@@ -21,7 +21,10 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	leasedBin = bin
+	var stopExampleNode func()
+	endpoint, stopExampleNode = testcluster.StartEmbedded()
 	code := m.Run()
+	stopExampleNode()
 	cleanup()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {

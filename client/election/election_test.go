@@ -26,7 +26,10 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	leasedBin = bin
+	var stop func()
+	endpoint, stop = testcluster.StartEmbedded()
 	code := m.Run()
+	stop()
 	cleanup()
 	os.Exit(code)
 }
