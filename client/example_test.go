@@ -75,4 +75,3 @@ func ExampleClient_Watch() {
 	// granted watched/a token 1
 	// released watched/a token 1
 }
-
