@@ -27,6 +27,26 @@ type keeper struct {
 
 	// stalled is a test hook: while set, no renewal is sent.
 	stalled atomic.Bool
+
+	sent, confirmed, refused atomic.Uint64
+}
+
+// Stats counts a client's keep-alive work since it was created.
+type Stats struct {
+	// Leases is the number of leases kept alive now.
+	Leases int
+	// RenewalsSent, RenewalsConfirmed and RenewalsRefused count keep-alive
+	// renewals.
+	RenewalsSent, RenewalsConfirmed, RenewalsRefused uint64
+}
+
+// Stats returns the client's keep-alive counters.
+func (c *Client) Stats() Stats {
+	k := c.keeper
+	k.mu.Lock()
+	n := len(k.leases)
+	k.mu.Unlock()
+	return Stats{Leases: n, RenewalsSent: k.sent.Load(), RenewalsConfirmed: k.confirmed.Load(), RenewalsRefused: k.refused.Load()}
 }
 
 type pendingRenew struct {
@@ -122,6 +142,12 @@ func (k *keeper) session(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer func() {
+		// Answers to this stream's renewals can no longer arrive.
+		k.mu.Lock()
+		clear(k.pending)
+		k.mu.Unlock()
+	}()
 	stream, err := api.NewLeaseServiceClient(conn).KeepAlive(sctx)
 	if err != nil {
 		k.c.failover(addr, err)
@@ -154,28 +180,36 @@ func (k *keeper) session(ctx context.Context) error {
 }
 
 // sendDue sends a renewal for every lease that is due and returns the time
-// until the next one is.
+// until the next one is. The lock is never held across a Send: a Send can
+// block on flow control until the receiver (which takes the lock) drains.
 func (k *keeper) sendDue(stream api.LeaseService_KeepAliveClient) (time.Duration, bool, error) {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	if len(k.leases) == 0 {
+		k.mu.Unlock()
 		return 0, true, nil
 	}
 	now := k.c.clock.Now()
 	next := time.Hour
+	var due []*api.KeepAliveRequest
+	stalled := k.stalled.Load()
 	for _, l := range k.leases {
-		if l.nextRenew <= now && !k.stalled.Load() {
+		if l.nextRenew <= now && !stalled {
 			k.seq++
 			k.pending[k.seq] = pendingRenew{l: l, sentAt: now}
-			if err := stream.Send(&api.KeepAliveRequest{LeaseId: l.id[:], Seq: k.seq}); err != nil {
-				return 0, false, err
-			}
+			due = append(due, &api.KeepAliveRequest{LeaseId: l.id[:], Seq: k.seq})
 			l.nextRenew = now + min(k.interval(l), retryUnconfirmed)
 		}
 		next = min(next, l.nextRenew-now)
 	}
-	if k.stalled.Load() {
+	k.mu.Unlock()
+	if stalled {
 		next = min(next, 50*time.Millisecond)
+	}
+	for _, req := range due {
+		if err := stream.Send(req); err != nil {
+			return 0, false, err
+		}
+		k.sent.Add(1)
 	}
 	return next, false, nil
 }
@@ -195,6 +229,7 @@ func (k *keeper) receive(stream api.LeaseService_KeepAliveClient) error {
 		}
 		switch codes.Code(resp.Code) {
 		case codes.OK:
+			k.confirmed.Add(1)
 			if p.l.confirm(p.sentAt, resp.TtlRemaining.AsDuration()) {
 				k.mu.Lock()
 				p.l.nextRenew = p.sentAt + k.interval(p.l)
@@ -202,6 +237,7 @@ func (k *keeper) receive(stream api.LeaseService_KeepAliveClient) error {
 				k.poke()
 			}
 		case codes.NotFound:
+			k.refused.Add(1)
 			p.l.end(ErrLeaseLost)
 		default:
 			// Unavailable and the like: the renewal may be retried; the

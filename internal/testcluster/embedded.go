@@ -1,8 +1,10 @@
 package testcluster
 
 import (
+	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -15,30 +17,58 @@ import (
 // its address. It is what Example tests run against. It panics on failure:
 // it is called from TestMain, before any *testing.T exists.
 func StartEmbedded() (addr string, stop func()) {
+	addrs, stop := StartEmbeddedN(1)
+	return addrs[0], stop
+}
+
+// StartEmbeddedN starts an n-node cluster inside this process (real gRPC
+// on loopback, raft-boltdb in temporary dirs), waits for a leader, and
+// returns the nodes' addresses.
+func StartEmbeddedN(n int) (addrs []string, stop func()) {
 	dir, err := os.MkdirTemp("", "leasefence-embedded-")
 	if err != nil {
 		panic(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
+	peers := map[string]string{}
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			panic(err)
+		}
+		addrs = append(addrs, l.Addr().String())
+		peers[fmt.Sprintf("n%d", i+1)] = l.Addr().String()
+		l.Close()
 	}
-	addr = l.Addr().String()
-	l.Close()
-	cfg := cluster.DefaultConfig()
-	cfg.ID, cfg.Listen, cfg.DataDir = "n1", addr, dir
-	cfg.Bootstrap = map[string]string{"n1": addr}
-	cfg.Logger = hclog.NewNullLogger()
-	node, err := cluster.Start(cfg)
-	if err != nil {
-		panic(err)
+	var nodes []*cluster.Node
+	stop = func() {
+		for _, nd := range nodes {
+			nd.Close()
+		}
+		os.RemoveAll(dir)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !node.IsLeader() {
+	for i, a := range addrs {
+		cfg := cluster.DefaultConfig()
+		cfg.ID, cfg.Listen, cfg.DataDir = fmt.Sprintf("n%d", i+1), a, filepath.Join(dir, fmt.Sprintf("n%d", i+1))
+		cfg.Bootstrap = peers
+		cfg.Logger = hclog.NewNullLogger()
+		node, err := cluster.Start(cfg)
+		if err != nil {
+			stop()
+			panic(err)
+		}
+		nodes = append(nodes, node)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		for _, nd := range nodes {
+			if nd.IsLeader() {
+				return addrs, stop
+			}
+		}
 		if time.Now().After(deadline) {
-			panic("embedded node did not lead within 10s")
+			stop()
+			panic("embedded cluster elected no leader within 15s")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return addr, func() { node.Close(); os.RemoveAll(dir) }
 }
