@@ -328,7 +328,7 @@ func (n *Node) leaderLoop() {
 				continue
 			}
 			term := n.raft.CurrentTerm()
-			if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
+			if err := n.await(context.Background(), n.raft.Barrier(n.cfg.ApplyTimeout)); err != nil {
 				n.log.Warn("barrier after election failed", "term", term, "error", err)
 				continue
 			}
@@ -376,6 +376,22 @@ func (n *Node) tickLoop(ls *leaderState) {
 			}
 		}
 		timer.Reset(next)
+	}
+}
+
+// await waits for a raft future, but no longer than ctx or the node's
+// life: raft does not answer a future whose entry was committed but not yet
+// applied when it shuts down, so an unguarded f.Error() can block forever.
+func (n *Node) await(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.stopCh:
+		return ErrStopped
 	}
 }
 

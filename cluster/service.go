@@ -280,7 +280,10 @@ func (n *Node) readIndex(ctx context.Context) error {
 		return n.notLeader()
 	}
 	idx := n.raft.CommitIndex()
-	if err := n.raft.VerifyLeader().Error(); err != nil {
+	if err := n.await(ctx, n.raft.VerifyLeader()); err != nil {
+		if errors.Is(err, ErrStopped) || ctx.Err() != nil {
+			return err
+		}
 		return n.raftError(err)
 	}
 	return n.waitApplied(ctx, idx)
