@@ -1,0 +1,141 @@
+package fencehttp_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/leasefence/leasefence/fence"
+	"github.com/leasefence/leasefence/fence/fencehttp"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestHandlerGivesEachCaseItsStatus(t *testing.T) {
+	guard := fence.NewMemory(fence.AtLeast)
+	var seen fence.Token
+	srv := httptest.NewServer(fencehttp.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen, _ = fence.FromContext(r.Context())
+		io.WriteString(w, "ok")
+	}), fencehttp.WithGuard(guard)))
+	defer srv.Close()
+
+	do := func(headers ...string) (*http.Response, respBody) {
+		req, _ := http.NewRequest(http.MethodPut, srv.URL+"/x", strings.NewReader("v"))
+		for _, h := range headers {
+			req.Header.Add(fencehttp.Header, h)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, respBody(b)
+	}
+	if resp, body := do("jobs/42=72"); resp.StatusCode != 200 || body != "ok" {
+		t.Fatalf("fresh token: %d %s", resp.StatusCode, body)
+	}
+	if seen != (fence.Token{Scope: "jobs/42", Value: 72}) {
+		t.Fatalf("handler saw token %+v", seen)
+	}
+	cases := []struct {
+		name    string
+		headers []string
+		status  int
+		code    string
+	}{
+		{"missing", nil, 400, fencehttp.CodeMissingToken},
+		{"empty", []string{""}, 400, fencehttp.CodeMissingToken},
+		{"no scope", []string{"72"}, 400, fencehttp.CodeMalformedToken},
+		{"not a number", []string{"jobs/42=x"}, 400, fencehttp.CodeMalformedToken},
+		{"zero", []string{"jobs/42=0"}, 400, fencehttp.CodeMalformedToken},
+		{"two headers", []string{"jobs/42=72", "jobs/42=73"}, 400, fencehttp.CodeMalformedToken},
+		{"stale", []string{"jobs/42=71"}, 409, fencehttp.CodeStaleToken},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, raw := do(c.headers...)
+			var body fencehttp.ErrorBody
+			if err := json.Unmarshal([]byte(raw), &body); err != nil {
+				t.Fatalf("body %q is not JSON: %v", raw, err)
+			}
+			if resp.StatusCode != c.status || body.Error != c.code || resp.Header.Get("Content-Type") != "application/json" {
+				t.Fatalf("got %d %+v, want %d %s", resp.StatusCode, body, c.status, c.code)
+			}
+			if c.code == fencehttp.CodeStaleToken && (body.Scope != "jobs/42" || body.Presented != 71 || body.Highest != 72) {
+				t.Fatalf("stale body %+v", body)
+			}
+		})
+	}
+}
+
+type respBody string
+
+func TestTransportSendsTokenAndResponseErrorTypesTheRefusal(t *testing.T) {
+	guard := fence.NewMemory(fence.Strict)
+	srv := httptest.NewServer(fencehttp.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), fencehttp.WithGuard(guard)))
+	defer srv.Close()
+	hc := &http.Client{Transport: &fencehttp.Transport{Base: srv.Client().Transport}}
+	ctx := fence.NewContext(context.Background(), fence.Token{Scope: "a=b ü%", Value: 4})
+	send := func(ctx context.Context) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := fencehttp.ResponseError(resp); err != nil {
+			return err
+		}
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		return nil
+	}
+	if err := send(ctx); err != nil {
+		t.Fatalf("first: %v", err)
+	}
+	err := send(ctx)
+	var st *fence.StaleTokenError
+	if !errors.As(err, &st) || *st != (fence.StaleTokenError{Scope: "a=b ü%", Presented: 4, Highest: 4}) {
+		t.Fatalf("second: %v, want stale 4/4", err)
+	}
+	if err := send(context.Background()); !errors.Is(err, fence.ErrNoToken) {
+		t.Fatalf("without token: %v, want ErrNoToken", err)
+	}
+}
+
+func TestFailedHandlerLeavesTokenUnrecorded(t *testing.T) {
+	guard := fence.NewMemory(fence.AtLeast)
+	h := fencehttp.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "disk full", http.StatusInternalServerError)
+	}), fencehttp.WithGuard(guard))
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPut, "/", nil)
+	fencehttp.SetToken(req.Header, fence.Token{Scope: "s", Value: 8})
+	h.ServeHTTP(rec, req)
+	if rec.Code != 500 {
+		t.Fatalf("status %d, want the handler's 500", rec.Code)
+	}
+	if got := guard.Highest("s"); got != 0 {
+		t.Fatalf("highest = %d after a failed handler, want 0", got)
+	}
+}
+
+func TestWriteErrorLeavesOtherErrorsAlone(t *testing.T) {
+	rec := httptest.NewRecorder()
+	if fencehttp.WriteError(rec, errors.New("other")) || fencehttp.WriteError(rec, nil) {
+		t.Fatal("WriteError claimed a non-fence error")
+	}
+	if rec.Body.Len() != 0 {
+		t.Fatal("WriteError wrote for a non-fence error")
+	}
+}

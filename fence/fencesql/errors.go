@@ -1,0 +1,17 @@
+package fencesql
+
+import "errors"
+
+// Errors of package fencesql. A refused token is a *fence.StaleTokenError
+// (errors.Is fence.ErrStaleToken), as with every guard.
+var (
+	// ErrTokenRange is returned for a token above math.MaxInt64: SQL's
+	// BIGINT is signed. The lease service starts at 1 and counts up, so no
+	// real token gets there.
+	ErrTokenRange = errors.New("fencesql: token exceeds the BIGINT range")
+	// ErrBadTable is returned by New for a table name that is not a plain
+	// (optionally schema-qualified) SQL identifier.
+	ErrBadTable = errors.New("fencesql: bad table name")
+	// ErrUnknownDialect is returned by New for a Dialect it does not know.
+	ErrUnknownDialect = errors.New("fencesql: unknown dialect")
+)
