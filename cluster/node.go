@@ -328,7 +328,21 @@ func (n *Node) leaderLoop() {
 				continue
 			}
 			term := n.raft.CurrentTerm()
-			if err := n.await(context.Background(), n.raft.Barrier(n.cfg.ApplyTimeout)); err != nil {
+			// Retry the barrier while still leading: giving up would leave
+			// a leader that never serves.
+			var err error
+			for {
+				if err = n.await(context.Background(), n.raft.Barrier(n.cfg.ApplyTimeout)); err == nil ||
+					errors.Is(err, ErrStopped) || n.raft.State() != raft.Leader || n.raft.CurrentTerm() != term {
+					break
+				}
+				n.log.Warn("barrier after election failed; retrying", "term", term, "error", err)
+				select {
+				case <-n.stopCh:
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+			if err != nil {
 				n.log.Warn("barrier after election failed", "term", term, "error", err)
 				continue
 			}

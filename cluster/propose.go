@@ -43,6 +43,8 @@ func (n *Node) propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, err
 	case <-ctx.Done():
 		// Handed to Raft: it may still commit.
 		return fsm.Result{}, fmt.Errorf("%w: %v", ErrIndeterminate, ctx.Err())
+	case <-n.stopCh:
+		return fsm.Result{}, fmt.Errorf("%w: %v", ErrIndeterminate, ErrStopped)
 	}
 }
 
@@ -57,7 +59,16 @@ func (n *Node) proposeLoop() {
 		batch = batch[:0]
 		select {
 		case <-n.stopCh:
-			return
+			// Answer whatever is still queued: never proposed, so a
+			// definite failure.
+			for {
+				select {
+				case p := <-n.proposeCh:
+					p.done <- proposalResult{err: ErrStopped}
+				default:
+					return
+				}
+			}
 		case p := <-n.proposeCh:
 			batch = append(batch, p)
 		}

@@ -96,15 +96,23 @@ func (s *leaseService) Acquire(ctx context.Context, req *api.AcquireRequest) (*a
 // runs out, without polling. Leaving (grant, error, cancel) passes the turn.
 func (n *Node) acquireWaiting(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
 	resource := cmd.GetAcquire().Resource
-	w, _, _ := n.hub.subscribe(resource, false, nil)
-	defer n.hub.unsubscribe(w)
+	ls := n.lead.Load()
+	if ls == nil {
+		return fsm.Result{}, n.notLeader()
+	}
 	t := n.waiters.join(resource)
 	defer n.waiters.leave(resource, t)
 	select {
 	case <-t.turn:
 	case <-ctx.Done():
 		return fsm.Result{}, ctx.Err()
+	case <-ls.ctx.Done(): // this node stepped down: the client retries
+		return fsm.Result{}, n.notLeader()
 	}
+	// Subscribe only at the head of the queue, so the buffer holds events
+	// from now on; a refused proposal is retried on each release/expiry.
+	w, _, _ := n.hub.subscribe(resource, false, nil)
+	defer func() { n.hub.unsubscribe(w) }()
 	for {
 		res, err := n.propose(ctx, cmd)
 		var held *fsm.HeldError
@@ -120,12 +128,19 @@ func (n *Node) acquireWaiting(ctx context.Context, cmd *fsmpb.Command) (fsm.Resu
 					break wait
 				}
 			case <-w.overflow:
+				// Cut for falling behind (or by a snapshot restore):
+				// subscribe afresh and try again once.
+				n.hub.unsubscribe(w)
+				w, _, _ = n.hub.subscribe(resource, false, nil)
 				break wait
 			case <-timer.C:
 				break wait
 			case <-ctx.Done():
 				timer.Stop()
 				return fsm.Result{}, ctx.Err()
+			case <-ls.ctx.Done():
+				timer.Stop()
+				return fsm.Result{}, n.notLeader()
 			}
 		}
 		timer.Stop()
@@ -264,9 +279,18 @@ func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 			// still keeps the resource from new holders.
 			return
 		}
+		// On the leader, time left is measured at its cluster time now;
+		// the last applied time lags by up to a tick and would overstate it.
+		now := st.Now()
+		if ls := s.n.lead.Load(); ls != nil && !req.Stale {
+			now = max(now, ls.now(s.n.clock))
+		}
+		if now > l.ExpiresAt {
+			return
+		}
 		out.Lease = toAPILease(l)
 		out.ScopeToken = st.ScopeCounter(l.Scope)
-		out.TtlRemaining = durationpb.New(time.Duration(l.ExpiresAt - st.Now()))
+		out.TtlRemaining = durationpb.New(time.Duration(l.ExpiresAt - now))
 	})
 	return out, nil
 }
@@ -364,6 +388,9 @@ func (s *leaseService) Watch(req *api.WatchRequest, stream grpc.ServerStreamingS
 // without bound: past it, the stream stops reading until answers go out.
 const keepAliveInFlight = 4096
 
+// keepAliveRenewTimeout bounds one renewal of a KeepAlive stream.
+const keepAliveRenewTimeout = 3 * time.Second
+
 // KeepAlive implements api.LeaseServiceServer: every request is a Renew
 // (forwarded to the leader when needed, group-committed with all others),
 // answered on the stream as soon as its outcome is known.
@@ -394,7 +421,11 @@ func (s *leaseService) KeepAlive(stream grpc.BidiStreamingServer[api.KeepAliveRe
 			defer wg.Done()
 			defer func() { <-sem }()
 			resp := &api.KeepAliveResponse{Seq: req.Seq, LeaseId: req.LeaseId}
-			r, err := s.Renew(ctx, &api.RenewRequest{LeaseId: req.LeaseId})
+			// Bounded, so a silently dropped leader connection cannot stall
+			// renewals for long: the client retries or fails over.
+			rctx, cancel := context.WithTimeout(ctx, keepAliveRenewTimeout)
+			r, err := s.Renew(rctx, &api.RenewRequest{LeaseId: req.LeaseId})
+			cancel()
 			if err != nil {
 				st := status.Convert(err)
 				resp.Code, resp.Message = int32(st.Code()), st.Message()

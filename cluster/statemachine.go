@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"sync"
@@ -91,13 +92,22 @@ func (m *stateMachine) Snapshot() (raft.FSMSnapshot, error) {
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return &fsmSnapshot{sn: m.st.Snapshot(), log: m.log}, nil
+	// raft calls Snapshot on the goroutine that calls Apply, so applied is
+	// exactly the last entry this snapshot contains.
+	return &fsmSnapshot{index: m.applied.Load(), sn: m.st.Snapshot(), log: m.log}, nil
 }
 
 // Restore implements raft.FSM: builds fresh state from the snapshot and
 // swaps it in; on error the current state is kept.
 func (m *stateMachine) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	var hdr [8]byte
+	if _, err := io.ReadFull(rc, hdr[:]); err != nil {
+		err = fmt.Errorf("%w: reading index: %v", fsm.ErrCorruptSnapshot, err)
+		m.log.Error("snapshot restore failed", "error", err)
+		return err
+	}
+	index := binary.BigEndian.Uint64(hdr[:])
 	st, err := fsm.Restore(rc)
 	if err != nil {
 		m.log.Error("snapshot restore failed", "error", err)
@@ -106,18 +116,30 @@ func (m *stateMachine) Restore(rc io.ReadCloser) error {
 	m.mu.Lock()
 	m.st = st
 	m.mu.Unlock()
-	m.hub.markGap()
+	// Watchers connected now have missed everything up to index: cut them
+	// and refuse resumes from before it.
+	m.hub.reset(index)
+	m.setApplied(index)
 	return nil
 }
 
+// fsmSnapshot is written as the index of the last entry it contains (8
+// bytes, big endian) followed by the fsm snapshot.
 type fsmSnapshot struct {
-	sn  *fsm.Snapshot
-	log hclog.Logger
+	index uint64
+	sn    *fsm.Snapshot
+	log   hclog.Logger
 }
 
 // Persist writes the snapshot; the sink is cancelled on every error path.
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := s.sn.WriteTo(sink); err != nil {
+	var hdr [8]byte
+	binary.BigEndian.PutUint64(hdr[:], s.index)
+	_, err := sink.Write(hdr[:])
+	if err == nil {
+		_, err = s.sn.WriteTo(sink)
+	}
+	if err != nil {
 		s.log.Error("snapshot persist failed", "error", err)
 		_ = sink.Cancel()
 		return err

@@ -31,7 +31,7 @@ type hub struct {
 	head   int               // index of the oldest event
 	n      int               // events in the ring
 	lost   position          // resuming after a position below this is refused
-	gap    bool              // the next applied entry starts after a gap
+	gap    bool              // nothing applied yet: positions before the next entry are unknown
 	subs   map[*watcher]struct{}
 	subBuf int
 }
@@ -55,12 +55,24 @@ func (w *watcher) matches(resource string) bool {
 	return resource == w.key
 }
 
-// markGap records that state was replaced (snapshot restore): events up to
-// the next applied entry cannot be replayed.
-func (h *hub) markGap() {
+// reset records that state was replaced by a snapshot up to index: events
+// up to it cannot be replayed, and every connected watcher, having missed
+// them, is cut so that it resumes (and is refused if it is behind).
+func (h *hub) reset(index uint64) {
 	h.mu.Lock()
-	h.gap = true
-	h.mu.Unlock()
+	defer h.mu.Unlock()
+	h.gap = false
+	if p := (position{index: index, seq: ^uint32(0)}); h.lost.less(p) {
+		h.lost = p
+	}
+	for i := range h.ring {
+		h.ring[i] = nil
+	}
+	h.head, h.n = 0, 0
+	for w := range h.subs {
+		close(w.overflow)
+		delete(h.subs, w)
+	}
 }
 
 // publish records the events of the entry at index and hands them to
@@ -107,7 +119,8 @@ func (h *hub) subscribe(key string, prefix bool, after *position) (w *watcher, b
 	defer h.mu.Unlock()
 	w = &watcher{key: key, prefix: prefix, ch: make(chan *api.WatchEvent, h.subBuf), overflow: make(chan struct{})}
 	if after != nil {
-		if after.less(h.lost) {
+		// Before the first apply this node cannot tell what it missed.
+		if h.gap || after.less(h.lost) {
 			return nil, nil, false
 		}
 		for i := 0; i < h.n; i++ {
