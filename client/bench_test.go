@@ -55,6 +55,7 @@ func BenchmarkKeepAlive10000Leases(b *testing.B) {
 		after := c.Stats()
 		el := time.Since(start).Seconds()
 		b.ReportMetric(float64(after.RenewalsConfirmed-before.RenewalsConfirmed)/el, "renewals/s")
+		b.ReportMetric(float64(after.Streams), "streams")
 		if after.Leases != leases || after.RenewalsRefused != 0 {
 			b.Fatalf("leases %d, refused %d", after.Leases, after.RenewalsRefused)
 		}

@@ -122,8 +122,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.keeper = newKeeper(c)
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go func() { defer c.wg.Done(); c.keeper.run(c.ctx) }()
+	go func() { defer c.wg.Done(); c.keeper.watchdog(c.ctx) }()
 	return c, nil
 }
 
@@ -219,7 +220,7 @@ func (c *Client) failover(addr string, err error) {
 // bounded by RequestTimeout. Errors are mapped through fromStatus; a
 // retryable failure at the end becomes ErrUnavailable.
 func (c *Client) call(ctx context.Context, perAttempt bool, op func(context.Context, *grpc.ClientConn) error) error {
-	giveUp := time.Now().Add(c.cfg.RetryFor)
+	var giveUp time.Time // RetryFor counts from the first failure
 	backoff := 20 * time.Millisecond
 	for {
 		addr, conn, err := c.endpoint()
@@ -242,6 +243,9 @@ func (c *Client) call(ctx context.Context, perAttempt bool, op func(context.Cont
 			return fromStatus(err)
 		}
 		c.failover(addr, err)
+		if giveUp.IsZero() {
+			giveUp = time.Now().Add(c.cfg.RetryFor)
+		}
 		if time.Now().After(giveUp) {
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/leasefence/leasefence/api"
 )
@@ -28,7 +29,10 @@ type keeper struct {
 	// stalled is a test hook: while set, no renewal is sent.
 	stalled atomic.Bool
 
-	sent, confirmed, refused atomic.Uint64
+	sent, confirmed, refused, streams atomic.Uint64
+	// lastRecv is the client clock reading of the stream's last answer (or
+	// of its opening).
+	lastRecv atomic.Int64
 }
 
 // Stats counts a client's keep-alive work since it was created.
@@ -38,6 +42,8 @@ type Stats struct {
 	// RenewalsSent, RenewalsConfirmed and RenewalsRefused count keep-alive
 	// renewals.
 	RenewalsSent, RenewalsConfirmed, RenewalsRefused uint64
+	// Streams counts keep-alive streams opened (one, unless nodes failed).
+	Streams uint64
 }
 
 // Stats returns the client's keep-alive counters.
@@ -46,7 +52,7 @@ func (c *Client) Stats() Stats {
 	k.mu.Lock()
 	n := len(k.leases)
 	k.mu.Unlock()
-	return Stats{Leases: n, RenewalsSent: k.sent.Load(), RenewalsConfirmed: k.confirmed.Load(), RenewalsRefused: k.refused.Load()}
+	return Stats{Leases: n, RenewalsSent: k.sent.Load(), RenewalsConfirmed: k.confirmed.Load(), RenewalsRefused: k.refused.Load(), Streams: k.streams.Load()}
 }
 
 type pendingRenew struct {
@@ -106,6 +112,38 @@ func (k *keeper) endAll(err error) {
 	}
 }
 
+// watchdog ends leases whose safe deadline passed while the host was
+// suspended. Lease timers run on Go's monotonic clock, which stops during
+// suspend, so after a resume they fire late; the safe deadline is on the
+// client's Clock (CLOCK_BOOTTIME), which does not stop. When the client
+// clock has advanced more than the monotonic one, every lease is checked.
+func (k *keeper) watchdog(ctx context.Context) {
+	const period = 100 * time.Millisecond
+	t := time.NewTicker(period)
+	defer t.Stop()
+	lastMono, lastClock := time.Now(), k.c.clock.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		mono, clk := time.Now(), k.c.clock.Now()
+		if (clk-lastClock)-mono.Sub(lastMono) > period/2 {
+			k.mu.Lock()
+			ls := make([]*Lease, 0, len(k.leases))
+			for _, l := range k.leases {
+				ls = append(ls, l)
+			}
+			k.mu.Unlock()
+			for _, l := range ls {
+				l.checkDeadline()
+			}
+		}
+		lastMono, lastClock = mono, clk
+	}
+}
+
 // run keeps a stream open until ctx ends.
 func (k *keeper) run(ctx context.Context) {
 	backoff := 50 * time.Millisecond
@@ -153,6 +191,8 @@ func (k *keeper) session(ctx context.Context) error {
 		k.c.failover(addr, err)
 		return err
 	}
+	k.streams.Add(1)
+	k.lastRecv.Store(int64(k.c.clock.Now()))
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- k.receive(stream) }()
 	timer := time.NewTimer(0)
@@ -168,6 +208,9 @@ func (k *keeper) session(ctx context.Context) error {
 		case <-timer.C:
 		}
 		next, empty, err := k.sendDue(stream)
+		if err == nil && k.silentFor() > 2*retryUnconfirmed {
+			err = status.Error(codes.Unavailable, "keep-alive: no answer from the node")
+		}
 		if err != nil {
 			k.c.failover(addr, err)
 			return err
@@ -214,11 +257,38 @@ func (k *keeper) sendDue(stream api.LeaseService_KeepAliveClient) (time.Duration
 	return next, false, nil
 }
 
+// maxFailedRenewals is how many renewals in a row may fail (Unavailable and
+// the like) before the stream is moved to another node: the node this
+// stream reaches may be cut off from the leader while others are not.
+const maxFailedRenewals = 2
+
+// silentFor returns how long renewals have been outstanding on this
+// stream with no answer at all (zero when none is outstanding). A slow but
+// answering node is not silent.
+func (k *keeper) silentFor() time.Duration {
+	k.mu.Lock()
+	outstanding := len(k.pending) > 0
+	k.mu.Unlock()
+	if !outstanding {
+		return 0
+	}
+	return k.c.clock.Now() - time.Duration(k.lastRecv.Load())
+}
+
 func (k *keeper) receive(stream api.LeaseService_KeepAliveClient) error {
+	failed := 0
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
 			return err
+		}
+		k.lastRecv.Store(int64(k.c.clock.Now()))
+		if c := codes.Code(resp.Code); c != codes.OK && c != codes.NotFound {
+			if failed++; failed >= maxFailedRenewals {
+				return status.Errorf(codes.Unavailable, "keep-alive: %d renewals in a row failed: %s", failed, resp.Message)
+			}
+		} else {
+			failed = 0
 		}
 		k.mu.Lock()
 		p, ok := k.pending[resp.Seq]

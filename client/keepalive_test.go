@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -62,4 +63,27 @@ func TestKeepAliveUnderBackpressureNeverBlocksAcquire(t *testing.T) {
 		_ = v.(*client.Lease).Release(ctx)
 		return true
 	})
+}
+
+// A retry whose request id replays a lease that has since ended must not
+// look like a fresh grant.
+func TestReplayOfEndedLeaseIsReportedLost(t *testing.T) {
+	c, err := client.New(client.Config{Endpoints: []string{endpoint}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, "replay/ended", client.WithRequestID("req-replay-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Acquire(ctx, "replay/ended", client.WithRequestID("req-replay-1"))
+	if !errors.Is(err, client.ErrLeaseLost) {
+		t.Fatalf("replay of a released lease: %v", err)
+	}
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -96,6 +97,7 @@ func (l *Lease) Context() context.Context { return l.ctx }
 // Err returns nil while the lease lives, then why it ended: ErrReleased,
 // ErrLeaseLost, ErrSafeDeadline or ErrClosed.
 func (l *Lease) Err() error {
+	l.checkDeadline() // the timer may be late after a host suspend
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
@@ -151,7 +153,9 @@ func (l *Lease) checkDeadline() {
 		return
 	}
 	if wait := l.safeUntil - l.c.clock.Now(); wait > 0 {
-		l.timer.Reset(wait)
+		if l.timer != nil {
+			l.timer.Reset(wait)
+		}
 		return
 	}
 	l.endLocked(ErrSafeDeadline)
@@ -194,14 +198,24 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		resp   *api.AcquireResponse
 		sentAt time.Duration
 	)
+	attempted := false
 	err := c.call(ctx, !o.wait, func(ctx context.Context, conn *grpc.ClientConn) error {
+		attempted = true
 		sentAt = c.clock.Now() // the send time of the attempt that succeeds
 		var err error
 		resp, err = api.NewLeaseServiceClient(conn).Acquire(ctx, req)
 		return err
 	})
 	if err != nil {
+		if errors.Is(err, ErrUnavailable) && attempted {
+			// An attempt may have been granted: retrying with the same
+			// request id yields that lease, never a second one.
+			return nil, fmt.Errorf("%w: acquire %q (retry WithRequestID(%q)): %v", ErrIndeterminate, resource, o.requestID, err)
+		}
 		return nil, err
+	}
+	if resp.Replayed && resp.TtlRemaining.AsDuration() <= 0 {
+		return nil, fmt.Errorf("%w: request id %q replayed a lease that has ended", ErrLeaseLost, o.requestID)
 	}
 	l := c.newLease(resp.Lease)
 	if o.wait {

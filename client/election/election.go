@@ -6,7 +6,10 @@ package election
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/leasefence/leasefence/client"
@@ -19,6 +22,8 @@ type Election struct {
 	id    string
 	ttl   time.Duration
 	scope string
+
+	mu    sync.Mutex
 	lease *client.Lease
 }
 
@@ -47,31 +52,51 @@ func New(c *client.Client, name, identity string, opts ...Option) *Election {
 // its Context ends when leadership is lost, and its Token is the
 // leadership's fencing token.
 func (e *Election) Campaign(ctx context.Context) (*client.Lease, error) {
-	opts := []client.AcquireOption{client.WithWait(), client.WithTTL(e.ttl), client.WithHolder(e.id)}
+	// One request id for the whole campaign: if an attempt was granted but
+	// its answer lost, the next attempt gets that lease back instead of
+	// queueing behind it.
+	opts := []client.AcquireOption{client.WithWait(), client.WithTTL(e.ttl), client.WithHolder(e.id), client.WithRequestID(newCampaignID())}
 	if e.scope != "" {
 		opts = append(opts, client.WithScope(e.scope))
 	}
+	backoff := 50 * time.Millisecond
 	for {
 		l, err := e.c.Acquire(ctx, e.name, opts...)
 		if err == nil {
+			e.mu.Lock()
 			e.lease = l
+			e.mu.Unlock()
 			return l, nil
 		}
 		// A waiting Acquire ends when the leader it waited on changes;
 		// campaign again until ctx ends.
-		if ctx.Err() != nil || !errors.Is(err, client.ErrUnavailable) {
+		if ctx.Err() != nil || !(errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrIndeterminate)) {
 			return nil, err
 		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		backoff = min(2*backoff, time.Second)
 	}
+}
+
+func newCampaignID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return "campaign-" + hex.EncodeToString(b)
 }
 
 // Resign gives leadership up, if held, so the next candidate leads at once.
 func (e *Election) Resign(ctx context.Context) error {
-	if e.lease == nil {
-		return nil
-	}
+	e.mu.Lock()
 	l := e.lease
 	e.lease = nil
+	e.mu.Unlock()
+	if l == nil {
+		return nil
+	}
 	return l.Release(ctx)
 }
 
@@ -94,14 +119,20 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	return Leader{Identity: g.Lease.Holder, Token: g.Lease.Token}, nil
 }
 
-// Observe sends the current leader, then every change, until ctx ends.
+// Observe sends the current leader, then every change, until ctx ends or
+// the watch cannot go on (a closed client, an invalid name, events no
+// longer retained); then it closes the channel.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader, 1)
 	go func() {
 		defer close(out)
 		var start client.Position
+		backoff := 50 * time.Millisecond
 		for {
 			g, err := e.c.Get(ctx, e.name)
+			if err != nil && (errors.Is(err, client.ErrClosed) || errors.Is(err, client.ErrInvalidArgument)) {
+				return
+			}
 			if err == nil {
 				cur := Leader{}
 				if g.Lease != nil {
@@ -115,9 +146,12 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 				start = g.Position
 				break
 			}
-			if ctx.Err() != nil {
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
 				return
 			}
+			backoff = min(2*backoff, time.Second)
 		}
 		for ev := range e.c.Watch(ctx, e.name, client.WithAfter(start)) {
 			var l Leader
@@ -169,17 +203,16 @@ func (e *Election) Run(ctx context.Context, cb Callbacks) error {
 		<-lctx.Done()
 		stop()
 		cancel()
-		if ctx.Err() != nil {
-			rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = e.Resign(rctx)
-			rcancel()
-		}
+		// Release on the way out, and after a loss too (best effort): a
+		// lease this process no longer trusts should not keep others out.
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = e.Resign(rctx)
+		rcancel()
 		if cb.OnStoppedLeading != nil {
 			cb.OnStoppedLeading()
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		e.lease = nil
 	}
 }
