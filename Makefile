@@ -61,3 +61,13 @@ test-fence:
 # bench-fence measures a fenced write against an unfenced one on bbolt and SQLite.
 bench-fence:
 	$(GO) test -run '^$$' -bench 'BoltWrite|SQLiteWrite' -benchtime 2000x ./fence/fencebolt/ ./fence/fencesql/
+
+.PHONY: bench
+
+# bench runs the FSM micro-benchmarks, then bench/etcd-compare.sh: a
+# three-node leasefence and a three-node etcd on loopback, the same
+# acquire/release cycle at 1 and 64 clients, and the ratios. Not part of
+# `make test`; see docs/PERFORMANCE.md (DURATION, ROUNDS, CLIENTS tune it).
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./fsm/
+	./bench/etcd-compare.sh
