@@ -18,13 +18,13 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/leasefence/leasefence/fence"
 	"github.com/leasefence/leasefence/fence/fencekv"
+	"github.com/leasefence/leasefence/internal/flagenv"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -67,17 +67,8 @@ func parse(args []string, stderr io.Writer) (fencekv.Config, error) {
 	fs.StringVar(&cfg.Scope, "scope", "", "one fencing scope for every key (default: each key is its own scope)")
 	fs.StringVar(&logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.BoolVar(&logJSON, "log-json", false, "log as JSON lines")
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		name := "LEASEFENCE_FENCEDKV_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(name); ok && envErr == nil {
-			if err := f.Value.Set(v); err != nil {
-				envErr = fmt.Errorf("%s=%q: %v", name, v, err)
-			}
-		}
-	})
-	if envErr != nil {
-		return cfg, envErr
+	if err := flagenv.Apply(fs, "LEASEFENCE_FENCEDKV_"); err != nil {
+		return cfg, err
 	}
 	if err := fs.Parse(args); err != nil {
 		return cfg, err

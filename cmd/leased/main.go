@@ -14,12 +14,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/leasefence/leasefence/cluster"
+	"github.com/leasefence/leasefence/internal/flagenv"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -94,17 +94,8 @@ func parse(args []string, stderr io.Writer) (cluster.Config, error) {
 	fs.StringVar(&logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.BoolVar(&logJSON, "log-json", false, "log as JSON lines")
 	// Environment first, so that flags given on the command line win.
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		name := "LEASEFENCE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(name); ok && envErr == nil {
-			if err := f.Value.Set(v); err != nil {
-				envErr = fmt.Errorf("%s=%q: %v", name, v, err)
-			}
-		}
-	})
-	if envErr != nil {
-		return cfg, envErr
+	if err := flagenv.Apply(fs, "LEASEFENCE_"); err != nil {
+		return cfg, err
 	}
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
