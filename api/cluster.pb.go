@@ -23,6 +23,111 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type SnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRequest) Reset() {
+	*x = SnapshotRequest{}
+	mi := &file_api_cluster_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRequest) ProtoMessage() {}
+
+func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_cluster_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_api_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+type SnapshotChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// Set on the last chunk only.
+	Sha256        string `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Index         uint64 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	Size          uint64 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotChunk) Reset() {
+	*x = SnapshotChunk{}
+	mi := &file_api_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotChunk) ProtoMessage() {}
+
+func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_api_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
+func (*SnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_api_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SnapshotChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *SnapshotChunk) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -31,7 +136,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_cluster_proto_msgTypes[0]
+	mi := &file_api_cluster_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -43,7 +148,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[0]
+	mi := &file_api_cluster_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -56,7 +161,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{0}
+	return file_api_cluster_proto_rawDescGZIP(), []int{2}
 }
 
 type Member struct {
@@ -72,7 +177,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_cluster_proto_msgTypes[1]
+	mi := &file_api_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -84,7 +189,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[1]
+	mi := &file_api_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -97,7 +202,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{1}
+	return file_api_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Member) GetId() string {
@@ -155,7 +260,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_cluster_proto_msgTypes[2]
+	mi := &file_api_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -167,7 +272,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[2]
+	mi := &file_api_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -180,7 +285,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{2}
+	return file_api_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StatusResponse) GetId() string {
@@ -306,7 +411,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_cluster_proto_msgTypes[3]
+	mi := &file_api_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -318,7 +423,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[3]
+	mi := &file_api_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -331,7 +436,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{3}
+	return file_api_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -363,7 +468,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_cluster_proto_msgTypes[4]
+	mi := &file_api_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -375,7 +480,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[4]
+	mi := &file_api_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -388,7 +493,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{4}
+	return file_api_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 type RemoveRequest struct {
@@ -400,7 +505,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_api_cluster_proto_msgTypes[5]
+	mi := &file_api_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -412,7 +517,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[5]
+	mi := &file_api_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -425,7 +530,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{5}
+	return file_api_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RemoveRequest) GetId() string {
@@ -443,7 +548,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_api_cluster_proto_msgTypes[6]
+	mi := &file_api_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -455,7 +560,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[6]
+	mi := &file_api_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -468,7 +573,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{6}
+	return file_api_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 type TransferLeadershipRequest struct {
@@ -480,7 +585,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_api_cluster_proto_msgTypes[7]
+	mi := &file_api_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +597,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[7]
+	mi := &file_api_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +610,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{7}
+	return file_api_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -524,7 +629,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_api_cluster_proto_msgTypes[8]
+	mi := &file_api_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -536,7 +641,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[8]
+	mi := &file_api_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -549,7 +654,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{8}
+	return file_api_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TransferLeadershipResponse) GetLeaderId() string {
@@ -563,7 +668,13 @@ var File_api_cluster_proto protoreflect.FileDescriptor
 
 const file_api_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x11api/cluster.proto\x12\rleasefence.v1\"\x0f\n" +
+	"\x11api/cluster.proto\x12\rleasefence.v1\"\x11\n" +
+	"\x0fSnapshotRequest\"e\n" +
+	"\rSnapshotChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\"\x0f\n" +
 	"\rStatusRequest\"`\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -601,12 +712,13 @@ const file_api_cluster_proto_rawDesc = "" +
 	"\x19TransferLeadershipRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"9\n" +
 	"\x1aTransferLeadershipResponse\x12\x1b\n" +
-	"\tleader_id\x18\x01 \x01(\tR\bleaderId2\xca\x02\n" +
+	"\tleader_id\x18\x01 \x01(\tR\bleaderId2\x96\x03\n" +
 	"\x0eClusterService\x12E\n" +
 	"\x06Status\x12\x1c.leasefence.v1.StatusRequest\x1a\x1d.leasefence.v1.StatusResponse\x12?\n" +
 	"\x04Join\x12\x1a.leasefence.v1.JoinRequest\x1a\x1b.leasefence.v1.JoinResponse\x12E\n" +
 	"\x06Remove\x12\x1c.leasefence.v1.RemoveRequest\x1a\x1d.leasefence.v1.RemoveResponse\x12i\n" +
-	"\x12TransferLeadership\x12(.leasefence.v1.TransferLeadershipRequest\x1a).leasefence.v1.TransferLeadershipResponseB*Z(github.com/leasefence/leasefence/api;apib\x06proto3"
+	"\x12TransferLeadership\x12(.leasefence.v1.TransferLeadershipRequest\x1a).leasefence.v1.TransferLeadershipResponse\x12J\n" +
+	"\bSnapshot\x12\x1e.leasefence.v1.SnapshotRequest\x1a\x1c.leasefence.v1.SnapshotChunk0\x01B*Z(github.com/leasefence/leasefence/api;apib\x06proto3"
 
 var (
 	file_api_cluster_proto_rawDescOnce sync.Once
@@ -620,33 +732,37 @@ func file_api_cluster_proto_rawDescGZIP() []byte {
 	return file_api_cluster_proto_rawDescData
 }
 
-var file_api_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_api_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_api_cluster_proto_goTypes = []any{
-	(*StatusRequest)(nil),              // 0: leasefence.v1.StatusRequest
-	(*Member)(nil),                     // 1: leasefence.v1.Member
-	(*StatusResponse)(nil),             // 2: leasefence.v1.StatusResponse
-	(*JoinRequest)(nil),                // 3: leasefence.v1.JoinRequest
-	(*JoinResponse)(nil),               // 4: leasefence.v1.JoinResponse
-	(*RemoveRequest)(nil),              // 5: leasefence.v1.RemoveRequest
-	(*RemoveResponse)(nil),             // 6: leasefence.v1.RemoveResponse
-	(*TransferLeadershipRequest)(nil),  // 7: leasefence.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 8: leasefence.v1.TransferLeadershipResponse
+	(*SnapshotRequest)(nil),            // 0: leasefence.v1.SnapshotRequest
+	(*SnapshotChunk)(nil),              // 1: leasefence.v1.SnapshotChunk
+	(*StatusRequest)(nil),              // 2: leasefence.v1.StatusRequest
+	(*Member)(nil),                     // 3: leasefence.v1.Member
+	(*StatusResponse)(nil),             // 4: leasefence.v1.StatusResponse
+	(*JoinRequest)(nil),                // 5: leasefence.v1.JoinRequest
+	(*JoinResponse)(nil),               // 6: leasefence.v1.JoinResponse
+	(*RemoveRequest)(nil),              // 7: leasefence.v1.RemoveRequest
+	(*RemoveResponse)(nil),             // 8: leasefence.v1.RemoveResponse
+	(*TransferLeadershipRequest)(nil),  // 9: leasefence.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 10: leasefence.v1.TransferLeadershipResponse
 }
 var file_api_cluster_proto_depIdxs = []int32{
-	1, // 0: leasefence.v1.StatusResponse.members:type_name -> leasefence.v1.Member
-	0, // 1: leasefence.v1.ClusterService.Status:input_type -> leasefence.v1.StatusRequest
-	3, // 2: leasefence.v1.ClusterService.Join:input_type -> leasefence.v1.JoinRequest
-	5, // 3: leasefence.v1.ClusterService.Remove:input_type -> leasefence.v1.RemoveRequest
-	7, // 4: leasefence.v1.ClusterService.TransferLeadership:input_type -> leasefence.v1.TransferLeadershipRequest
-	2, // 5: leasefence.v1.ClusterService.Status:output_type -> leasefence.v1.StatusResponse
-	4, // 6: leasefence.v1.ClusterService.Join:output_type -> leasefence.v1.JoinResponse
-	6, // 7: leasefence.v1.ClusterService.Remove:output_type -> leasefence.v1.RemoveResponse
-	8, // 8: leasefence.v1.ClusterService.TransferLeadership:output_type -> leasefence.v1.TransferLeadershipResponse
-	5, // [5:9] is the sub-list for method output_type
-	1, // [1:5] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	3,  // 0: leasefence.v1.StatusResponse.members:type_name -> leasefence.v1.Member
+	2,  // 1: leasefence.v1.ClusterService.Status:input_type -> leasefence.v1.StatusRequest
+	5,  // 2: leasefence.v1.ClusterService.Join:input_type -> leasefence.v1.JoinRequest
+	7,  // 3: leasefence.v1.ClusterService.Remove:input_type -> leasefence.v1.RemoveRequest
+	9,  // 4: leasefence.v1.ClusterService.TransferLeadership:input_type -> leasefence.v1.TransferLeadershipRequest
+	0,  // 5: leasefence.v1.ClusterService.Snapshot:input_type -> leasefence.v1.SnapshotRequest
+	4,  // 6: leasefence.v1.ClusterService.Status:output_type -> leasefence.v1.StatusResponse
+	6,  // 7: leasefence.v1.ClusterService.Join:output_type -> leasefence.v1.JoinResponse
+	8,  // 8: leasefence.v1.ClusterService.Remove:output_type -> leasefence.v1.RemoveResponse
+	10, // 9: leasefence.v1.ClusterService.TransferLeadership:output_type -> leasefence.v1.TransferLeadershipResponse
+	1,  // 10: leasefence.v1.ClusterService.Snapshot:output_type -> leasefence.v1.SnapshotChunk
+	6,  // [6:11] is the sub-list for method output_type
+	1,  // [1:6] is the sub-list for method input_type
+	1,  // [1:1] is the sub-list for extension type_name
+	1,  // [1:1] is the sub-list for extension extendee
+	0,  // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_api_cluster_proto_init() }
@@ -660,7 +776,7 @@ func file_api_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_cluster_proto_rawDesc), len(file_api_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

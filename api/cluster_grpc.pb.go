@@ -25,6 +25,7 @@ const (
 	ClusterService_Join_FullMethodName               = "/leasefence.v1.ClusterService/Join"
 	ClusterService_Remove_FullMethodName             = "/leasefence.v1.ClusterService/Remove"
 	ClusterService_TransferLeadership_FullMethodName = "/leasefence.v1.ClusterService/TransferLeadership"
+	ClusterService_Snapshot_FullMethodName           = "/leasefence.v1.ClusterService/Snapshot"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -40,6 +41,11 @@ type ClusterServiceClient interface {
 	Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*RemoveResponse, error)
 	// TransferLeadership asks the leader to hand over, to id when given.
 	TransferLeadership(ctx context.Context, in *TransferLeadershipRequest, opts ...grpc.CallOption) (*TransferLeadershipResponse, error)
+	// Snapshot streams a consistent backup of the lease state (taken after a
+	// linearizable read on the leader): the bytes of a backup file, then its
+	// SHA-256 in the last chunk. `leased --restore` builds a new cluster
+	// from such a file.
+	Snapshot(ctx context.Context, in *SnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
 }
 
 type clusterServiceClient struct {
@@ -90,6 +96,25 @@ func (c *clusterServiceClient) TransferLeadership(ctx context.Context, in *Trans
 	return out, nil
 }
 
+func (c *clusterServiceClient) Snapshot(ctx context.Context, in *SnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ClusterService_ServiceDesc.Streams[0], ClusterService_Snapshot_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SnapshotRequest, SnapshotChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ClusterService_SnapshotClient = grpc.ServerStreamingClient[SnapshotChunk]
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
@@ -103,6 +128,11 @@ type ClusterServiceServer interface {
 	Remove(context.Context, *RemoveRequest) (*RemoveResponse, error)
 	// TransferLeadership asks the leader to hand over, to id when given.
 	TransferLeadership(context.Context, *TransferLeadershipRequest) (*TransferLeadershipResponse, error)
+	// Snapshot streams a consistent backup of the lease state (taken after a
+	// linearizable read on the leader): the bytes of a backup file, then its
+	// SHA-256 in the last chunk. `leased --restore` builds a new cluster
+	// from such a file.
+	Snapshot(*SnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -124,6 +154,9 @@ func (UnimplementedClusterServiceServer) Remove(context.Context, *RemoveRequest)
 }
 func (UnimplementedClusterServiceServer) TransferLeadership(context.Context, *TransferLeadershipRequest) (*TransferLeadershipResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method TransferLeadership not implemented")
+}
+func (UnimplementedClusterServiceServer) Snapshot(*SnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error {
+	return status.Errorf(codes.Unimplemented, "method Snapshot not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -218,6 +251,17 @@ func _ClusterService_TransferLeadership_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterService_Snapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(SnapshotRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ClusterServiceServer).Snapshot(m, &grpc.GenericServerStream[SnapshotRequest, SnapshotChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ClusterService_SnapshotServer = grpc.ServerStreamingServer[SnapshotChunk]
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -242,6 +286,12 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _ClusterService_TransferLeadership_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Snapshot",
+			Handler:       _ClusterService_Snapshot_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "api/cluster.proto",
 }

@@ -33,6 +33,15 @@ type Config struct {
 	Join string
 	// Nonvoter joins as a non-voting member.
 	Nonvoter bool
+	// RestoreFrom names a backup file (from ClusterService.Snapshot,
+	// `leasectl snapshot save`) to start a new cluster from. Used only on a
+	// first start, with Bootstrap; every founding node gets the same file.
+	RestoreFrom string
+	// BumpTokens is added to every scope's counter on restore, so that new
+	// tokens beat every token issued after the backup was taken. Zero means
+	// DefaultBumpTokens (2^32) unless AllowZeroBump is set.
+	BumpTokens    uint64
+	AllowZeroBump bool
 
 	// MinTTL and MaxTTL bound the ttl of an Acquire.
 	MinTTL, MaxTTL time.Duration
@@ -177,6 +186,9 @@ func (c Config) Validate() error {
 			}
 			addrs[a] = id
 		}
+	}
+	if c.RestoreFrom != "" && len(c.Bootstrap) == 0 {
+		bad("restoring from a backup needs the new cluster's bootstrap list")
 	}
 	if c.SkewMargin < 0 {
 		bad("skew margin %v must not be negative", c.SkewMargin)

@@ -168,6 +168,16 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("cluster: reading raft state: %w", err)
 	}
+	if cfg.RestoreFrom != "" {
+		if existing {
+			n.log.Warn("data dir has state; ignoring the backup to restore from", "file", cfg.RestoreFrom)
+		} else {
+			if err := n.seedFromBackup(store, snaps); err != nil {
+				return err
+			}
+			existing = true // the seeded snapshot holds the configuration
+		}
+	}
 	n.raft, err = raft.NewRaft(rc, n.sm, logs, store, snaps, n.tr)
 	if err != nil {
 		return fmt.Errorf("cluster: start raft: %w", err)

@@ -369,3 +369,19 @@ func (s *State) remove(a *Applied, l *Lease, t EventType, reason string) {
 	delete(s.byID, l.ID)
 	a.Events = append(a.Events, Event{Type: t, Lease: l.copy(), Reason: reason, Now: s.now})
 }
+
+// BumpCounters raises every scope's token counter by n: after a restore
+// from a backup, new tokens must beat every token issued since the backup
+// was taken (which the backup cannot know). It fails, changing nothing, if
+// a counter would overflow.
+func (s *State) BumpCounters(n uint64) error {
+	for scope, c := range s.counters {
+		if c > ^uint64(0)-n {
+			return fmt.Errorf("fsm: bumping scope %q (counter %d) by %d overflows", scope, c, n)
+		}
+	}
+	for scope := range s.counters {
+		s.counters[scope] += n
+	}
+	return nil
+}

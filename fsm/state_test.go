@@ -350,3 +350,28 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 		})
 	}
 }
+
+func TestBumpCountersRaisesEveryScopeOrNone(t *testing.T) {
+	s := New()
+	c := acquireCmd("a", 10*sec, 1, "")
+	c.GetAcquire().Scope = "shard"
+	apply(t, s, 0, c)
+	apply(t, s, 0, acquireCmd("b", 10*sec, 2, ""))
+	if err := s.BumpCounters(1 << 32); err != nil {
+		t.Fatal(err)
+	}
+	if s.ScopeCounter("shard") != 1+1<<32 || s.ScopeCounter("b") != 1+1<<32 {
+		t.Fatalf("counters %d %d", s.ScopeCounter("shard"), s.ScopeCounter("b"))
+	}
+	apply(t, s, 0, releaseCmd(2))
+	if r := apply(t, s, 0, acquireCmd("b", 10*sec, 3, "")); r.Lease.Token != 2+1<<32 {
+		t.Fatalf("token after bump: %d", r.Lease.Token)
+	}
+	before := snapshotBytes(t, s)
+	if err := s.BumpCounters(^uint64(0)); err == nil {
+		t.Fatal("overflow accepted")
+	}
+	if !bytes.Equal(before, snapshotBytes(t, s)) {
+		t.Fatal("a refused bump changed counters")
+	}
+}

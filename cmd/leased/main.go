@@ -80,6 +80,9 @@ func parse(args []string, stderr io.Writer) (cluster.Config, error) {
 	fs.StringVar(&bootstrap, "bootstrap", "", "founding members id=host:port,... (first start only; the same on every founding node)")
 	fs.StringVar(&cfg.Join, "join", "", "address of a running member to join through (first start only)")
 	fs.BoolVar(&cfg.Nonvoter, "nonvoter", false, "join as a non-voting member")
+	fs.StringVar(&cfg.RestoreFrom, "restore", "", "start a new cluster from this backup file (first start only, with --bootstrap; the same file on every founding node)")
+	fs.Uint64Var(&cfg.BumpTokens, "bump-tokens", cluster.DefaultBumpTokens, "on --restore, raise every scope's token counter by this much (0 needs --allow-zero-bump)")
+	fs.BoolVar(&cfg.AllowZeroBump, "allow-zero-bump", false, "allow --bump-tokens 0 (new tokens may then repeat tokens issued after the backup)")
 	fs.DurationVar(&cfg.MinTTL, "min-ttl", cfg.MinTTL, "shortest lease ttl accepted")
 	fs.DurationVar(&cfg.MaxTTL, "max-ttl", cfg.MaxTTL, "longest lease ttl accepted")
 	fs.DurationVar(&cfg.SkewMargin, "skew-margin", cfg.SkewMargin, "safety margin added after expiry before a resource is granted again")
@@ -115,6 +118,9 @@ func parse(args []string, stderr io.Writer) (cluster.Config, error) {
 		return cfg, fmt.Errorf("unknown log level %q", logLevel)
 	}
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "leased", Level: level, JSONFormat: logJSON, Output: stderr})
+	if cfg.BumpTokens == 0 && !cfg.AllowZeroBump {
+		return cfg, fmt.Errorf("--bump-tokens 0 needs --allow-zero-bump: without a bump, new tokens may repeat tokens resources have already accepted")
+	}
 	if len(cfg.Bootstrap) == 0 && cfg.Join == "" && cfg.DataDir != "" && !hasState(cfg.DataDir) {
 		return cfg, fmt.Errorf("a first start needs --bootstrap or --join")
 	}

@@ -146,8 +146,11 @@ func findCommand(args []string) (*command, []string, error) {
 	}
 	word := args[idx[0]]
 	drop := map[int]bool{idx[0]: true}
-	if word == "members" {
+	if word == "members" || word == "snapshot" {
 		if len(idx) < 2 {
+			if word == "snapshot" {
+				return nil, nil, errors.New("snapshot needs a subcommand: save")
+			}
 			return nil, nil, errors.New("members needs a subcommand: list, add or remove")
 		}
 		word += " " + args[idx[1]]

@@ -1,0 +1,167 @@
+package cluster
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"google.golang.org/grpc"
+
+	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/fsm"
+)
+
+// A backup file is: the magic line, the Raft index it reflects (8 bytes,
+// big endian), the fsm snapshot, and the SHA-256 of everything before it.
+var backupMagic = []byte("leasefence-backup v1\n")
+
+// DefaultBumpTokens is how far a restore raises every scope's counter
+// unless told otherwise: far above any number of grants a cluster makes
+// between a backup and its loss.
+const DefaultBumpTokens = uint64(1) << 32
+
+// ErrBadBackup is returned for a backup file that is truncated, altered or
+// not a backup at all.
+var ErrBadBackup = errors.New("cluster: bad backup file")
+
+// Snapshot implements api.ClusterServiceServer: a consistent backup,
+// streamed in chunks, taken on the leader after a linearizable read so it
+// reflects every acknowledged write.
+func (s *clusterService) Snapshot(_ *api.SnapshotRequest, stream grpc.ServerStreamingServer[api.SnapshotChunk]) error {
+	ctx := stream.Context()
+	conn, err := s.n.route(ctx)
+	if err != nil {
+		return toStatus(err)
+	}
+	if conn != nil {
+		up, err := api.NewClusterServiceClient(conn).Snapshot(markForwarded(ctx), &api.SnapshotRequest{})
+		if err != nil {
+			return err
+		}
+		for {
+			c, err := up.Recv()
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if err := stream.Send(c); err != nil {
+				return err
+			}
+		}
+	}
+	if err := s.n.readIndex(ctx); err != nil {
+		return toStatus(err)
+	}
+	var (
+		sn    *fsm.Snapshot
+		index uint64
+	)
+	s.n.sm.read(func(st *fsm.State) {
+		sn, index = st.Snapshot(), s.n.sm.applied.Load()
+	})
+	var buf bytes.Buffer
+	if err := writeBackup(&buf, index, sn); err != nil {
+		return toStatus(err)
+	}
+	data := buf.Bytes()
+	sum := sha256.Sum256(data)
+	const chunk = 256 << 10
+	for off := 0; ; off += chunk {
+		end := min(off+chunk, len(data))
+		c := &api.SnapshotChunk{Data: data[off:end], Index: index, Size: uint64(len(data) + len(sum))}
+		if end == len(data) {
+			c.Data = append(append([]byte(nil), data[off:end]...), sum[:]...)
+			c.Sha256 = hex.EncodeToString(sum[:])
+		}
+		if err := stream.Send(c); err != nil {
+			return err
+		}
+		if end == len(data) {
+			return nil
+		}
+	}
+}
+
+// writeBackup writes a backup without its checksum trailer.
+func writeBackup(w io.Writer, index uint64, sn *fsm.Snapshot) error {
+	var idx [8]byte
+	binary.BigEndian.PutUint64(idx[:], index)
+	if _, err := w.Write(backupMagic); err != nil {
+		return err
+	}
+	if _, err := w.Write(idx[:]); err != nil {
+		return err
+	}
+	_, err := sn.WriteTo(w)
+	return err
+}
+
+// ReadBackup checks a backup file (magic, checksum, content) and returns
+// the state it holds and the Raft index it reflects.
+func ReadBackup(path string) (*fsm.State, uint64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(data) < len(backupMagic)+8+sha256.Size || !bytes.HasPrefix(data, backupMagic) {
+		return nil, 0, fmt.Errorf("%w: %s is not a leasefence backup", ErrBadBackup, path)
+	}
+	body, trailer := data[:len(data)-sha256.Size], data[len(data)-sha256.Size:]
+	if sum := sha256.Sum256(body); !bytes.Equal(sum[:], trailer) {
+		return nil, 0, fmt.Errorf("%w: %s fails its checksum (truncated or altered)", ErrBadBackup, path)
+	}
+	index := binary.BigEndian.Uint64(body[len(backupMagic):])
+	st, err := fsm.Restore(bytes.NewReader(body[len(backupMagic)+8:]))
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %v", ErrBadBackup, err)
+	}
+	return st, index, nil
+}
+
+// seedFromBackup makes a fresh data dir start from a backup: the state,
+// with every scope's counter raised by bump, becomes a Raft snapshot at
+// index 1 of a new cluster whose members are cfg.Bootstrap. Every founding
+// node of the new cluster is seeded from the same file, as with etcd's
+// snapshot restore.
+func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotStore) error {
+	cfg := n.cfg
+	st, index, err := ReadBackup(cfg.RestoreFrom)
+	if err != nil {
+		return err
+	}
+	bump := cfg.BumpTokens
+	if bump == 0 && !cfg.AllowZeroBump {
+		bump = DefaultBumpTokens
+	}
+	if err := st.BumpCounters(bump); err != nil {
+		return fmt.Errorf("cluster: restore: %w", err)
+	}
+	var servers []raft.Server
+	for id, addr := range cfg.Bootstrap {
+		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(addr)})
+	}
+	conf := raft.Configuration{Servers: servers}
+	sink, err := snaps.Create(raft.SnapshotVersionMax, 1, 1, conf, 1, n.tr)
+	if err != nil {
+		return fmt.Errorf("cluster: restore: %w", err)
+	}
+	snap := &fsmSnapshot{index: 1, sn: st.Snapshot(), log: n.log}
+	if err := snap.Persist(sink); err != nil {
+		return fmt.Errorf("cluster: restore: %w", err)
+	}
+	// The snapshot's term is 1: no vote may be cast in an older term.
+	if err := store.SetUint64([]byte("CurrentTerm"), 1); err != nil {
+		return fmt.Errorf("cluster: restore: %w", err)
+	}
+	n.log.Info("restored from backup", "file", cfg.RestoreFrom, "backup-index", index, "bump", bump, "leases", st.Len())
+	return nil
+}

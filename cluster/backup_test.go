@@ -1,0 +1,119 @@
+package cluster
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/leasefence/leasefence/api"
+)
+
+// saveBackup streams a backup from node i into a file, as leasectl does.
+func saveBackup(t *testing.T, tc *testCluster, i int) string {
+	t.Helper()
+	conn, err := grpc.NewClient(tc.cfgs[i].Listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	s, err := api.NewClusterServiceClient(conn).Snapshot(ctxT(t), &api.SnapshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "backup.lfb")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for {
+		c, err := s.Recv()
+		if err == io.EOF {
+			return path
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(c.Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Grant tokens, back up, grant more, lose the whole cluster, restore a new
+// one from the backup: the next grant beats every token ever issued. With
+// the bump forced to zero, it would not: that is what the bump is for.
+func TestRestoreFromBackupBumpsTokensAboveEveryTokenIssued(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	ctx := ctxT(t)
+	c := tc.client(1) // a follower or the leader: Snapshot is forwarded
+	cycle := func(c api.LeaseServiceClient, resource string) uint64 {
+		r, err := c.Acquire(ctx, acquireReq(resource, 10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Release(ctx, &api.ReleaseRequest{LeaseId: r.Lease.Id}); err != nil {
+			t.Fatal(err)
+		}
+		return r.Lease.Token
+	}
+	for i := 0; i < 3; i++ {
+		cycle(c, "jobs/1")
+	}
+	held, err := c.Acquire(ctx, acquireReq("jobs/held", 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	backup := saveBackup(t, tc, 2)
+	var highest uint64
+	for i := 0; i < 3; i++ {
+		highest = cycle(c, "jobs/1") // tokens 4..6, after the backup
+	}
+	tc.close() // the cluster is lost
+
+	restore := func(tweak func(*Config)) *testCluster {
+		return newTestCluster(t, 3, func(cfg *Config) {
+			cfg.RestoreFrom = backup
+			if tweak != nil {
+				tweak(cfg)
+			}
+		})
+	}
+	nc := restore(nil)
+	token := cycle(nc.client(0), "jobs/1")
+	if token <= highest || token != 3+DefaultBumpTokens+1 {
+		t.Fatalf("after restore token %d; highest ever issued %d", token, highest)
+	}
+	g, err := nc.client(1).Get(ctx, &api.GetRequest{Resource: "jobs/held"})
+	if err != nil || g.Lease == nil || g.Lease.Token != held.Lease.Token {
+		t.Fatalf("a lease in the backup was not restored: %v %v", g, err)
+	}
+	nc.close()
+
+	zero := restore(func(cfg *Config) { cfg.AllowZeroBump = true })
+	if token := cycle(zero.client(0), "jobs/1"); token != 4 {
+		t.Fatalf("with no bump the restored cluster reissues token %d", token)
+	}
+}
+
+func TestRestoreRefusesAlteredBackup(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	backup := saveBackup(t, tc, 0)
+	data, _ := os.ReadFile(backup)
+	data[len(data)/2] ^= 0xff
+	bad := filepath.Join(t.TempDir(), "bad.lfb")
+	os.WriteFile(bad, data, 0o600)
+	cfg := tc.cfgs[0]
+	cfg.DataDir, cfg.RestoreFrom = t.TempDir(), bad
+	cfg.Listen = freeAddrs(t, 1)[0]
+	cfg.Bootstrap = map[string]string{cfg.ID: cfg.Listen}
+	if _, err := Start(cfg); !errors.Is(err, ErrBadBackup) {
+		t.Fatalf("altered backup: %v", err)
+	}
+}
