@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -120,26 +121,55 @@ func (s *clusterService) Remove(ctx context.Context, req *api.RemoveRequest) (*a
 	if err := cf.Error(); err != nil {
 		return nil, toStatus(s.n.raftError(err))
 	}
-	found, voters := false, 0
-	for _, srv := range cf.Configuration().Servers {
-		if srv.Suffrage == raft.Voter {
-			voters++
-		}
+	var (
+		target  *raft.Server
+		remain  []raft.Server // voters left after the removal
+		servers = cf.Configuration().Servers
+	)
+	for i, srv := range servers {
 		if string(srv.ID) == req.Id {
-			found = true
+			target = &servers[i]
+		} else if srv.Suffrage == raft.Voter {
+			remain = append(remain, srv)
 		}
 	}
-	if !found {
+	if target == nil {
 		return nil, status.Errorf(codes.NotFound, "cluster: no member %q", req.Id)
 	}
-	if voters <= 1 {
-		return nil, status.Error(codes.FailedPrecondition, "cluster: refusing to remove the last voter")
+	if target.Suffrage == raft.Voter {
+		if len(remain) == 0 {
+			return nil, status.Error(codes.FailedPrecondition, "cluster: refusing to remove the last voter")
+		}
+		// The voters left must still form a quorum among themselves.
+		up := 0
+		for _, srv := range remain {
+			if string(srv.ID) == s.n.cfg.ID || s.n.answers(ctx, string(srv.Address)) {
+				up++
+			}
+		}
+		if need := len(remain)/2 + 1; up < need {
+			return nil, status.Errorf(codes.FailedPrecondition,
+				"cluster: removing %s would leave %d voters of which only %d answer (a quorum needs %d); bring members back or add one first",
+				req.Id, len(remain), up, need)
+		}
 	}
 	if err := r.RemoveServer(raft.ServerID(req.Id), cf.Index(), s.n.cfg.ApplyTimeout).Error(); err != nil {
 		return nil, toStatus(s.n.raftError(err))
 	}
 	s.n.log.Info("member removed", "member-id", req.Id)
 	return &api.RemoveResponse{}, nil
+}
+
+// answers reports whether the node at addr answers a Status call quickly.
+func (n *Node) answers(ctx context.Context, addr string) bool {
+	conn, err := n.fwd.conn(addr)
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err = api.NewClusterServiceClient(conn).Status(ctx, &api.StatusRequest{})
+	return err == nil
 }
 
 // TransferLeadership implements api.ClusterServiceServer.

@@ -1,8 +1,15 @@
 package cluster
 
 import (
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -212,4 +219,61 @@ func TestNodeJoinsRunningClusterAndIsRemoved(t *testing.T) {
 	if _, err := leader.admin.Remove(ctx, &api.RemoveRequest{Id: "nope"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("remove unknown: %v", err)
 	}
+}
+
+func TestRemoveIsRefusedWhenTheRestCouldNotFormAQuorum(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	ctx := ctxT(t)
+	li, leader := tc.leader()
+	down := (li + 1) % 3
+	live := (li + 2) % 3
+	tc.stop(down)
+	// Removing the live follower would leave the leader and a dead node.
+	_, err := leader.admin.Remove(ctx, &api.RemoveRequest{Id: tc.cfgs[live].ID})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("remove of a live voter with another down: %v", err)
+	}
+	// Removing the dead one leaves two live voters: allowed.
+	if _, err := leader.admin.Remove(ctx, &api.RemoveRequest{Id: tc.cfgs[down].ID}); err != nil {
+		t.Fatalf("remove of the dead voter: %v", err)
+	}
+}
+
+func TestMetricsAndHealthAreServed(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) { c.MetricsListen = "127.0.0.1:0" })
+	ctx := ctxT(t)
+	if _, err := tc.client(0).Acquire(ctx, acquireReq("m", 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	_, leader := tc.leader()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + leader.MetricsAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := get("/metrics")
+	for _, want := range []string{"leasefence_grants_total 1", "leasefence_leases_live 1", "leasefence_leader 1", `leasefence_raft_state{state="Leader"} 1`, "leasefence_propose_seconds_count"} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Fatalf("metrics lack %q (status %d)", want, code)
+		}
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("healthz %d", code)
+	}
+	if code, _ := get("/debug/pprof/"); code != 404 {
+		t.Fatalf("pprof served without the flag: %d", code)
+	}
+	conn, err := grpc.NewClient(tc.cfgs[0].Listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	eventually(t, 5*time.Second, "grpc health SERVING", func() bool {
+		r, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "leasefence.v1.LeaseService"})
+		return err == nil && r.Status == healthpb.HealthCheckResponse_SERVING
+	})
 }

@@ -71,6 +71,13 @@ type Config struct {
 	SnapshotThreshold  uint64
 	TrailingLogs       uint64
 
+	// MetricsListen is the host:port of the HTTP server for /metrics
+	// (Prometheus) and /healthz; empty means none.
+	MetricsListen string
+	// Pprof adds /debug/pprof/ to the metrics server. Off by default: it
+	// exposes internals and can be made to burn CPU.
+	Pprof bool
+
 	// WatchBuffer is how many recent events each node keeps so that
 	// watchers can resume from a position.
 	WatchBuffer int
@@ -213,6 +220,9 @@ func (c Config) Validate() error {
 	}
 	if c.ElectionTimeout < c.HeartbeatTimeout {
 		bad("election timeout %v must not be below heartbeat timeout %v", c.ElectionTimeout, c.HeartbeatTimeout)
+	}
+	if c.Pprof && c.MetricsListen == "" {
+		bad("pprof needs a metrics listen address")
 	}
 	if c.WatchBuffer < 16 {
 		bad("watch buffer %d must be at least 16", c.WatchBuffer)

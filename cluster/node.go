@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -17,6 +18,8 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/fsm"
@@ -44,6 +47,10 @@ type Node struct {
 	lis    net.Listener
 	addr   string
 
+	metrics   *metrics
+	health    *health.Server
+	httpSrv   *http.Server
+	httpAddr  string
 	lead      atomic.Pointer[leaderState]
 	proposeCh chan *proposal
 	fwd       *forwarder
@@ -90,6 +97,8 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n.sm = newStateMachine(n.hub, cfg.Logger.Named("fsm"), n.onFatal)
 	n.waiters = newWaitQueues()
+	n.metrics = newMetrics(n)
+	n.sm.metrics = n.metrics
 	if err := n.open(); err != nil {
 		n.cleanup()
 		return nil, err
@@ -150,6 +159,8 @@ func (n *Node) open() error {
 	n.tr.Register(n.server)
 	api.RegisterLeaseServiceServer(n.server, n.leases)
 	api.RegisterClusterServiceServer(n.server, n.admin)
+	n.health = health.NewServer()
+	healthpb.RegisterHealthServer(n.server, n.health)
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
@@ -192,13 +203,17 @@ func (n *Node) open() error {
 		}
 	}
 
-	n.wg.Add(3)
+	if err := n.startHTTP(); err != nil {
+		return err
+	}
+	n.wg.Add(4)
 	go func() {
 		defer n.wg.Done()
 		if err := n.server.Serve(n.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			n.log.Error("grpc server stopped", "error", err)
 		}
 	}()
+	go func() { defer n.wg.Done(); n.healthLoop() }()
 	go func() { defer n.wg.Done(); n.leaderLoop() }()
 	go func() { defer n.wg.Done(); n.proposeLoop() }()
 	if !existing && len(cfg.Bootstrap) == 0 && cfg.Join != "" {
@@ -304,6 +319,9 @@ func (n *Node) cleanup() error {
 		}
 	} else if n.lis != nil {
 		n.lis.Close()
+	}
+	if n.httpSrv != nil {
+		_ = n.httpSrv.Close()
 	}
 	if n.tr != nil {
 		if err := n.tr.Close(); err != nil {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/leasefence/leasefence/fsm"
 	"github.com/leasefence/leasefence/fsm/fsmpb"
@@ -11,6 +12,7 @@ import (
 // proposal is one command waiting to be grouped into a Raft entry.
 type proposal struct {
 	ctx  context.Context
+	at   time.Time // arrival, for the propose latency metric
 	cmd  *fsmpb.Command
 	done chan proposalResult // buffered, receives exactly once
 }
@@ -29,7 +31,7 @@ func (n *Node) propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, err
 	if n.lead.Load() == nil {
 		return fsm.Result{}, n.notLeader()
 	}
-	p := &proposal{ctx: ctx, cmd: cmd, done: make(chan proposalResult, 1)}
+	p := &proposal{ctx: ctx, at: time.Now(), cmd: cmd, done: make(chan proposalResult, 1)}
 	select {
 	case n.proposeCh <- p:
 	case <-ctx.Done():
@@ -121,6 +123,7 @@ func (n *Node) proposeBatch(batch []*proposal) {
 		fail(err)
 		return
 	}
+	n.metrics.batchCommands.Observe(float64(len(live)))
 	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
 	go func() {
 		if err := f.Error(); err != nil {
@@ -129,7 +132,9 @@ func (n *Node) proposeBatch(batch []*proposal) {
 		}
 		switch r := f.Response().(type) {
 		case *fsm.Applied:
+			done := time.Now()
 			for i, p := range live {
+				n.metrics.proposeSeconds.Observe(done.Sub(p.at).Seconds())
 				p.done <- proposalResult{res: r.Results[i], now: r.Now}
 			}
 		case error:

@@ -189,6 +189,17 @@ func (w *waitQueues) leave(resource string, t *waitTicket) {
 	}
 }
 
+// total returns how many callers wait, over all resources.
+func (w *waitQueues) total() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, q := range w.q {
+		n += len(q)
+	}
+	return n
+}
+
 // waiting returns how many callers wait on resource.
 func (w *waitQueues) waiting(resource string) int {
 	w.mu.Lock()

@@ -30,6 +30,7 @@ type stateMachine struct {
 
 	failed  atomic.Pointer[error]
 	onFatal func(error)
+	metrics *metrics // set before raft starts
 }
 
 func newStateMachine(h *hub, log hclog.Logger, onFatal func(error)) *stateMachine {
@@ -59,6 +60,9 @@ func (m *stateMachine) Apply(l *raft.Log) interface{} {
 		return err
 	}
 	m.hub.publish(l.Index, a)
+	if m.metrics != nil {
+		m.metrics.observeApplied(a)
+	}
 	m.setApplied(l.Index)
 	return a
 }

@@ -9,6 +9,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -25,8 +26,8 @@ import (
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	cfg, err := parse(args, stderr)
-	if err == flag.ErrHelp {
+	cfg, err := parse(args, stdout, stderr)
+	if err == flag.ErrHelp || err == errPrinted {
 		return 0
 	}
 	if err != nil {
@@ -67,7 +68,10 @@ func nodeFailed(n *cluster.Node) <-chan struct{} {
 	return ch
 }
 
-func parse(args []string, stderr io.Writer) (cluster.Config, error) {
+// errPrinted ends a run that only printed (--print-config).
+var errPrinted = errors.New("printed")
+
+func parse(args []string, stdout, stderr io.Writer) (cluster.Config, error) {
 	cfg := cluster.DefaultConfig()
 	fs := flag.NewFlagSet("leased", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -94,14 +98,34 @@ func parse(args []string, stderr io.Writer) (cluster.Config, error) {
 	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", cfg.SnapshotInterval, "how often raft checks whether to snapshot")
 	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries since the last snapshot that trigger a new one")
 	fs.Uint64Var(&cfg.TrailingLogs, "trailing-logs", cfg.TrailingLogs, "log entries kept after a snapshot")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "host:port for HTTP /metrics (Prometheus) and /healthz; empty: off")
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "also serve /debug/pprof/ on the metrics address (exposes internals)")
 	fs.StringVar(&logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.BoolVar(&logJSON, "log-json", false, "log as JSON lines")
 	// Environment first, so that flags given on the command line win.
+	var configFile string
+	var printConfig bool
+	fs.StringVar(&configFile, "config", "", "config file of `name = value` lines (flag names); env and flags win over it")
+	fs.BoolVar(&printConfig, "print-config", false, "print the effective configuration as a config file and exit")
+	// Precedence: command line > LEASEFENCE_* environment > config file >
+	// defaults.
+	if path := flagenv.Lookup(args, "config"); path != "" || os.Getenv("LEASEFENCE_CONFIG") != "" {
+		if path == "" {
+			path = os.Getenv("LEASEFENCE_CONFIG")
+		}
+		if err := flagenv.ApplyFile(fs, path); err != nil {
+			return cfg, err
+		}
+	}
 	if err := flagenv.Apply(fs, "LEASEFENCE_"); err != nil {
 		return cfg, err
 	}
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
+	}
+	if printConfig {
+		flagenv.Print(stdout, fs, "config", "print-config")
+		return cfg, errPrinted
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))

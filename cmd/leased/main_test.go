@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +15,7 @@ func TestFlagsEnvironmentAndValidation(t *testing.T) {
 	t.Setenv("LEASEFENCE_ID", "n1")
 	t.Setenv("LEASEFENCE_DATA_DIR", dir)
 	t.Setenv("LEASEFENCE_SKEW_MARGIN", "200ms")
-	cfg, err := parse([]string{"--skew-margin", "300ms", "--bootstrap", "n1=127.0.0.1:7001"}, io.Discard)
+	cfg, err := parse([]string{"--skew-margin", "300ms", "--bootstrap", "n1=127.0.0.1:7001"}, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,13 +32,47 @@ func TestFlagsEnvironmentAndValidation(t *testing.T) {
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {
-			if _, err := parse(args, io.Discard); err == nil {
+			if _, err := parse(args, io.Discard, io.Discard); err == nil {
 				t.Fatalf("%v accepted", args)
 			}
 		})
 	}
 	t.Setenv("LEASEFENCE_TICK", "often")
-	if _, err := parse(nil, io.Discard); err == nil || !strings.Contains(err.Error(), "LEASEFENCE_TICK") {
+	if _, err := parse(nil, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "LEASEFENCE_TICK") {
 		t.Fatalf("bad environment value: %v", err)
+	}
+}
+
+func TestConfigFileIsReadAndEnvironmentAndFlagsWin(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "leased.conf")
+	os.WriteFile(file, []byte("# a node\nid = n1\ndata-dir = "+dir+"\nbootstrap = n1=127.0.0.1:7001\ntick = 2s\nskew-margin = 400ms\nmin-ttl = 3s\n"), 0o600)
+	t.Setenv("LEASEFENCE_TICK", "3s")
+	cfg, err := parse([]string{"--config", file, "--min-ttl", "4s"}, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ID != "n1" || cfg.SkewMargin != 400*time.Millisecond || cfg.Tick != 3*time.Second || cfg.MinTTL != 4*time.Second {
+		t.Fatalf("precedence: %+v", cfg)
+	}
+	var out bytes.Buffer
+	if _, err := parse([]string{"--config", file, "--print-config"}, &out, io.Discard); err != errPrinted {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "skew-margin = 400ms") || !strings.Contains(out.String(), "tick = 3s") {
+		t.Fatalf("print-config:\n%s", out.String())
+	}
+	// What --print-config prints reads back to the same settings.
+	again := filepath.Join(dir, "again.conf")
+	os.WriteFile(again, out.Bytes(), 0o600)
+	t.Setenv("LEASEFENCE_TICK", "")
+	os.Unsetenv("LEASEFENCE_TICK")
+	cfg2, err := parse([]string{"--config", again}, io.Discard, io.Discard)
+	if err != nil || cfg2.Tick != 3*time.Second || cfg2.MinTTL != 3*time.Second || cfg2.SkewMargin != cfg.SkewMargin {
+		t.Fatalf("round trip: %+v %v", cfg2, err)
+	}
+	os.WriteFile(file, []byte("no-such-key = 1\n"), 0o600)
+	if _, err := parse([]string{"--config", file}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "no-such-key") {
+		t.Fatalf("unknown key: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ package flagenv
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 )
@@ -32,4 +33,64 @@ func Apply(fs *flag.FlagSet, prefix string) error {
 		}
 	})
 	return err
+}
+
+// ApplyFile sets flags from a config file of `name = value` lines, where
+// name is a flag's name; blank lines and lines starting with '#' are
+// skipped. An unknown name or a bad value is an error naming the line.
+// Call it before Apply and fs.Parse: the environment and the command line
+// win over the file.
+func ApplyFile(fs *flag.FlagSet, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, value, ok := strings.Cut(line, "=")
+		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		if !ok || name == "" {
+			return fmt.Errorf("%s:%d: want `name = value`", path, i+1)
+		}
+		value = strings.Trim(value, `"`)
+		if fs.Lookup(name) == nil {
+			return fmt.Errorf("%s:%d: unknown key %q", path, i+1, name)
+		}
+		if err := fs.Set(name, value); err != nil {
+			return fmt.Errorf("%s:%d: %s: %v", path, i+1, name, err)
+		}
+	}
+	return nil
+}
+
+// Print writes every flag of fs except those in skip as `name = value`
+// lines, with its usage as a comment: a config file that ApplyFile reads
+// back to the same settings.
+func Print(w io.Writer, fs *flag.FlagSet, skip ...string) {
+	fs.VisitAll(func(f *flag.Flag) {
+		for _, s := range skip {
+			if f.Name == s {
+				return
+			}
+		}
+		fmt.Fprintf(w, "# %s\n%s = %s\n", f.Usage, f.Name, f.Value.String())
+	})
+}
+
+// Lookup returns the value of flag name in args (`--name v`, `-name v`,
+// `--name=v`), or "" when it is not given.
+func Lookup(args []string, name string) string {
+	for i, a := range args {
+		t := strings.TrimLeft(a, "-")
+		if t == name && a != t && i+1 < len(args) {
+			return args[i+1]
+		}
+		if v, ok := strings.CutPrefix(t, name+"="); ok && a != t {
+			return v
+		}
+	}
+	return ""
 }

@@ -1,0 +1,158 @@
+package cluster
+
+import (
+	"errors"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/leasefence/leasefence/fsm"
+)
+
+// metrics are a node's Prometheus metrics, on a registry of its own (so
+// several embedded nodes in one process do not collide). Counters of lease
+// changes count applied entries: every node reports the same numbers.
+type metrics struct {
+	reg *prometheus.Registry
+
+	grants, renewals, releases, expirations prometheus.Counter
+	refusals                                *prometheus.CounterVec
+	proposeSeconds                          prometheus.Histogram
+	batchCommands                           prometheus.Histogram
+}
+
+func newMetrics(n *Node) *metrics {
+	reg := prometheus.NewRegistry()
+	m := &metrics{reg: reg}
+	counter := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "leasefence", Name: name, Help: help})
+		reg.MustRegister(c)
+		return c
+	}
+	m.grants = counter("grants_total", "Leases granted (applied Acquire commands that issued a token).")
+	m.renewals = counter("renewals_total", "Lease renewals applied.")
+	m.releases = counter("releases_total", "Leases released.")
+	m.expirations = counter("expirations_total", "Leases removed after expires_at + skew margin.")
+	m.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "leasefence", Name: "refusals_total",
+		Help: "Commands refused by the state machine, by reason: held, not_found, invalid, request_id_reused.",
+	}, []string{"reason"})
+	m.proposeSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "leasefence", Name: "propose_seconds",
+		Help:    "Leader: time from a command's arrival at the group commit to its applied result.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+	})
+	m.batchCommands = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "leasefence", Name: "batch_commands",
+		Help:    "Leader: commands per Raft entry (group commit).",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+	})
+	reg.MustRegister(m.refusals, m.proposeSeconds, m.batchCommands)
+	for _, r := range []string{"held", "not_found", "invalid", "request_id_reused"} {
+		m.refusals.WithLabelValues(r)
+	}
+
+	gauge := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "leasefence", Name: name, Help: help}, func() float64 {
+			if n.raft == nil { // not started yet
+				return 0
+			}
+			return f()
+		}))
+	}
+	gauge("leases_live", "Leases held in the state machine (including expired ones not yet removed).", func() float64 {
+		var v int
+		n.sm.read(func(st *fsm.State) { v = st.Len() })
+		return float64(v)
+	})
+	gauge("waiters", "Leader: Acquire calls queued with wait, over all resources.", func() float64 {
+		return float64(n.waiters.total())
+	})
+	gauge("cluster_time_seconds", "Last applied cluster time.", func() float64 {
+		var v int64
+		n.sm.read(func(st *fsm.State) { v = st.Now() })
+		return time.Duration(v).Seconds()
+	})
+	gauge("leader", "1 when this node leads and serves (its barrier applied), else 0.", func() float64 {
+		if n.IsLeader() {
+			return 1
+		}
+		return 0
+	})
+	gauge("raft_term", "Current Raft term.", func() float64 { return float64(n.raft.CurrentTerm()) })
+	gauge("raft_commit_index", "Raft commit index.", func() float64 { return float64(n.raft.CommitIndex()) })
+	gauge("raft_applied_index", "Raft applied index.", func() float64 { return float64(n.raft.AppliedIndex()) })
+	gauge("raft_last_index", "Last Raft log index.", func() float64 { return float64(n.raft.LastIndex()) })
+	gauge("raft_last_contact_seconds", "Follower: seconds since the leader was last heard from (0 on the leader).", func() float64 {
+		if n.raft.State() == raft.Leader {
+			return 0
+		}
+		lc := n.raft.LastContact()
+		if lc.IsZero() {
+			return -1
+		}
+		return time.Since(lc).Seconds()
+	})
+	states := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "leasefence", Name: "raft_state", Help: "1 for the node's current Raft state."}, []string{"state"})
+	reg.MustRegister(collectorFunc(func(ch chan<- prometheus.Metric) {
+		if n.raft == nil {
+			return
+		}
+		cur := n.raft.State()
+		for _, s := range []raft.RaftState{raft.Follower, raft.Candidate, raft.Leader, raft.Shutdown} {
+			v := 0.0
+			if s == cur {
+				v = 1
+			}
+			states.WithLabelValues(s.String()).Set(v)
+		}
+		states.Collect(ch)
+	}, states))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// observeApplied counts what one applied entry did.
+func (m *metrics) observeApplied(a *fsm.Applied) {
+	for _, ev := range a.Events {
+		switch ev.Type {
+		case fsm.EventGranted:
+			m.grants.Inc()
+		case fsm.EventRenewed:
+			m.renewals.Inc()
+		case fsm.EventReleased:
+			m.releases.Inc()
+		case fsm.EventExpired:
+			m.expirations.Inc()
+		}
+	}
+	for _, r := range a.Results {
+		switch {
+		case r.Err == nil:
+		case errors.Is(r.Err, fsm.ErrHeld):
+			m.refusals.WithLabelValues("held").Inc()
+		case errors.Is(r.Err, fsm.ErrNotFound):
+			m.refusals.WithLabelValues("not_found").Inc()
+		case errors.Is(r.Err, fsm.ErrRequestIDReused):
+			m.refusals.WithLabelValues("request_id_reused").Inc()
+		default:
+			m.refusals.WithLabelValues("invalid").Inc()
+		}
+	}
+}
+
+// collectorFunc adapts a collect function (with the vector it fills, for
+// Describe) to prometheus.Collector.
+type collectorFuncT struct {
+	collect func(chan<- prometheus.Metric)
+	desc    prometheus.Collector
+}
+
+func collectorFunc(f func(chan<- prometheus.Metric), desc prometheus.Collector) prometheus.Collector {
+	return collectorFuncT{f, desc}
+}
+
+func (c collectorFuncT) Describe(ch chan<- *prometheus.Desc) { c.desc.Describe(ch) }
+func (c collectorFuncT) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
