@@ -1,6 +1,7 @@
 package client
 
 import (
+	"container/heap"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ type keeper struct {
 
 	mu      sync.Mutex
 	leases  map[ID]*Lease
+	due     renewHeap // the leases in leases, earliest nextRenew first
 	pending map[uint64]pendingRenew
 	seq     uint64
 	wake    chan struct{}
@@ -78,6 +80,7 @@ func (k *keeper) add(l *Lease, sentAt time.Duration) {
 	k.mu.Lock()
 	l.nextRenew = sentAt + k.interval(l)
 	k.leases[l.id] = l
+	heap.Push(&k.due, l)
 	k.mu.Unlock()
 	k.poke()
 	// Forget the lease when it ends for any reason.
@@ -89,7 +92,10 @@ func (k *keeper) add(l *Lease, sentAt time.Duration) {
 
 func (k *keeper) remove(l *Lease) {
 	k.mu.Lock()
-	delete(k.leases, l.id)
+	if _, ok := k.leases[l.id]; ok {
+		delete(k.leases, l.id)
+		heap.Remove(&k.due, l.dueIdx)
+	}
 	k.mu.Unlock()
 }
 
@@ -232,17 +238,20 @@ func (k *keeper) sendDue(stream api.LeaseService_KeepAliveClient) (time.Duration
 		return 0, true, nil
 	}
 	now := k.c.clock.Now()
-	next := time.Hour
 	var due []*api.KeepAliveRequest
 	stalled := k.stalled.Load()
-	for _, l := range k.leases {
-		if l.nextRenew <= now && !stalled {
-			k.seq++
-			k.pending[k.seq] = pendingRenew{l: l, sentAt: now}
-			due = append(due, &api.KeepAliveRequest{LeaseId: l.id[:], Seq: k.seq})
-			l.nextRenew = now + min(k.interval(l), retryUnconfirmed)
-		}
-		next = min(next, l.nextRenew-now)
+	// Pop what is due (O(log n) each), never scanning every lease.
+	for !stalled && len(k.due) > 0 && k.due[0].nextRenew <= now {
+		l := k.due[0]
+		k.seq++
+		k.pending[k.seq] = pendingRenew{l: l, sentAt: now}
+		due = append(due, &api.KeepAliveRequest{LeaseId: l.id[:], Seq: k.seq})
+		l.nextRenew = now + min(k.interval(l), retryUnconfirmed)
+		heap.Fix(&k.due, 0)
+	}
+	next := time.Hour
+	if len(k.due) > 0 {
+		next = k.due[0].nextRenew - now
 	}
 	k.mu.Unlock()
 	if stalled {
@@ -302,7 +311,10 @@ func (k *keeper) receive(stream api.LeaseService_KeepAliveClient) error {
 			k.confirmed.Add(1)
 			if p.l.confirm(p.sentAt, resp.TtlRemaining.AsDuration()) {
 				k.mu.Lock()
-				p.l.nextRenew = p.sentAt + k.interval(p.l)
+				if _, ok := k.leases[p.l.id]; ok {
+					p.l.nextRenew = p.sentAt + k.interval(p.l)
+					heap.Fix(&k.due, p.l.dueIdx)
+				}
 				k.mu.Unlock()
 				k.poke()
 			}
@@ -314,4 +326,23 @@ func (k *keeper) receive(stream api.LeaseService_KeepAliveClient) error {
 			// lease ends at its safe deadline unless one is confirmed.
 		}
 	}
+}
+
+// renewHeap orders leases by nextRenew; each lease knows its index.
+type renewHeap []*Lease
+
+func (h renewHeap) Len() int           { return len(h) }
+func (h renewHeap) Less(i, j int) bool { return h[i].nextRenew < h[j].nextRenew }
+func (h renewHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].dueIdx, h[j].dueIdx = i, j
+}
+func (h *renewHeap) Push(x any) { l := x.(*Lease); l.dueIdx = len(*h); *h = append(*h, l) }
+func (h *renewHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	l.dueIdx = -1
+	return l
 }

@@ -55,6 +55,7 @@ type Lease struct {
 
 	// keep-alive bookkeeping, guarded by keeper.mu
 	nextRenew time.Duration
+	dueIdx    int
 }
 
 // ID returns the lease id.
