@@ -71,3 +71,17 @@ bench-fence:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./fsm/
 	./bench/etcd-compare.sh
+
+.PHONY: image
+
+# image builds static leased and leasectl (CGO_ENABLED=0) into a build
+# context under bin/image and the FROM scratch image deploy/Dockerfile from
+# it. IMAGE names the tag; deploy/docker-compose.yml runs it (deploy/README.md).
+IMAGE         ?= leasefence:dev
+IMAGE_CONTEXT := $(BIN)/image
+image:
+	rm -rf $(IMAGE_CONTEXT)
+	mkdir -p $(IMAGE_CONTEXT)/rootfs/data
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGE_CONTEXT)/rootfs/ ./cmd/leased ./cmd/leasectl
+	cp deploy/Dockerfile $(IMAGE_CONTEXT)/Dockerfile
+	docker build -t $(IMAGE) $(IMAGE_CONTEXT)
