@@ -27,13 +27,20 @@ import (
 
 // Build compiles leased (with the race detector) into a fresh temporary
 // directory and returns the binary's path and a cleanup function.
-func Build() (bin string, cleanup func(), err error) {
+func Build() (bin string, cleanup func(), err error) { return build("-race") }
+
+// BuildForBenchmarks compiles leased without the race detector, for
+// measurements.
+func BuildForBenchmarks() (bin string, cleanup func(), err error) { return build() }
+
+func build(flags ...string) (bin string, cleanup func(), err error) {
 	dir, err := os.MkdirTemp("", "leasefence-bin-")
 	if err != nil {
 		return "", nil, err
 	}
 	bin = filepath.Join(dir, "leased")
-	out, err := exec.Command("go", "build", "-race", "-o", bin, "github.com/leasefence/leasefence/cmd/leased").CombinedOutput()
+	args := append(append([]string{"build"}, flags...), "-o", bin, "github.com/leasefence/leasefence/cmd/leased")
+	out, err := exec.Command("go", args...).CombinedOutput()
 	if err != nil {
 		os.RemoveAll(dir)
 		return "", nil, fmt.Errorf("building leased: %v\n%s", err, out)
@@ -60,6 +67,10 @@ type Cluster struct {
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
+
+	// procMu guards each Proc's cmd: load goroutines ask Running while the
+	// test kills and restarts nodes.
+	procMu sync.Mutex
 }
 
 // Defaults every node gets before the caller's extra flags: short ttls and
@@ -151,41 +162,62 @@ func (c *Cluster) Start(i int) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	p.cmd = exec.Command(c.bin, p.Args...)
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	if err := p.cmd.Start(); err != nil {
+	cmd := exec.Command(c.bin, p.Args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}
-	p.exited = make(chan struct{})
-	cmd, exited := p.cmd, p.exited
+	exited := make(chan struct{})
 	go func() { cmd.Wait(); logf.Close(); close(exited) }()
+	c.procMu.Lock()
+	p.cmd, p.exited = cmd, exited
+	c.procMu.Unlock()
 }
 
 // Kill sends sig to process i and waits for it to exit (SIGKILL after 15s).
 func (c *Cluster) Kill(i int, sig syscall.Signal) {
 	p := c.Procs[i]
-	if p.cmd == nil {
+	c.procMu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.cmd = nil // from now on, not Running
+	c.procMu.Unlock()
+	if cmd == nil {
 		return
 	}
-	_ = p.cmd.Process.Signal(sig)
+	_ = cmd.Process.Signal(sig)
 	select {
-	case <-p.exited:
+	case <-exited:
 	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
+		_ = cmd.Process.Kill()
+		<-exited
 	}
-	p.cmd = nil
+}
+
+// Pid returns the process id of node i (0 when it is not running).
+func (c *Cluster) Pid(i int) int {
+	c.procMu.Lock()
+	defer c.procMu.Unlock()
+	if p := c.Procs[i]; p.cmd != nil {
+		return p.cmd.Process.Pid
+	}
+	return 0
 }
 
 // Signal sends sig to process i without waiting (SIGSTOP, SIGCONT).
 func (c *Cluster) Signal(i int, sig syscall.Signal) {
+	c.procMu.Lock()
+	defer c.procMu.Unlock()
 	if p := c.Procs[i]; p.cmd != nil {
 		_ = p.cmd.Process.Signal(sig)
 	}
 }
 
 // Running reports whether process i was started and not killed.
-func (c *Cluster) Running(i int) bool { return c.Procs[i].cmd != nil }
+func (c *Cluster) Running(i int) bool {
+	c.procMu.Lock()
+	defer c.procMu.Unlock()
+	return c.Procs[i].cmd != nil
+}
 
 func (c *Cluster) conn(addr string) *grpc.ClientConn {
 	c.mu.Lock()
