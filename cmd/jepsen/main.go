@@ -1,0 +1,105 @@
+// Command jepsen runs leasefence's fault-injection harness (package
+// jepsen): real leased nodes, a real fencedkv and real worker processes on
+// loopback, faults on a seeded schedule, and checkers over the recorded
+// history. See jepsen/README.md.
+//
+//	jepsen [--nodes 3] [--workers 6] [--resources 3] [--time 60s] [--quiet 5s]
+//	       [--nemesis all|kill,kill-leader,pause,pause-leader,client-pause]
+//	       [--seed N] [--unfenced] [--expect-anomaly] [--results DIR] [--bin-dir DIR]
+//	jepsen check RESULTS_DIR    # run the checkers again over a stored run
+//
+// Exit status: 0 every checker valid (with --expect-anomaly: an anomaly
+// was found, i.e. the control run was caught), 1 an anomaly or an
+// undecided checker (unknown never counts as a pass), 2 the harness failed.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/leasefence/leasefence/jepsen"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "worker" {
+		return jepsen.WorkerMain(args[1:], stdin, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "check" {
+		if len(args) != 2 {
+			fmt.Fprintln(stderr, "usage: jepsen check RESULTS_DIR")
+			return 2
+		}
+		rs, err := jepsen.Recheck(args[1], stdout)
+		if err != nil {
+			fmt.Fprintln(stderr, "jepsen:", err)
+			return 2
+		}
+		if _, failed := jepsen.Tally(rs); failed > 0 {
+			return 1
+		}
+		return 0
+	}
+	cfg := jepsen.DefaultConfig()
+	cfg.Out = stdout
+	fs := flag.NewFlagSet("jepsen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var nemeses string
+	var expectAnomaly bool
+	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "leased nodes (at least 3)")
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "worker processes")
+	fs.IntVar(&cfg.Resources, "resources", cfg.Resources, "resources the workers contend for")
+	fs.IntVar(&cfg.LinWorkers, "lin-workers", cfg.LinWorkers, "workers of the linearizability workload (0: none)")
+	fs.IntVar(&cfg.LinResources, "lin-resources", cfg.LinResources, "resources of the linearizability workload")
+	fs.DurationVar(&cfg.Duration, "time", cfg.Duration, "workload with faults")
+	fs.DurationVar(&cfg.Quiet, "quiet", cfg.Quiet, "final phase without faults")
+	fs.DurationVar(&cfg.TTL, "ttl", cfg.TTL, "the workers' lease ttl")
+	fs.DurationVar(&cfg.SkewMargin, "skew-margin", cfg.SkewMargin, "the nodes' --skew-margin")
+	fs.Uint64Var(&cfg.Seed, "seed", uint64(time.Now().UnixNano()%1e6), "seed of the schedule and the workers")
+	fs.StringVar(&nemeses, "nemesis", "all", "comma-separated nemeses, all or none")
+	fs.BoolVar(&cfg.Unfenced, "unfenced", false, "run fencedkv with --unfenced (the control run)")
+	fs.BoolVar(&expectAnomaly, "expect-anomaly", false, "exit 0 only if a checker finds an anomaly (for the control run)")
+	fs.StringVar(&cfg.ResultsDir, "results", cfg.ResultsDir, "parent folder of the results folders")
+	fs.StringVar(&cfg.BinDir, "bin-dir", "", "prebuilt leased and fencedkv (default: go build them)")
+	fs.BoolVar(&cfg.Race, "race", false, "build the nodes with the race detector")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	var err error
+	if cfg.Nemeses, err = jepsen.ParseNemeses(nemeses); err != nil {
+		fmt.Fprintln(stderr, "jepsen:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	sum, err := jepsen.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "jepsen: harness failure:", err)
+		if sum != nil {
+			fmt.Fprintln(stderr, "jepsen: logs in", sum.Dir)
+		}
+		return 2
+	}
+	switch {
+	case expectAnomaly && sum.Anomalous():
+		fmt.Fprintln(stdout, "control run: the anomaly was caught, as expected")
+		return 0
+	case expectAnomaly:
+		fmt.Fprintln(stdout, "control run: NO anomaly found; the harness failed to show what it should")
+		return 1
+	case sum.AllValid():
+		return 0
+	}
+	return 1
+}

@@ -1,0 +1,511 @@
+package jepsen
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leasefence/leasefence/fence/fencekv"
+)
+
+// Verdicts of a checker: Valid, Invalid, or Unknown ("unknown", shared
+// with the result of an operation). Unknown never counts as a pass.
+const (
+	Valid   = "valid"
+	Invalid = "invalid"
+)
+
+// Names of the checkers (DESIGN.md "What is checked": 1, 2, 4, 5, and the
+// final read).
+const (
+	NameFencedTokens   = "fenced-tokens-monotonic" // 1
+	NameTokens         = "tokens-unique-monotonic" // 2
+	NameGrantIntervals = "grant-intervals-exclusive"
+	NameSafeWindows    = "safe-windows-disjoint"
+	NameFinalRead      = "fenced-updates-intact"
+)
+
+// Anomalies a checker names in an invalid Result.
+const (
+	AnomalyStaleWriteAccepted    = "stale-write-accepted"
+	AnomalyTokenReused           = "token-reused"
+	AnomalyTokenRegression       = "token-regression"
+	AnomalyOverlappingGrants     = "overlapping-grants"
+	AnomalyRenewAfterExpiry      = "renew-after-expiry"
+	AnomalyAckedGrantMissing     = "acknowledged-grant-missing"
+	AnomalyOverlappingSafeWindow = "overlapping-safe-windows"
+	AnomalyLostUpdate            = "lost-update"
+	AnomalyDuplicatedUpdate      = "duplicated-update"
+	AnomalyPhantomUpdate         = "phantom-update"
+)
+
+// Result is one checker's verdict over a run.
+type Result struct {
+	Checker string `json:"checker"`
+	Verdict string `json:"verdict"`
+	// Anomaly names what an invalid verdict found.
+	Anomaly string `json:"anomaly,omitempty"`
+	// Witness is the smallest evidence found (invalid), or why the checker
+	// could not decide (unknown).
+	Witness string `json:"witness,omitempty"`
+	// Checked counts what the checker looked at (records, leases, ...);
+	// a valid verdict over nothing is reported unknown.
+	Checked int `json:"checked"`
+	// Anomalies counts every violation found, the witness being the first.
+	Anomalies int `json:"anomalies,omitempty"`
+}
+
+func (r Result) String() string {
+	s := fmt.Sprintf("%-26s %-8s checked %d", r.Checker, r.Verdict, r.Checked)
+	if r.Anomaly != "" {
+		s += fmt.Sprintf(", %d× %s", r.Anomalies, r.Anomaly)
+	}
+	if r.Witness != "" {
+		s += ": " + r.Witness
+	}
+	return s
+}
+
+type finding struct {
+	r Result
+}
+
+func (f *finding) invalid(anomaly, format string, args ...any) {
+	f.r.Anomalies++
+	if f.r.Verdict == Invalid {
+		return
+	}
+	f.r.Verdict, f.r.Anomaly, f.r.Witness = Invalid, anomaly, fmt.Sprintf(format, args...)
+}
+
+func (f *finding) unknown(format string, args ...any) {
+	if f.r.Verdict == Invalid || f.r.Verdict == Unknown {
+		return
+	}
+	f.r.Verdict, f.r.Witness = Unknown, fmt.Sprintf(format, args...)
+}
+
+func (f *finding) done(what string) Result {
+	if f.r.Verdict == Valid && f.r.Checked == 0 {
+		f.r.Verdict, f.r.Witness = Unknown, "nothing to check: no "+what
+	}
+	return f.r
+}
+
+func newFinding(name string) *finding { return &finding{r: Result{Checker: name, Verdict: Valid}} }
+
+// CheckFencedTokensMonotonic is property 1: at the fenced resource, the
+// tokens of accepted writes never decrease per scope (audit log order).
+// strict demands they strictly increase.
+func CheckFencedTokensMonotonic(audit []fencekv.AuditRecord, strict bool) Result {
+	f := newFinding(NameFencedTokens)
+	recs := append([]fencekv.AuditRecord(nil), audit...)
+	sort.SliceStable(recs, func(i, j int) bool { return recs[i].Seq < recs[j].Seq })
+	type top struct {
+		token, seq uint64
+	}
+	highest := map[string]top{}
+	for _, r := range recs {
+		if r.Outcome != fencekv.OutcomeAccepted {
+			continue
+		}
+		f.r.Checked++
+		scope := r.Scope
+		if scope == "" {
+			scope = r.Key
+		}
+		h, seen := highest[scope]
+		if seen && (r.Token < h.token || (strict && r.Token == h.token)) {
+			f.invalid(AnomalyStaleWriteAccepted, "scope %q: audit #%d accepted %s token %d after #%d had accepted token %d (fenced=%v)",
+				scope, r.Seq, r.Op, r.Token, h.seq, h.token, r.Fenced)
+			continue
+		}
+		if !seen || r.Token > h.token {
+			highest[scope] = top{r.Token, r.Seq}
+		}
+	}
+	return f.done("accepted write in the audit log")
+}
+
+// grant is one lease known from the history: an acknowledged acquire or a
+// granted event.
+type grant struct {
+	scope, lease, worker, op string
+	token                    uint64
+	invoke, complete         int64
+	fromEvent                bool
+}
+
+// CheckTokensUniqueMonotonic is property 2: no two leases in a scope share
+// a token, and tokens never regress: an acquire invoked after another
+// acquire of the same scope completed gets a higher token. Leases come
+// from acknowledged acquires and from the watcher's granted events; the
+// scope of a lease is its resource (the harness uses default scopes).
+func CheckTokensUniqueMonotonic(h []Record) Result {
+	f := newFinding(NameTokens)
+	invokes := map[string]Record{}
+	var acks []grant
+	byToken := map[string]grant{}
+	note := func(g grant) {
+		k := g.scope + "\x00" + strconv.FormatUint(g.token, 10)
+		if o, ok := byToken[k]; ok && o.lease != g.lease {
+			f.invalid(AnomalyTokenReused, "scope %q token %d given to lease %s (%s) and lease %s (%s)",
+				g.scope, g.token, short(o.lease), o.describe(), short(g.lease), g.describe())
+			return
+		}
+		byToken[k] = g
+	}
+	for _, r := range h {
+		switch {
+		case r.Type == OpAcquire && r.Kind == Invoke:
+			invokes[r.Op] = r
+		case r.Type == OpAcquire && r.Kind == Complete && r.Result == OK:
+			inv, ok := invokes[r.Op]
+			if !ok {
+				f.unknown("acquire %s completed without an invocation", r.Op)
+				continue
+			}
+			g := grant{scope: r.Resource, lease: r.Lease, worker: r.Worker, op: r.Op, token: r.Token, invoke: inv.TimeNs, complete: r.TimeNs}
+			f.r.Checked++
+			acks = append(acks, g)
+			note(g)
+		case r.Type == OpEvent && r.Event == "granted":
+			f.r.Checked++
+			note(grant{scope: r.Resource, lease: r.Lease, token: r.Token, fromEvent: true, op: r.Position})
+		}
+	}
+	// Regression: for each scope, scan acquires by invocation time while
+	// folding in those completed before it.
+	byScope := map[string][]grant{}
+	for _, g := range acks {
+		byScope[g.scope] = append(byScope[g.scope], g)
+	}
+	for _, gs := range byScope {
+		byComplete := append([]grant(nil), gs...)
+		sort.Slice(byComplete, func(i, j int) bool { return byComplete[i].complete < byComplete[j].complete })
+		byInvoke := append([]grant(nil), gs...)
+		sort.Slice(byInvoke, func(i, j int) bool { return byInvoke[i].invoke < byInvoke[j].invoke })
+		var best *grant
+		j := 0
+		for _, b := range byInvoke {
+			for j < len(byComplete) && byComplete[j].complete < b.invoke {
+				if best == nil || byComplete[j].token > best.token {
+					g := byComplete[j]
+					best = &g
+				}
+				j++
+			}
+			if best != nil && b.token <= best.token && b.lease != best.lease {
+				f.invalid(AnomalyTokenRegression, "scope %q: %s got token %d, but %s had completed with token %d before it was invoked",
+					b.scope, b.describe(), b.token, best.describe(), best.token)
+			}
+		}
+	}
+	return f.done("acknowledged acquire")
+}
+
+func (g grant) describe() string {
+	if g.fromEvent {
+		return "granted event at " + g.op
+	}
+	return fmt.Sprintf("acquire %s by %s", g.op, g.worker)
+}
+
+func short(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+// CheckGrantIntervals is property 4, from the lease events of the
+// replicated log (the watcher's records): on one resource, a lease is
+// granted only after the previous one was released, or at or after its
+// last expires_at plus skewMargin, in cluster time; a renewal comes no
+// later than expires_at. It also requires every acknowledged acquire to
+// appear as a granted event (an acknowledged grant the cluster lost). A gap
+// in the watch stream makes the verdict unknown unless an anomaly is found.
+func CheckGrantIntervals(h []Record, skewMargin time.Duration) Result {
+	f := newFinding(NameGrantIntervals)
+	var events []Record
+	gaps := 0
+	for _, r := range h {
+		switch r.Type {
+		case OpEvent:
+			events = append(events, r)
+		case OpWatchGap:
+			gaps++
+		}
+	}
+	sort.SliceStable(events, func(i, j int) bool { return positionLess(events[i].Position, events[j].Position) })
+	type cur struct {
+		lease     string
+		token     uint64
+		expiresAt int64
+		endedAt   int64 // cluster time of release; 0 while live
+		expired   bool
+		pos       string
+	}
+	live := map[string]*cur{}
+	granted := map[string]bool{}
+	for _, e := range events {
+		c := live[e.Resource]
+		switch e.Event {
+		case "granted":
+			f.r.Checked++
+			granted[e.Lease] = true
+			if c != nil && c.lease != e.Lease && !c.expired {
+				switch {
+				case c.endedAt != 0 && e.GrantedAt < c.endedAt:
+					f.invalid(AnomalyOverlappingGrants, "resource %q: token %d granted at %s, before token %d was released at %s",
+						e.Resource, e.Token, ct(e.GrantedAt), c.token, ct(c.endedAt))
+				case c.endedAt == 0 && e.GrantedAt < c.expiresAt+int64(skewMargin):
+					f.invalid(AnomalyOverlappingGrants, "resource %q: token %d granted at %s (event %s) while token %d (granted event %s) ran to %s + margin %v",
+						e.Resource, e.Token, ct(e.GrantedAt), e.Position, c.token, c.pos, ct(c.expiresAt), skewMargin)
+				}
+			}
+			live[e.Resource] = &cur{lease: e.Lease, token: e.Token, expiresAt: e.ExpiresAt, pos: e.Position}
+		case "renewed":
+			if c == nil || c.lease != e.Lease {
+				continue
+			}
+			if e.ClusterNow > c.expiresAt {
+				f.invalid(AnomalyRenewAfterExpiry, "resource %q: token %d renewed at %s, after it expired at %s", e.Resource, e.Token, ct(e.ClusterNow), ct(c.expiresAt))
+			}
+			c.expiresAt = e.ExpiresAt
+		case "released":
+			if c != nil && c.lease == e.Lease && c.endedAt == 0 {
+				c.endedAt = e.ClusterNow
+			}
+		case "expired":
+			if c != nil && c.lease == e.Lease {
+				c.expired = true
+			}
+		}
+	}
+	for _, r := range h {
+		if r.Type == OpAcquire && r.Kind == Complete && r.Result == OK && r.Lease != "" && !granted[r.Lease] {
+			if gaps > 0 {
+				f.unknown("acquire %s (token %d) not seen as granted, but the watch stream had %d gap(s)", r.Op, r.Token, gaps)
+				continue
+			}
+			f.invalid(AnomalyAckedGrantMissing, "acquire %s by %s was acknowledged with token %d, lease %s, but no granted event exists for it",
+				r.Op, r.Worker, r.Token, short(r.Lease))
+		}
+	}
+	if gaps > 0 {
+		f.unknown("the watch stream had %d gap(s): events may be missing", gaps)
+	}
+	return f.done("granted event")
+}
+
+func ct(ns int64) string { return time.Duration(ns).String() }
+
+func positionLess(a, b string) bool {
+	ai, as := parsePosition(a)
+	bi, bs := parsePosition(b)
+	return ai < bi || (ai == bi && as < bs)
+}
+
+func parsePosition(p string) (uint64, uint64) {
+	i, s, _ := strings.Cut(p, ".")
+	x, _ := strconv.ParseUint(i, 10, 64)
+	y, _ := strconv.ParseUint(s, 10, 64)
+	return x, y
+}
+
+// window is a holder's client safe window on the shared clock.
+type window struct {
+	resource, lease, worker string
+	token                   uint64
+	start, end              int64
+	closed                  bool
+}
+
+// SafeWindows computes each acknowledged lease's client safe window from
+// the history: from the acquire's completion to the earlier of the release
+// invocation and the latest safe_until the holder's client library
+// reported (a window still open at the end of the history ends at the last
+// safe_until seen).
+func SafeWindows(h []Record) []window {
+	byLease := map[string]*window{}
+	var order []string
+	for _, r := range h {
+		if r.Lease == "" || r.Worker == "" || r.Type == OpEvent || r.Type == OpRead {
+			continue
+		}
+		w := byLease[r.Lease]
+		if r.Type == OpAcquire && r.Kind == Complete && r.Result == OK {
+			w = &window{resource: r.Resource, lease: r.Lease, worker: r.Worker, token: r.Token, start: r.TimeNs, end: r.SafeUntilNs}
+			byLease[r.Lease] = w
+			order = append(order, r.Lease)
+			continue
+		}
+		if w == nil {
+			continue
+		}
+		if r.SafeUntilNs > w.end {
+			w.end = r.SafeUntilNs
+		}
+		if r.Type == OpRelease && r.Kind == Invoke {
+			w.closed = true
+			if r.TimeNs < w.end {
+				w.end = r.TimeNs
+			}
+		}
+	}
+	var out []window
+	for _, id := range order {
+		out = append(out, *byLease[id])
+	}
+	return out
+}
+
+// CheckSafeWindowsDisjoint is property 5: the client safe windows of
+// successive holders of a resource never overlap in real time.
+func CheckSafeWindowsDisjoint(h []Record) Result {
+	f := newFinding(NameSafeWindows)
+	byRes := map[string][]window{}
+	for _, w := range SafeWindows(h) {
+		if w.end <= w.start { // empty: the holder never had a safe moment
+			continue
+		}
+		byRes[w.resource] = append(byRes[w.resource], w)
+	}
+	res := make([]string, 0, len(byRes))
+	for r := range byRes {
+		res = append(res, r)
+	}
+	sort.Strings(res)
+	for _, r := range res {
+		ws := byRes[r]
+		sort.Slice(ws, func(i, j int) bool { return ws[i].start < ws[j].start })
+		f.r.Checked += len(ws)
+		var prev *window
+		for i := range ws {
+			w := ws[i]
+			if prev != nil && w.start < prev.end {
+				f.invalid(AnomalyOverlappingSafeWindow, "resource %q: %s's window with token %d [%s, %s] overlaps %s's with token %d [%s, %s] by %v",
+					r, prev.worker, prev.token, rt(prev.start), rt(prev.end), w.worker, w.token, rt(w.start), rt(w.end), time.Duration(prev.end-w.start))
+			}
+			if prev == nil || w.end > prev.end {
+				prev = &ws[i]
+			}
+		}
+	}
+	return f.done("safe window")
+}
+
+func rt(ns int64) string { return fmt.Sprintf("%.3fs", float64(ns)/1e9) }
+
+// ElementSep separates the elements of a key's value.
+const ElementSep = " "
+
+// Elements splits a value into its elements.
+func Elements(v string) []string { return strings.Fields(v) }
+
+// CheckFinalRead checks the final read of every written key against the
+// writes of the history: each acknowledged element is present exactly
+// once (else lost-update or duplicated-update), an element whose write
+// failed or was never invoked is absent (else phantom-update), and an
+// element whose write is unknown appears at most once.
+func CheckFinalRead(h []Record) Result {
+	f := newFinding(NameFinalRead)
+	type wr struct {
+		rec    Record
+		result string
+	}
+	writes := map[string]*wr{} // by element
+	var elems []string
+	reads := map[string]Record{}
+	for _, r := range h {
+		switch {
+		case r.Type == OpWrite && r.Kind == Invoke:
+			writes[r.Element] = &wr{rec: r}
+			elems = append(elems, r.Element)
+		case r.Type == OpWrite && r.Kind == Complete:
+			if w := writes[r.Element]; w != nil {
+				w.result = r.Result
+				w.rec.Token = r.Token
+			}
+		case r.Type == OpRead && r.Kind == Complete && r.Result == OK && r.Worker == "final":
+			reads[r.Resource] = r // the last read of a key is the final one
+		}
+	}
+	counts := map[string]map[string]int{}
+	for key, rd := range reads {
+		c := map[string]int{}
+		for _, e := range Elements(rd.Value) {
+			c[e]++
+		}
+		counts[key] = c
+	}
+	for _, e := range elems {
+		w := writes[e]
+		c, read := counts[w.rec.Resource]
+		if !read {
+			if w.result == OK {
+				f.unknown("no final read of %q, which has acknowledged writes", w.rec.Resource)
+			}
+			continue
+		}
+		n := c[e]
+		switch {
+		case w.result == OK && n == 0:
+			f.r.Checked++
+			f.invalid(AnomalyLostUpdate, "%q: element %s acknowledged (%s by %s, token %d) but missing from the final read", w.rec.Resource, e, w.rec.Op, w.rec.Worker, w.rec.Token)
+		case n > 1:
+			f.r.Checked++
+			f.invalid(AnomalyDuplicatedUpdate, "%q: element %s (%s by %s) appears %d times in the final read", w.rec.Resource, e, w.rec.Op, w.rec.Worker, n)
+		case w.result == Fail && n > 0:
+			f.r.Checked++
+			f.invalid(AnomalyPhantomUpdate, "%q: element %s was refused (%s by %s, token %d) yet is in the final read", w.rec.Resource, e, w.rec.Op, w.rec.Worker, w.rec.Token)
+		case w.result == OK:
+			f.r.Checked++
+		}
+	}
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		found := make([]string, 0, len(counts[key]))
+		for e := range counts[key] {
+			found = append(found, e)
+		}
+		sort.Strings(found)
+		for _, e := range found {
+			if w := writes[e]; w == nil || w.rec.Resource != key {
+				f.invalid(AnomalyPhantomUpdate, "%q: element %s in the final read was never written to it", key, e)
+			}
+		}
+	}
+	return f.done("acknowledged write")
+}
+
+// CheckAll runs every checker over a run's history and fencedkv's audit.
+func CheckAll(h []Record, audit []fencekv.AuditRecord, skewMargin time.Duration) []Result {
+	return []Result{
+		CheckFencedTokensMonotonic(audit, false),
+		CheckTokensUniqueMonotonic(h),
+		CheckGrantIntervals(h, skewMargin),
+		CheckSafeWindowsDisjoint(h),
+		CheckFinalRead(h),
+		CheckLinearizable(h, 60*time.Second),
+	}
+}
+
+// Tally counts passes (valid) and failures (invalid or unknown).
+func Tally(rs []Result) (passed, failed int) {
+	for _, r := range rs {
+		if r.Verdict == Valid {
+			passed++
+		} else {
+			failed++
+		}
+	}
+	return
+}

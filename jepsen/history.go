@@ -1,0 +1,176 @@
+// Package jepsen is leasefence's fault-injection harness: it runs real
+// leased nodes, a real fencedkv and real worker processes on loopback,
+// injects faults on a seeded schedule, records every invocation and
+// completion in a history, and checks the properties of DESIGN.md ("What is
+// checked") with independent checkers over that history. See README.md.
+package jepsen
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	"github.com/leasefence/leasefence/client"
+)
+
+// Kinds of a Record.
+const (
+	Invoke   = "invoke"
+	Complete = "complete"
+	// Observe is an observation that is not an operation of a worker: a
+	// lease event of the cluster's replicated log seen by the harness's
+	// watcher, or a gap in that stream.
+	Observe = "observe"
+)
+
+// Operation types.
+const (
+	OpAcquire = "acquire"
+	OpWrite   = "write"
+	OpRead    = "read"
+	OpRenew   = "renew"
+	OpRelease = "release"
+	// OpEvent is a lease event (Record.Event) seen by the watcher.
+	OpEvent = "event"
+	// OpWatchGap records that the watcher may have missed events.
+	OpWatchGap = "watch-gap"
+)
+
+// Results of a completion.
+const (
+	OK      = "ok"
+	Fail    = "fail"
+	Unknown = "unknown"
+)
+
+// Record is one line of history.jsonl: one invocation, one completion, or
+// one observation. Times are CLOCK_BOOTTIME nanoseconds, one system-wide
+// clock shared by the harness and every worker process on the host, so
+// times of different processes compare.
+type Record struct {
+	Kind   string `json:"kind"`
+	Worker string `json:"worker"`
+	// Op identifies the operation; its invocation and completion share it.
+	Op     string `json:"op"`
+	Type   string `json:"type"`
+	TimeNs int64  `json:"time_ns"`
+
+	// Arguments.
+	Resource string `json:"resource,omitempty"`
+	// Element is the unique element a write appends to the resource's key.
+	Element string `json:"element,omitempty"`
+
+	// Outcome (completions).
+	Result string `json:"result,omitempty"`
+	Error  string `json:"error,omitempty"`
+	// Token and Lease (hex id) of the lease the operation was made under.
+	Token uint64 `json:"token,omitempty"`
+	Lease string `json:"lease,omitempty"`
+	// SafeUntilNs is the end of the client library's safe window
+	// (Lease.SafeUntil) on the shared clock, as known at this record.
+	SafeUntilNs int64 `json:"safe_until_ns,omitempty"`
+	// Value is what a read returned.
+	Value string `json:"value,omitempty"`
+
+	// Lease events (Type OpEvent): the event, the cluster time it was
+	// applied at, and the lease's cluster-time interval.
+	Event       string `json:"event,omitempty"`
+	Position    string `json:"position,omitempty"`
+	ClusterNow  int64  `json:"cluster_now_ns,omitempty"`
+	GrantedAt   int64  `json:"granted_at_ns,omitempty"`
+	ExpiresAt   int64  `json:"expires_at_ns,omitempty"`
+	EventHolder string `json:"holder,omitempty"`
+}
+
+// Now returns the shared clock's reading (CLOCK_BOOTTIME) in nanoseconds.
+func Now() int64 { return int64(client.BootClock{}.Now()) }
+
+// Writer appends records to a JSONL stream. Safe for concurrent use.
+type Writer struct {
+	mu  sync.Mutex
+	w   *bufio.Writer
+	enc *json.Encoder
+	n   int
+}
+
+// NewWriter returns a Writer on w. Call Flush before closing w.
+func NewWriter(w io.Writer) *Writer {
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
+	return &Writer{w: bw, enc: enc}
+}
+
+// Write appends one record (a Record, a Fault, ...).
+func (w *Writer) Write(r any) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.n++
+	return w.enc.Encode(r)
+}
+
+// Flush writes buffered records out.
+func (w *Writer) Flush() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Flush()
+}
+
+// Len returns the number of records written.
+func (w *Writer) Len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n
+}
+
+// ReadHistory reads a JSONL history.
+func ReadHistory(r io.Reader) ([]Record, error) {
+	var out []Record
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 8<<20)
+	line := 0
+	for sc.Scan() {
+		line++
+		if len(sc.Bytes()) == 0 {
+			continue
+		}
+		var rec Record
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			return out, fmt.Errorf("history line %d: %w", line, err)
+		}
+		out = append(out, rec)
+	}
+	return out, sc.Err()
+}
+
+// ReadHistoryFile reads a history.jsonl file.
+func ReadHistoryFile(path string) ([]Record, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ReadHistory(f)
+}
+
+// Fault is one line of nemesis.jsonl: a fault started or healed.
+type Fault struct {
+	// Phase is "start" or "heal".
+	Phase string `json:"phase"`
+	// Kind is the nemesis: kill, pause, client-pause.
+	Kind string `json:"kind"`
+	// Target is the process it hit (node id or worker id); Leader tells
+	// whether the node was the leader when hit.
+	Target string `json:"target"`
+	Leader bool   `json:"leader,omitempty"`
+	TimeNs int64  `json:"time_ns"`
+	// Detail says what was observed (e.g. the token a paused worker held
+	// and the newer one that was accepted meanwhile).
+	Detail string `json:"detail,omitempty"`
+	// Effective is set on heal when the fault was verified to have taken
+	// effect (the process was seen stopped, killed, ...).
+	Effective bool `json:"effective,omitempty"`
+}

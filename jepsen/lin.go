@@ -1,0 +1,233 @@
+package jepsen
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// NameLinearizable is the porcupine checker (property 6).
+const NameLinearizable = "lease-linearizable"
+
+// AnomalyNotLinearizable names a history no order of the lease model
+// explains.
+const AnomalyNotLinearizable = "not-linearizable"
+
+// LinPrefix starts the resources of the linearizability workload.
+const LinPrefix = "jl/"
+
+// linState is the lease model's state of one resource: its holder's lease
+// id ("" when free; "?op" for a lease an unknown acquire may have been
+// granted, whose id nobody saw yet) and the scope's highest token. Expiry
+// is out of the model: the workload's leases live longer than the run.
+type linState struct {
+	holder  string
+	counter uint64
+}
+
+type linInput struct {
+	kind  string // acquire, release, read
+	op    string
+	lease string // release: the lease released
+}
+
+type linOutput struct {
+	result string // ok, fail, unknown
+	held   bool   // acquire refused as held
+	token  uint64 // acquire: the token; read: the scope's highest token
+	lease  string // acquire: the lease granted; read: the holder ("" free)
+}
+
+// LeaseModel is the owner-aware lease model, nondeterministic over
+// operations whose outcome is unknown.
+func LeaseModel() porcupine.Model {
+	nm := porcupine.NondeterministicModel{
+		Init: func() []interface{} { return []interface{}{linState{}} },
+		Step: func(st, in, out interface{}) []interface{} {
+			s, i, o := st.(linState), in.(linInput), out.(linOutput)
+			free := s.holder == ""
+			switch i.kind {
+			case OpAcquire:
+				switch {
+				case o.result == OK:
+					if free && o.token == s.counter+1 {
+						return []interface{}{linState{o.lease, o.token}}
+					}
+					return nil
+				case o.result == Fail && o.held:
+					if !free {
+						return []interface{}{s}
+					}
+					return nil
+				default: // unknown (or another refusal): granted or not
+					if free {
+						return []interface{}{s, linState{"?" + i.op, s.counter + 1}}
+					}
+					return []interface{}{s}
+				}
+			case OpRenew: // expiry is out of the model: renewal changes nothing
+				switch o.result {
+				case OK:
+					if s.holder == i.lease {
+						return []interface{}{s}
+					}
+					return nil
+				case Fail: // NotFound
+					if s.holder != i.lease {
+						return []interface{}{s}
+					}
+					return nil
+				}
+				return []interface{}{s}
+			case OpRelease:
+				if s.holder != i.lease {
+					return []interface{}{s}
+				}
+				if o.result == OK {
+					return []interface{}{linState{"", s.counter}}
+				}
+				return []interface{}{s, linState{"", s.counter}}
+			case OpRead:
+				if o.result != OK {
+					return []interface{}{s}
+				}
+				if o.token != s.counter {
+					return nil
+				}
+				switch {
+				case o.lease == s.holder:
+					return []interface{}{s}
+				case o.lease != "" && strings.HasPrefix(s.holder, "?"):
+					return []interface{}{linState{o.lease, s.counter}} // now we know its id
+				}
+				return nil
+			}
+			return nil
+		},
+		DescribeOperation: func(in, out interface{}) string {
+			i, o := in.(linInput), out.(linOutput)
+			switch i.kind {
+			case OpAcquire:
+				if o.result == OK {
+					return fmt.Sprintf("acquire → token %d lease %s", o.token, short(o.lease))
+				}
+				if o.held {
+					return "acquire → held"
+				}
+				return "acquire → " + o.result
+			case OpRelease:
+				return fmt.Sprintf("release %s → %s", short(i.lease), o.result)
+			case OpRenew:
+				return fmt.Sprintf("renew %s → %s", short(i.lease), o.result)
+			}
+			if o.result != OK {
+				return "read → " + o.result
+			}
+			return fmt.Sprintf("read → holder %q, scope token %d", short(o.lease), o.token)
+		},
+		DescribeState: func(st interface{}) string {
+			s := st.(linState)
+			return fmt.Sprintf("holder %q, counter %d", short(s.holder), s.counter)
+		},
+	}
+	return nm.ToModel()
+}
+
+// LinOperations turns the linearizability workload's records (resources
+// under LinPrefix) into porcupine operations, one partition per resource.
+// An operation whose outcome is unknown never returns (Return = +inf):
+// its effect, if any, may land at any time after its call.
+func LinOperations(h []Record) map[string][]porcupine.Operation {
+	inv := map[string]Record{}
+	clients := map[string]int{}
+	out := map[string][]porcupine.Operation{}
+	add := func(res string, op porcupine.Operation) { out[res] = append(out[res], op) }
+	for _, r := range h {
+		if !strings.HasPrefix(r.Resource, LinPrefix) || r.Worker == "" || r.Type == OpEvent {
+			continue
+		}
+		if _, ok := clients[r.Worker]; !ok {
+			clients[r.Worker] = len(clients)
+		}
+		switch r.Kind {
+		case Invoke:
+			inv[r.Op] = r
+		case Complete:
+			i, ok := inv[r.Op]
+			if !ok {
+				continue
+			}
+			delete(inv, r.Op)
+			in := linInput{kind: r.Type, op: r.Op, lease: i.Lease}
+			o := linOutput{result: r.Result, held: strings.HasPrefix(r.Error, HeldPrefix), token: r.Token, lease: r.Lease}
+			ret := r.TimeNs
+			if r.Result == Unknown || (r.Type == OpAcquire && r.Result == Fail && !o.held) {
+				ret = math.MaxInt64
+			}
+			add(r.Resource, porcupine.Operation{ClientId: clients[r.Worker], Input: in, Call: i.TimeNs, Output: o, Return: ret})
+		}
+	}
+	// Invoked, never completed (the worker was stopped): unknown.
+	for _, i := range inv {
+		add(i.Resource, porcupine.Operation{ClientId: clients[i.Worker], Input: linInput{kind: i.Type, op: i.Op, lease: i.Lease},
+			Call: i.TimeNs, Output: linOutput{result: Unknown}, Return: math.MaxInt64})
+	}
+	return out
+}
+
+// CheckLinearizable is property 6: per resource of the linearizability
+// workload, the history of acquires, releases and reads is linearizable
+// against LeaseModel. A check that times out is unknown.
+func CheckLinearizable(h []Record, timeout time.Duration) Result {
+	f := newFinding(NameLinearizable)
+	parts := LinOperations(h)
+	res := make([]string, 0, len(parts))
+	for r := range parts {
+		res = append(res, r)
+	}
+	sort.Strings(res)
+	model := LeaseModel()
+	for _, r := range res {
+		ops := parts[r]
+		f.r.Checked += len(ops)
+		result, info := porcupine.CheckOperationsVerbose(model, ops, timeout)
+		switch result {
+		case porcupine.Illegal:
+			f.invalid(AnomalyNotLinearizable, "resource %q: %d operations have no linearization; longest prefix: %s", r, len(ops), longestPrefix(model, ops, info))
+		case porcupine.Unknown:
+			f.unknown("resource %q: linearizability check timed out after %v over %d operations", r, timeout, len(ops))
+		}
+	}
+	return f.done("operation of the linearizability workload")
+}
+
+// longestPrefix describes the end of the longest partial linearization.
+func longestPrefix(model porcupine.Model, ops []porcupine.Operation, info porcupine.LinearizationInfo) string {
+	parts := info.PartialLinearizations()
+	var best []int
+	for _, p := range parts {
+		for _, l := range p {
+			if len(l) > len(best) {
+				best = l
+			}
+		}
+	}
+	if len(best) == 0 {
+		return "none"
+	}
+	from := len(best) - 3
+	if from < 0 {
+		from = 0
+	}
+	var s []string
+	for _, idx := range best[from:] {
+		if idx < len(ops) {
+			s = append(s, model.DescribeOperation(ops[idx].Input, ops[idx].Output))
+		}
+	}
+	return fmt.Sprintf("%d ops, ending %s", len(best), strings.Join(s, "; "))
+}

@@ -1,0 +1,268 @@
+package jepsen
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/leasefence/leasefence/fence/fencekv"
+)
+
+// Nemesis kinds (--nemesis takes a comma-separated list of these).
+const (
+	NemKill        = "kill"         // kill -9 a random node, restart it
+	NemKillLeader  = "kill-leader"  // kill -9 the leader, restart it
+	NemPause       = "pause"        // SIGSTOP a random node, SIGCONT it
+	NemPauseLeader = "pause-leader" // SIGSTOP the leader, SIGCONT it
+	NemClientPause = "client-pause" // SIGSTOP a worker between its grant and its write
+)
+
+// AllNemeses lists every kind implemented. Partitions (proxy or
+// namespaces), clock faults, membership and snapshot pressure are not yet.
+var AllNemeses = []string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause}
+
+// ParseNemeses parses a comma-separated list ("all" and "none" allowed).
+func ParseNemeses(s string) ([]string, error) {
+	switch s {
+	case "all":
+		return append([]string(nil), AllNemeses...), nil
+	case "", "none":
+		return nil, nil
+	}
+	var out []string
+	for _, k := range strings.Split(s, ",") {
+		k = strings.TrimSpace(k)
+		ok := false
+		for _, a := range AllNemeses {
+			ok = ok || a == k
+		}
+		if !ok {
+			return nil, fmt.Errorf("unknown nemesis %q (have %s)", k, strings.Join(AllNemeses, ","))
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+// nemesis injects one fault at a time on a seeded schedule, records each
+// start and heal in nemesis.jsonl, and heals everything before it returns.
+type nemesis struct {
+	kinds    []string
+	rng      *rand.Rand
+	nodes    NodeControl
+	workers  []*workerProc
+	kv       *fencekv.Client
+	ttl      time.Duration
+	log      *Writer
+	progress func(string)
+
+	mu     sync.Mutex
+	counts map[string]int // started faults by kind
+	effect map[string]int // faults verified effective by kind
+}
+
+// faultRecorder is where faults are recorded.
+func (n *nemesis) record(f Fault) {
+	if f.TimeNs == 0 {
+		f.TimeNs = Now()
+	}
+	_ = n.log.Write(f)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if f.Phase == "start" {
+		n.counts[f.Kind]++
+	}
+	if f.Phase == "heal" && f.Effective {
+		n.effect[f.Kind]++
+	}
+}
+
+// run injects faults until ctx ends: wait 1–3 s, take the next kind (each
+// enabled kind once per round, rounds shuffled by the seed), hold the
+// fault 1–4 s (client pause: until the lease moved on), heal. Bounded by
+// ctx and by a fault count.
+func (n *nemesis) run(ctx context.Context) {
+	if len(n.kinds) == 0 {
+		return
+	}
+	for i := 0; i < 10000; i++ {
+		if !sleepCtx(ctx, time.Second+time.Duration(n.rng.Int64N(int64(2*time.Second)))) {
+			return
+		}
+		// Every enabled kind once per round, in a seeded order.
+		if i%len(n.kinds) == 0 {
+			n.rng.Shuffle(len(n.kinds), func(a, b int) { n.kinds[a], n.kinds[b] = n.kinds[b], n.kinds[a] })
+		}
+		kind := n.kinds[i%len(n.kinds)]
+		hold := time.Second + time.Duration(n.rng.Int64N(int64(3*time.Second)))
+		switch kind {
+		case NemKill, NemKillLeader:
+			n.kill(ctx, kind, hold)
+		case NemPause, NemPauseLeader:
+			n.pause(ctx, kind, hold)
+		case NemClientPause:
+			n.clientPause(ctx)
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// target picks a node: the leader for the *-leader kinds (a random node if
+// none is known), otherwise a random node.
+func (n *nemesis) target(ctx context.Context, kind string) (string, bool) {
+	leader := n.nodes.Leader(ctx)
+	if strings.HasSuffix(kind, "-leader") && leader != "" {
+		return leader, true
+	}
+	ids := n.nodes.Nodes()
+	id := ids[n.rng.IntN(len(ids))]
+	return id, id == leader
+}
+
+func (n *nemesis) kill(ctx context.Context, kind string, hold time.Duration) {
+	id, isLeader := n.target(ctx, kind)
+	n.progress(fmt.Sprintf("nemesis: kill -9 %s%s", id, leaderMark(isLeader)))
+	err := n.nodes.Kill9(id)
+	n.record(Fault{Phase: "start", Kind: kind, Target: id, Leader: isLeader, Detail: errString(err, "SIGKILL")})
+	sleepCtx(context.WithoutCancel(ctx), hold) // always heal
+	rerr := n.nodes.Restart(id)
+	n.record(Fault{Phase: "heal", Kind: kind, Target: id, Effective: err == nil, Detail: errString(rerr, "restarted from its data dir")})
+}
+
+func (n *nemesis) pause(ctx context.Context, kind string, hold time.Duration) {
+	id, isLeader := n.target(ctx, kind)
+	n.progress(fmt.Sprintf("nemesis: SIGSTOP %s%s", id, leaderMark(isLeader)))
+	stopped, err := n.nodes.Pause(id)
+	n.record(Fault{Phase: "start", Kind: kind, Target: id, Leader: isLeader, Detail: errString(err, fmt.Sprintf("SIGSTOP, seen stopped: %v", stopped))})
+	sleepCtx(context.WithoutCancel(ctx), hold)
+	rerr := n.nodes.Resume(id)
+	n.record(Fault{Phase: "heal", Kind: kind, Target: id, Effective: stopped, Detail: errString(rerr, "SIGCONT")})
+}
+
+func leaderMark(leader bool) string {
+	if leader {
+		return " (the leader)"
+	}
+	return ""
+}
+
+func errString(err error, ok string) string {
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return ok
+}
+
+// clientPause asks a random worker to stop itself at its next write (after
+// its grant, claim and read), waits until it is stopped, then until the
+// resource's highest accepted token at fencedkv is above the paused
+// worker's (someone else got a newer lease and wrote), and resumes it. The
+// wait is bounded: at most 8 ttl.
+func (n *nemesis) clientPause(ctx context.Context) {
+	var idle []*workerProc
+	for _, w := range n.workers {
+		if w.proc.Running() {
+			idle = append(idle, w)
+		}
+	}
+	if len(idle) == 0 {
+		return
+	}
+	w := idle[n.rng.IntN(len(idle))]
+	// Drop a stale notice from an earlier pause, if any.
+	select {
+	case <-w.paused:
+	default:
+	}
+	if err := w.proc.Send(CmdPause); err != nil {
+		return
+	}
+	var note PauseNotice
+	select {
+	case note = <-w.paused:
+	case <-time.After(10 * time.Second):
+		n.record(Fault{Phase: "start", Kind: NemClientPause, Target: w.id, Detail: "worker did not reach a write within 10s"})
+		n.record(Fault{Phase: "heal", Kind: NemClientPause, Target: w.id, Detail: "never paused"})
+		return
+	case <-ctx.Done():
+		return
+	}
+	stopped := w.proc.WaitStopped(5 * time.Second)
+	n.progress(fmt.Sprintf("nemesis: %s frozen before its write with token %d on %s", w.id, note.Token, note.Resource))
+	n.record(Fault{Phase: "start", Kind: NemClientPause, Target: w.id,
+		Detail: fmt.Sprintf("SIGSTOP before write %s on %s with token %d, seen stopped: %v", note.Op, note.Resource, note.Token, stopped)})
+	deadline := time.Now().Add(8 * n.ttl)
+	var highest uint64
+	for time.Now().Before(deadline) {
+		qctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		h, err := n.kv.Highest(qctx, note.Resource)
+		cancel()
+		if err == nil && h > note.Token {
+			highest = h
+			time.Sleep(200 * time.Millisecond) // let the newer holder's write land
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	err := w.proc.Signal(syscall.SIGCONT)
+	detail := fmt.Sprintf("SIGCONT; a newer token %d was accepted meanwhile", highest)
+	if highest == 0 {
+		detail = "SIGCONT; no newer token was accepted within 8 ttl"
+	}
+	n.record(Fault{Phase: "heal", Kind: NemClientPause, Target: w.id, Effective: stopped && highest > note.Token, Detail: errString(err, detail)})
+}
+
+// Counts returns the started and verified-effective faults by kind.
+func (n *nemesis) Counts() (map[string]int, map[string]int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c, e := map[string]int{}, map[string]int{}
+	for k, v := range n.counts {
+		c[k] = v
+	}
+	for k, v := range n.effect {
+		e[k] = v
+	}
+	return c, e
+}
+
+func sortedKeys(m map[string]int) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// ReadFaults reads a nemesis.jsonl.
+func ReadFaults(b []byte) ([]Fault, error) {
+	var out []Fault
+	for i, l := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		var f Fault
+		if err := json.Unmarshal([]byte(l), &f); err != nil {
+			return out, fmt.Errorf("nemesis line %d: %w", i+1, err)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}

@@ -1,0 +1,461 @@
+package jepsen
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/leasefence/leasefence/api"
+)
+
+// Build compiles leased and fencedkv (and, when jepsenToo, cmd/jepsen) into
+// dir with `go build`, run from the module that holds this source tree
+// (found with `go env GOMOD` from the working directory).
+func Build(ctx context.Context, dir string, race, jepsenToo bool) error {
+	pkgs := []string{"./cmd/leased", "./cmd/fencedkv"}
+	if jepsenToo {
+		pkgs = append(pkgs, "./cmd/jepsen")
+	}
+	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return fmt.Errorf("go env GOMOD: %w", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(gomod)))
+	if strings.TrimSpace(string(gomod)) == "" || strings.TrimSpace(string(gomod)) == os.DevNull {
+		return errors.New("not inside the leasefence module: run from the repository or pass --bin-dir")
+	}
+	args := []string{"build", "-o", dir + "/"}
+	if race {
+		args = append(args, "-race")
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// Proc is one harness-owned OS process with its log file. Start may be
+// called again after the process exited (a restart from the same data).
+type Proc struct {
+	Name string
+	Bin  string
+	Args []string
+	Log  string
+	// Stdout, if set, receives stdout lines (the log gets them too).
+	Stdout func(line string)
+	// Stdin, when set before Start, makes the process read from a pipe the
+	// harness writes to with Send.
+	Stdin bool
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	exited chan struct{}
+}
+
+// Start starts the process.
+func (p *Proc) Start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		return fmt.Errorf("%s already running", p.Name)
+	}
+	logf, err := os.OpenFile(p.Log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.Bin, p.Args...)
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	// Die with the harness, even if it is killed with SIGKILL: no orphaned
+	// nodes or workers on a shared machine.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = logf
+	var stdout io.ReadCloser
+	if p.Stdout != nil {
+		if stdout, err = cmd.StdoutPipe(); err != nil {
+			logf.Close()
+			return err
+		}
+	} else {
+		cmd.Stdout = logf
+	}
+	var stdin io.WriteCloser
+	if p.Stdin {
+		if stdin, err = cmd.StdinPipe(); err != nil {
+			logf.Close()
+			return err
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s: %w", p.Name, err)
+	}
+	exited := make(chan struct{})
+	p.cmd, p.exited, p.stdin = cmd, exited, stdin
+	lineFn := p.Stdout
+	go func() {
+		if stdout != nil {
+			sc := bufio.NewScanner(stdout)
+			sc.Buffer(make([]byte, 64*1024), 4<<20)
+			for sc.Scan() {
+				lineFn(sc.Text())
+			}
+			io.Copy(io.Discard, stdout)
+		}
+		cmd.Wait()
+		logf.Close()
+		close(exited)
+	}()
+	return nil
+}
+
+// Send writes a line to the process's stdin.
+func (p *Proc) Send(line string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stdin == nil {
+		return fmt.Errorf("%s has no stdin pipe or is not running", p.Name)
+	}
+	_, err := io.WriteString(p.stdin, line+"\n")
+	return err
+}
+
+// Pid returns the process id, 0 when not running.
+func (p *Proc) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// Running reports whether the process was started and has not exited.
+func (p *Proc) Running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return false
+	}
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Exited returns a channel closed when the current process exits (nil if
+// never started).
+func (p *Proc) Exited() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exited
+}
+
+// Signal sends sig without waiting.
+func (p *Proc) Signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return fmt.Errorf("%s not running", p.Name)
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
+// Kill sends sig (SIGCONT too, so a stopped process can die of a catchable
+// signal) and waits up to timeout for the exit, then SIGKILLs.
+func (p *Proc) Kill(sig syscall.Signal, timeout time.Duration) {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	if p.stdin != nil {
+		p.stdin.Close()
+		p.stdin = nil
+	}
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	if sig != syscall.SIGKILL {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+	}
+	select {
+	case <-exited:
+	case <-time.After(timeout):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	p.mu.Lock()
+	p.cmd = nil
+	p.mu.Unlock()
+}
+
+// Stopped reports whether the process is in the stopped state (/proc).
+func (p *Proc) Stopped() bool {
+	pid := p.Pid()
+	if pid == 0 {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't')
+}
+
+// WaitStopped polls until the process is stopped, for up to timeout.
+func (p *Proc) WaitStopped(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if p.Stopped() {
+			return true
+		}
+		if !p.Running() {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return false
+}
+
+// Tail returns the last n bytes of the process's log.
+func (p *Proc) Tail(n int) string {
+	b, _ := os.ReadFile(p.Log)
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// NodeControl is what nemeses need from the cluster under test. The
+// process faults (kill, pause) are implemented here with signals; network
+// faults (partitions through a per-link proxy, or namespaces) will be a
+// separate Net interface whose links the proxy mode owns, so that nemeses
+// can combine both without knowing how a fault is realised.
+type NodeControl interface {
+	// Nodes returns node ids in a stable order.
+	Nodes() []string
+	// Leader returns the id of a node that reports itself leader, or "".
+	Leader(ctx context.Context) string
+	// Kill9 kills node id with SIGKILL; Restart starts it again from its
+	// data dir.
+	Kill9(id string) error
+	Restart(id string) error
+	// Pause stops node id with SIGSTOP and reports whether it was seen
+	// stopped; Resume continues it.
+	Pause(id string) (bool, error)
+	Resume(id string) error
+}
+
+// Cluster is N leased processes and their gRPC connections.
+type Cluster struct {
+	procs     []*Proc
+	ids       []string
+	addrs     []string
+	mu        sync.Mutex
+	conns     map[string]*grpc.ClientConn
+	byID      map[string]int
+	startedAt time.Time
+}
+
+var _ NodeControl = (*Cluster)(nil)
+
+// FreeAddrs reserves n loopback addresses (they are released before use,
+// so another process may take one meanwhile; a start failure then says so).
+func FreeAddrs(n int) ([]string, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var out []string
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	return out, nil
+}
+
+// StartCluster starts n leased nodes bootstrapping one cluster, data and
+// logs under dir, and waits up to 30 s for a leader.
+func StartCluster(ctx context.Context, bin, dir string, n int, extra []string) (*Cluster, error) {
+	addrs, err := FreeAddrs(n)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{conns: map[string]*grpc.ClientConn{}, byID: map[string]int{}, addrs: addrs}
+	var peers []string
+	for i, a := range addrs {
+		peers = append(peers, fmt.Sprintf("n%d=%s", i+1, a))
+	}
+	for i, a := range addrs {
+		id := fmt.Sprintf("n%d", i+1)
+		p := &Proc{Name: id, Bin: bin, Log: filepath.Join(dir, id+".log"), Args: append([]string{
+			"--id", id, "--listen", a, "--data-dir", filepath.Join(dir, id),
+			"--bootstrap", strings.Join(peers, ","),
+		}, extra...)}
+		c.procs = append(c.procs, p)
+		c.ids = append(c.ids, id)
+		c.byID[id] = i
+		if err := p.Start(); err != nil {
+			c.Stop()
+			return nil, err
+		}
+	}
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for lctx.Err() == nil {
+		if c.Leader(lctx) != "" {
+			c.startedAt = time.Now()
+			return c, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.Stop()
+	return nil, fmt.Errorf("no leader within 30s; n1's log ends:\n%s", c.procs[0].Tail(2048))
+}
+
+// Endpoints returns every node's address.
+func (c *Cluster) Endpoints() []string { return append([]string(nil), c.addrs...) }
+
+// Nodes implements NodeControl.
+func (c *Cluster) Nodes() []string { return append([]string(nil), c.ids...) }
+
+// Proc returns node id's process.
+func (c *Cluster) Proc(id string) *Proc { return c.procs[c.byID[id]] }
+
+func (c *Cluster) conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cc, ok := c.conns[addr]; ok {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	c.conns[addr] = cc
+	return cc, nil
+}
+
+// Status asks node id for its status (1 s timeout).
+func (c *Cluster) Status(ctx context.Context, id string) (*api.StatusResponse, error) {
+	cc, err := c.conn(c.addrs[c.byID[id]])
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return api.NewClusterServiceClient(cc).Status(ctx, &api.StatusRequest{})
+}
+
+// Leader implements NodeControl: a running, unpaused node that says it
+// leads.
+func (c *Cluster) Leader(ctx context.Context) string {
+	for _, id := range c.ids {
+		p := c.Proc(id)
+		if !p.Running() || p.Stopped() {
+			continue
+		}
+		if st, err := c.Status(ctx, id); err == nil && st.State == "leader" {
+			return id
+		}
+	}
+	return ""
+}
+
+// Kill9 implements NodeControl.
+func (c *Cluster) Kill9(id string) error {
+	p := c.Proc(id)
+	if !p.Running() {
+		return fmt.Errorf("%s is not running", id)
+	}
+	p.Kill(syscall.SIGKILL, 10*time.Second)
+	return nil
+}
+
+// Restart implements NodeControl.
+func (c *Cluster) Restart(id string) error { return c.Proc(id).Start() }
+
+// Pause implements NodeControl.
+func (c *Cluster) Pause(id string) (bool, error) {
+	p := c.Proc(id)
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		return false, err
+	}
+	return p.WaitStopped(2 * time.Second), nil
+}
+
+// Resume implements NodeControl.
+func (c *Cluster) Resume(id string) error { return c.Proc(id).Signal(syscall.SIGCONT) }
+
+// Stop kills every node and closes the connections.
+func (c *Cluster) Stop() {
+	for _, p := range c.procs {
+		p.Kill(syscall.SIGKILL, 10*time.Second)
+	}
+	c.mu.Lock()
+	for _, cc := range c.conns {
+		cc.Close()
+	}
+	c.conns = map[string]*grpc.ClientConn{}
+	c.mu.Unlock()
+}
+
+// StartKV starts fencedkv on a free loopback port and returns its process
+// and base URL.
+func StartKV(ctx context.Context, bin, dir string, unfenced bool) (*Proc, string, error) {
+	args := []string{"--listen", "127.0.0.1:0", "--data-file", filepath.Join(dir, "kv.db"), "--log-level", "warn"}
+	if unfenced {
+		args = append(args, "--unfenced")
+	}
+	first := make(chan string, 1)
+	p := &Proc{Name: "fencedkv", Bin: bin, Args: args, Log: filepath.Join(dir, "fencedkv.log"), Stdout: func(l string) {
+		select {
+		case first <- l:
+		default:
+		}
+	}}
+	if err := p.Start(); err != nil {
+		return nil, "", err
+	}
+	select {
+	case l := <-first:
+		f := strings.Fields(l) // "fencedkv serving on ADDR (...)"
+		if len(f) < 4 || f[2] != "on" {
+			p.Kill(syscall.SIGKILL, 5*time.Second)
+			return nil, "", fmt.Errorf("fencedkv said %q", l)
+		}
+		return p, "http://" + f[3], nil
+	case <-p.Exited():
+		return nil, "", fmt.Errorf("fencedkv exited at start: %s", p.Tail(2048))
+	case <-time.After(30 * time.Second):
+		p.Kill(syscall.SIGKILL, 5*time.Second)
+		return nil, "", errors.New("fencedkv did not start within 30s")
+	case <-ctx.Done():
+		p.Kill(syscall.SIGKILL, 5*time.Second)
+		return nil, "", ctx.Err()
+	}
+}

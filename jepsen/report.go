@@ -1,0 +1,146 @@
+package jepsen
+
+import (
+	"fmt"
+	"html"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// WriteReport writes report.html: the checker results, then one lane per
+// resource on a common time axis with each holder's client safe window
+// (labelled with its token), each write's completion (green accepted, red
+// refused, grey unknown), and the faults shaded with their kind. A first
+// version; the porcupine visualization and plots are not in it yet.
+func WriteReport(path string, sum *Summary, h []Record, faults []Fault) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	writeReport(f, sum, h, faults)
+	return f.Close()
+}
+
+func writeReport(w io.Writer, sum *Summary, h []Record, faults []Fault) {
+	var t0, t1 int64
+	for _, r := range h {
+		if r.TimeNs == 0 {
+			continue
+		}
+		if t0 == 0 || r.TimeNs < t0 {
+			t0 = r.TimeNs
+		}
+		if r.TimeNs > t1 {
+			t1 = r.TimeNs
+		}
+	}
+	if t1 <= t0 {
+		t1 = t0 + 1
+	}
+	const left, width, lane = 90, 1400, 46
+	x := func(ns int64) float64 {
+		if ns < t0 {
+			ns = t0
+		}
+		if ns > t1 {
+			ns = t1
+		}
+		return left + float64(ns-t0)/float64(t1-t0)*width
+	}
+	windows := SafeWindows(h)
+	lanes := map[string]int{}
+	var names []string
+	for _, win := range windows {
+		if _, ok := lanes[win.resource]; !ok {
+			lanes[win.resource] = 0
+			names = append(names, win.resource)
+		}
+	}
+	sort.Strings(names)
+	for i, n := range names {
+		lanes[n] = i
+	}
+	height := 40 + lane*len(names) + 20
+
+	fmt.Fprintf(w, "<!doctype html><meta charset=utf-8><title>jepsen %s</title>\n", html.EscapeString(sum.Dir))
+	fmt.Fprint(w, "<style>body{font:13px sans-serif;margin:16px}td,th{padding:2px 8px;text-align:left}.valid{color:#080}.invalid{color:#c00;font-weight:bold}.unknown{color:#a60}</style>\n")
+	fmt.Fprintf(w, "<h1>%s</h1><p>seed %d, %d nodes, %d workers on %d resources, nemeses %s, unfenced %v</p>\n",
+		html.EscapeString(sum.Dir), sum.Config.Seed, sum.Config.Nodes, sum.Config.Workers, sum.Config.Resources,
+		html.EscapeString(strings.Join(sum.Config.Nemeses, ",")), sum.Config.Unfenced)
+	fmt.Fprint(w, "<table><tr><th>checker<th>verdict<th>checked<th>anomaly<th>witness</tr>\n")
+	for _, r := range sum.Results {
+		fmt.Fprintf(w, "<tr><td>%s<td class=%s>%s<td>%d<td>%s<td>%s</tr>\n", r.Checker, r.Verdict, r.Verdict, r.Checked,
+			html.EscapeString(r.Anomaly), html.EscapeString(r.Witness))
+	}
+	fmt.Fprintf(w, "</table><p>%d passed, %d failed</p>\n", sum.Passed, sum.Failed)
+	fmt.Fprintf(w, "<p>Safe windows per resource (bars, token inside), writes (ticks: green accepted, red refused, grey unknown), faults (shaded). Time: %.1f s.</p>\n", float64(t1-t0)/1e9)
+	fmt.Fprintf(w, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d'>\n", left+width+20, height)
+
+	// Faults.
+	open := map[string]Fault{}
+	for _, f := range faults {
+		key := f.Kind + "/" + f.Target
+		if f.Phase == "start" {
+			open[key] = f
+			continue
+		}
+		s, ok := open[key]
+		if !ok {
+			continue
+		}
+		delete(open, key)
+		color := "#fdd"
+		if f.Kind == NemClientPause {
+			color = "#ddf"
+		} else if strings.HasPrefix(f.Kind, "pause") {
+			color = "#ffd"
+		}
+		fmt.Fprintf(w, "<rect x='%.1f' y='20' width='%.1f' height='%d' fill='%s'><title>%s %s: %s</title></rect>\n",
+			x(s.TimeNs), x(f.TimeNs)-x(s.TimeNs)+0.5, height-30, color, f.Kind, f.Target, html.EscapeString(s.Detail))
+		fmt.Fprintf(w, "<text x='%.1f' y='14' font-size='9'>%s %s</text>\n", x(s.TimeNs), f.Kind, f.Target)
+	}
+	for i, n := range names {
+		y := 30 + i*lane
+		fmt.Fprintf(w, "<text x='4' y='%d'>%s</text><line x1='%d' x2='%d' y1='%d' y2='%d' stroke='#ccc'/>\n", y+20, html.EscapeString(n), left, left+width, y+lane-2, y+lane-2)
+	}
+	palette := []string{"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f", "#bab0ac"}
+	for _, win := range windows {
+		if win.end <= win.start {
+			continue
+		}
+		y := 30 + lanes[win.resource]*lane
+		c := palette[workerIndex(win.worker)%len(palette)]
+		fmt.Fprintf(w, "<rect x='%.1f' y='%d' width='%.1f' height='22' fill='%s' opacity='.8'><title>%s token %d</title></rect>\n",
+			x(win.start), y+4, x(win.end)-x(win.start)+0.3, c, win.worker, win.token)
+		if x(win.end)-x(win.start) > 14 {
+			fmt.Fprintf(w, "<text x='%.1f' y='%d' font-size='9' fill='#fff'>%d</text>\n", x(win.start)+1, y+19, win.token)
+		}
+	}
+	for _, r := range h {
+		if r.Type != OpWrite || r.Kind != Complete {
+			continue
+		}
+		y, ok := lanes[r.Resource]
+		if !ok {
+			continue
+		}
+		c := map[string]string{OK: "#080", Fail: "#d00", Unknown: "#888"}[r.Result]
+		fmt.Fprintf(w, "<line x1='%.1f' x2='%.1f' y1='%d' y2='%d' stroke='%s'><title>%s %s token %d: %s %s</title></line>\n",
+			x(r.TimeNs), x(r.TimeNs), 30+y*lane+28, 30+y*lane+40, c, r.Worker, r.Element, r.Token, r.Result, html.EscapeString(r.Error))
+	}
+	fmt.Fprint(w, "</svg>\n")
+}
+
+func workerIndex(id string) int {
+	n := 0
+	for _, c := range id {
+		n = n*31 + int(c)
+	}
+	if n < 0 {
+		n = -n
+	}
+	return n
+}

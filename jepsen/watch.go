@@ -1,0 +1,144 @@
+package jepsen
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/leasefence/leasefence/api"
+)
+
+// watcher records every lease event of the replicated log under a prefix
+// into the history, with the cluster times the client library does not
+// expose (granted_at, expires_at, the event's cluster time). It follows
+// the stream from node to node as nodes fail, resuming strictly after the
+// last position it recorded; when no node retains that position any more
+// it records a watch-gap, which makes the interval checker answer unknown.
+type watcher struct {
+	endpoints []string
+	prefix    string
+	hist      *Writer
+	events    int
+	gaps      int
+	lastIndex atomic.Uint64 // Raft index of the last event position recorded
+	released  sync.Map      // lease id (hex) -> true, for every released event seen
+}
+
+// sawRelease reports whether the released event of lease id was recorded.
+func (w *watcher) sawRelease(id string) bool {
+	_, ok := w.released.Load(id)
+	return ok
+}
+
+// run watches until ctx ends. ready is closed once the first stream is
+// established (events applied after that are recorded).
+func (w *watcher) run(ctx context.Context, ready chan<- struct{}) {
+	conns := make([]*grpc.ClientConn, len(w.endpoints))
+	for i, ep := range w.endpoints {
+		c, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err == nil {
+			conns[i] = c
+			defer c.Close()
+		}
+	}
+	var last *api.Position
+	node := 0
+	refused := 0 // consecutive nodes that no longer retain our position
+	signalled := false
+	signal := func() {
+		if !signalled {
+			signalled = true
+			close(ready)
+		}
+	}
+	defer signal()
+	for attempt := 0; ctx.Err() == nil && attempt < 100000; attempt++ {
+		conn := conns[node%len(conns)]
+		node++
+		if conn == nil {
+			continue
+		}
+		err := w.once(ctx, conn, &last, signal)
+		if ctx.Err() != nil {
+			return
+		}
+		if status.Code(err) != codes.OutOfRange {
+			refused = 0
+		} else if refused++; refused >= len(conns) {
+			// No node retains our position: start afresh and say so.
+			refused = 0
+			w.gaps++
+			_ = w.hist.Write(Record{Kind: Observe, Worker: "watch", Op: fmt.Sprintf("gap-%d", w.gaps), Type: OpWatchGap, TimeNs: Now(),
+				Error: err.Error(), Position: posString(last)})
+			last = nil
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (w *watcher) once(ctx context.Context, conn *grpc.ClientConn, last **api.Position, signal func()) error {
+	lc := api.NewLeaseServiceClient(conn)
+	if *last == nil {
+		// Pin the start: everything applied after this read is delivered.
+		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		g, err := lc.Get(gctx, &api.GetRequest{Resource: w.prefix + "-", Stale: true})
+		cancel()
+		if err != nil {
+			return err
+		}
+		*last = &api.Position{Index: g.AppliedIndex, Seq: ^uint32(0)}
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := lc.Watch(sctx, &api.WatchRequest{Key: w.prefix, Prefix: true, After: *last})
+	if err != nil {
+		return err
+	}
+	signal()
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if ev.Position == nil || ev.Lease == nil {
+			continue
+		}
+		p := ev.Position
+		if (*last) != nil && !(p.Index > (*last).Index || (p.Index == (*last).Index && p.Seq > (*last).Seq)) {
+			continue // already recorded
+		}
+		*last = &api.Position{Index: p.Index, Seq: p.Seq}
+		w.lastIndex.Store(p.Index)
+		w.events++
+		l := ev.Lease
+		if ev.Type == api.EventType_EVENT_TYPE_RELEASED {
+			w.released.Store(hex.EncodeToString(l.Id), true)
+		}
+		_ = w.hist.Write(Record{
+			Kind: Observe, Worker: "watch", Op: posString(p), Type: OpEvent, TimeNs: Now(),
+			Resource: l.Resource, Token: l.Token, Lease: hex.EncodeToString(l.Id),
+			Event:    strings.ToLower(strings.TrimPrefix(ev.Type.String(), "EVENT_TYPE_")),
+			Position: posString(p), ClusterNow: ev.NowNs, GrantedAt: l.GrantedAtNs, ExpiresAt: l.ExpiresAtNs, EventHolder: l.Holder,
+		})
+	}
+}
+
+func posString(p *api.Position) string {
+	if p == nil {
+		return ""
+	}
+	return fmt.Sprintf("%d.%d", p.Index, p.Seq)
+}
