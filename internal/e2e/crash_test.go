@@ -1,17 +1,12 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"google.golang.org/protobuf/types/known/durationpb"
-
-	"github.com/leasefence/leasefence/api"
 )
 
 // SIGKILL a random node at a random moment, dozens of times, under a write
@@ -38,14 +33,7 @@ func TestRandomSigkillsUnderLoadLoseNoAcknowledgedGrant(t *testing.T) {
 				default:
 				}
 				reqID := fmt.Sprintf("crash-%d-%d", w, i)
-				var r *api.AcquireResponse
-				err := c.Any(func(l api.LeaseServiceClient) error {
-					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-					defer cancel()
-					var err error
-					r, err = l.Acquire(ctx, &api.AcquireRequest{Resource: resource, Holder: "crash", Ttl: durationpb.New(10 * time.Second), RequestId: reqID})
-					return err
-				})
+				r, err := c.Acquire(resource, 10*time.Second, reqID)
 				if err != nil {
 					continue // unknown outcome: not acknowledged
 				}
@@ -91,14 +79,8 @@ func TestRandomSigkillsUnderLoadLoseNoAcknowledgedGrant(t *testing.T) {
 				t.Fatalf("%s: token %d acknowledged after %d", resource, tokens[i], tokens[i-1])
 			}
 		}
-		var g *api.GetResponse
-		if err := c.Any(func(l api.LeaseServiceClient) error {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			defer cancel()
-			var err error
-			g, err = l.Get(ctx, &api.GetRequest{Resource: resource})
-			return err
-		}); err != nil {
+		g, err := c.Get(resource)
+		if err != nil {
 			t.Fatal(err)
 		}
 		if last := tokens[len(tokens)-1]; g.ScopeToken < last {

@@ -1,16 +1,11 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"google.golang.org/protobuf/types/known/durationpb"
-
-	"github.com/leasefence/leasefence/api"
 )
 
 // A rolling restart (SIGTERM, restart, catch up; one node at a time) under
@@ -39,14 +34,7 @@ func TestRollingRestartUnderLoadLosesNothing(t *testing.T) {
 				default:
 				}
 				reqID := fmt.Sprintf("roll-%d-%d", w, i)
-				var r *api.AcquireResponse
-				err := c.Any(func(l api.LeaseServiceClient) error {
-					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-					defer cancel()
-					var err error
-					r, err = l.Acquire(ctx, &api.AcquireRequest{Resource: resource, Holder: "roll", Ttl: durationpb.New(10 * time.Second), RequestId: reqID})
-					return err
-				})
+				r, err := c.Acquire(resource, 10*time.Second, reqID)
 				if err != nil {
 					t.Errorf("worker %d acquire %d: %v", w, i, err)
 					return
@@ -95,14 +83,7 @@ func TestRollingRestartUnderLoadLosesNothing(t *testing.T) {
 		}
 		// Every acknowledged grant is still counted, and every
 		// acknowledged release still holds: the resource is free.
-		var g *api.GetResponse
-		err := c.Any(func(l api.LeaseServiceClient) error {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			defer cancel()
-			var err error
-			g, err = l.Get(ctx, &api.GetRequest{Resource: fmt.Sprintf("roll/%d", w)})
-			return err
-		})
+		g, err := c.Get(fmt.Sprintf("roll/%d", w))
 		if err != nil {
 			t.Fatal(err)
 		}

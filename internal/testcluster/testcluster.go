@@ -297,6 +297,19 @@ func (c *Cluster) Acquire(resource string, ttl time.Duration, reqID string) (*ap
 	return out, err
 }
 
+// Get reads resource (linearizably) through any node.
+func (c *Cluster) Get(resource string) (*api.GetResponse, error) {
+	var out *api.GetResponse
+	err := c.Any(func(l api.LeaseServiceClient) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var err error
+		out, err = l.Get(ctx, &api.GetRequest{Resource: resource})
+		return err
+	})
+	return out, err
+}
+
 // Release releases a lease through any node.
 func (c *Cluster) Release(id []byte) error {
 	return c.Any(func(l api.LeaseServiceClient) error {
