@@ -70,7 +70,10 @@ type Option func(*options)
 
 // WithGuard makes the interceptor enforce tokens itself: the handler runs
 // inside guard.Do, so it runs only for an admitted token, and the token is
-// recorded only if the handler returns nil. Without a guard the interceptor
+// recorded whenever the handler ran, whatever it returned: the interceptor
+// cannot tell whether the handler applied an effect before it failed. The
+// record is not atomic with the handler's effect; where that matters, use a
+// guard inside the handler's own transaction. Without a guard the interceptor
 // only requires a well-formed token and hands it to the handler (through
 // fence.FromContext) for a guard that works inside the handler's own
 // transaction (fencebolt, fencesql).
@@ -110,19 +113,31 @@ func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 			resp, err := handler(ctx, req)
 			return resp, ToStatus(err)
 		}
-		var resp any
+		// The token is recorded whenever the handler ran, whatever it
+		// returned: a handler may apply its effect and then fail, and an
+		// effect under an unrecorded token would let an older holder in
+		// after it (see WithGuard).
+		var (
+			resp any
+			herr error
+			ran  bool
+		)
 		err = o.guard.Do(ctx, tok, func(ctx context.Context) error {
-			var herr error
+			ran = true
 			resp, herr = handler(ctx, req)
-			return herr
+			return nil
 		})
+		if ran && err == nil {
+			err = herr
+		}
 		return resp, ToStatus(err)
 	}
 }
 
 // StreamServerInterceptor is UnaryServerInterceptor for streams: the token
-// is checked when the stream opens and, with a guard, recorded if the
-// handler returns nil.
+// is checked when the stream opens and, with a guard, recorded once the
+// handler ran, whatever it returned. The guard's scope is held for the
+// stream's whole life.
 func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
 	o := build(opts)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
@@ -138,10 +153,18 @@ func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
 		if o.guard == nil {
 			return ToStatus(handler(srv, wrapped))
 		}
-		return ToStatus(o.guard.Do(ctx, tok, func(ctx context.Context) error {
+		var herr error
+		ran := false
+		err = o.guard.Do(ctx, tok, func(ctx context.Context) error {
+			ran = true
 			wrapped.ctx = ctx
-			return handler(srv, wrapped)
-		}))
+			herr = handler(srv, wrapped)
+			return nil
+		})
+		if ran && err == nil {
+			err = herr
+		}
+		return ToStatus(err)
 	}
 }
 

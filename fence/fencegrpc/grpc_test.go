@@ -143,15 +143,21 @@ type fakeLease struct {
 func (l fakeLease) Scope() string { return l.scope }
 func (l fakeLease) Token() uint64 { return l.token }
 
-func TestFailedHandlerLeavesTokenUnrecorded(t *testing.T) {
+// A handler that fails may have applied its effect: its token is recorded
+// anyway, so an older one is refused afterwards.
+func TestTokenIsRecordedWhenTheHandlerRanWhateverItReturned(t *testing.T) {
 	guard := fence.NewMemory(fence.AtLeast)
 	hc := healthpb.NewHealthClient(serve(t, failing{}, fencegrpc.WithGuard(guard)))
 	ctx := fencegrpc.AppendToOutgoing(context.Background(), fence.Token{Scope: "s", Value: 5})
 	if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); status.Code(err) != codes.Internal {
 		t.Fatalf("error = %v, want the handler's Internal", err)
 	}
-	if h := guard.Highest("s"); h != 0 {
-		t.Fatalf("highest = %d after a failed handler, want 0", h)
+	if h := guard.Highest("s"); h != 5 {
+		t.Fatalf("highest = %d after a handler that ran and failed, want 5", h)
+	}
+	old := fencegrpc.AppendToOutgoing(context.Background(), fence.Token{Scope: "s", Value: 4})
+	if _, err := hc.Check(old, &healthpb.HealthCheckRequest{}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("older token after a failed handler: %v, want FailedPrecondition", err)
 	}
 }
 

@@ -138,11 +138,15 @@ type options struct{ guard fence.Guard }
 type Option func(*options)
 
 // WithGuard makes Handler enforce tokens itself: next runs inside guard.Do,
-// only for an admitted token, and the token is recorded only if next
-// answers with a status below 400. Without a guard Handler only requires a
-// well-formed token and hands it to next (fence.FromContext), for a guard
-// that works inside next's own transaction (fencebolt, fencesql); next may
-// then answer a fence error with WriteError.
+// only for an admitted token, and the token is recorded whenever next ran,
+// whatever it answered: the middleware cannot tell whether next applied an
+// effect before it failed, and an effect applied with an unrecorded token
+// would let an older holder in after it. (Under the strict rule a retry with
+// the same token is then refused: acquire again.) The record is not atomic
+// with next's effect; where that matters, use no guard here and a guard
+// inside next's own transaction (fencebolt, fencesql). Without a guard
+// Handler only requires a well-formed token and hands it to next
+// (fence.FromContext); next may then answer a fence error with WriteError.
 func WithGuard(g fence.Guard) Option { return func(o *options) { o.guard = g } }
 
 // Handler requires a token on every request: missing or malformed → 400,
@@ -164,53 +168,21 @@ func Handler(next http.Handler, opts ...Option) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		rec := &statusRecorder{ResponseWriter: w}
+		ran := false
 		err = o.guard.Do(r.Context(), tok, func(ctx context.Context) error {
-			next.ServeHTTP(rec, r.WithContext(ctx))
-			if rec.status() >= 400 {
-				return errHandlerFailed
-			}
-			return nil
+			ran = true
+			next.ServeHTTP(w, r.WithContext(ctx))
+			return nil // recorded whatever next answered (see WithGuard)
 		})
 		switch {
-		case err == nil, errors.Is(err, errHandlerFailed):
+		case err == nil:
+		case ran: // next has answered; the record failed, nothing more to say
 		case WriteError(w, err):
 		default: // the request's context ended while waiting for the scope
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		}
 	})
 }
-
-var errHandlerFailed = errors.New("fencehttp: handler answered an error status")
-
-type statusRecorder struct {
-	http.ResponseWriter
-	code int
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	if s.code == 0 {
-		s.code = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.code == 0 {
-		s.code = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-func (s *statusRecorder) status() int {
-	if s.code == 0 {
-		return http.StatusOK
-	}
-	return s.code
-}
-
-// Unwrap lets http.ResponseController reach the underlying writer.
-func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // Transport is an http.RoundTripper that sets the Fencing-Token header from
 // the request's context (fence.NewContext), or from Token when set.

@@ -113,20 +113,37 @@ func TestTransportSendsTokenAndResponseErrorTypesTheRefusal(t *testing.T) {
 	}
 }
 
-func TestFailedHandlerLeavesTokenUnrecorded(t *testing.T) {
+// A handler may apply its effect and then answer an error. Its token must
+// still be recorded, or an older holder would be admitted after the effect:
+// 70 ok, 72 applies and answers 500, then 71 must be refused.
+func TestTokenIsRecordedWhenTheHandlerRanWhateverItAnswered(t *testing.T) {
 	guard := fence.NewMemory(fence.AtLeast)
+	var effects []uint64
 	h := fencehttp.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "disk full", http.StatusInternalServerError)
+		tok, _ := fence.FromContext(r.Context())
+		effects = append(effects, tok.Value)
+		if tok.Value == 72 {
+			http.Error(w, "effect applied, then the reply failed", http.StatusInternalServerError)
+		}
 	}), fencehttp.WithGuard(guard))
-	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodPut, "/", nil)
-	fencehttp.SetToken(req.Header, fence.Token{Scope: "s", Value: 8})
-	h.ServeHTTP(rec, req)
-	if rec.Code != 500 {
-		t.Fatalf("status %d, want the handler's 500", rec.Code)
+	send := func(v uint64) int {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPut, "/", nil)
+		fencehttp.SetToken(req.Header, fence.Token{Scope: "s", Value: v})
+		h.ServeHTTP(rec, req)
+		return rec.Code
 	}
-	if got := guard.Highest("s"); got != 0 {
-		t.Fatalf("highest = %d after a failed handler, want 0", got)
+	if c := send(70); c != 200 {
+		t.Fatalf("70: %d", c)
+	}
+	if c := send(72); c != 500 {
+		t.Fatalf("72: status %d, want the handler's 500", c)
+	}
+	if c := send(71); c != http.StatusConflict {
+		t.Fatalf("71 after 72's effect: status %d, want 409", c)
+	}
+	if len(effects) != 2 || guard.Highest("s") != 72 {
+		t.Fatalf("effects %v, highest %d", effects, guard.Highest("s"))
 	}
 }
 
