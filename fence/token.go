@@ -70,8 +70,10 @@ func validScope(s string) error {
 func (t Token) String() string { return FormatHeader(t) }
 
 // FormatHeader returns "<scope>=<token>". Bytes of the scope outside
-// printable ASCII, and '%', are written as %XX so that the value is a valid
-// header and metadata value; a plain name such as "jobs/42" stays as it is.
+// printable ASCII, and '%', ',' and '=', are written as %XX so that the
+// value is a valid header and metadata value that a proxy joining repeated
+// headers with commas cannot turn into another valid token; a plain name
+// such as "jobs/42" stays as it is.
 func FormatHeader(t Token) string {
 	return EscapeScope(t.Scope) + "=" + strconv.FormatUint(t.Value, 10)
 }
@@ -87,6 +89,11 @@ func ParseHeader(v string) (Token, error) {
 	i := strings.LastIndexByte(v, '=')
 	if i < 0 {
 		return Token{}, fmt.Errorf("%w: %q is not <scope>=<token>", ErrMalformedToken, v)
+	}
+	// An escaped scope has no raw '=', ',' or white space: their presence
+	// means several values were joined into one (e.g. "s=71, s=72").
+	if strings.ContainsAny(v[:i], "=, \t") {
+		return Token{}, fmt.Errorf("%w: %q holds more than one <scope>=<token>", ErrMalformedToken, v)
 	}
 	scope, err := UnescapeScope(v[:i])
 	if err != nil {
@@ -109,12 +116,13 @@ func ParseParts(scope, value string) (Token, error) {
 	return t, nil
 }
 
-// EscapeScope writes bytes outside printable ASCII, and '%', as %XX.
+// EscapeScope writes bytes outside printable ASCII, and '%', ',' and '=',
+// as %XX.
 func EscapeScope(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c <= 0x20 || c >= 0x7f || c == '%' {
+		if c <= 0x20 || c >= 0x7f || c == '%' || c == ',' || c == '=' {
 			fmt.Fprintf(&b, "%%%02X", c)
 			continue
 		}

@@ -8,7 +8,7 @@ import (
 )
 
 func TestHeaderRoundTripsEveryScope(t *testing.T) {
-	for _, scope := range []string{"jobs/42", "shard-7", "a=b", "100%", "with space", "ünïcode/ключ", " lead", "x="} {
+	for _, scope := range []string{"jobs/42", "shard-7", "a=b", "100%", "with space", "ünïcode/ключ", " lead", "x=", "a,b", "s=71, s"} {
 		tok := fence.Token{Scope: scope, Value: 18446744073709551615}
 		h := fence.FormatHeader(tok)
 		got, err := fence.ParseHeader(h)
@@ -26,7 +26,9 @@ func TestParseHeaderRefusesWhatIsNotAToken(t *testing.T) {
 		t.Errorf("empty header: %v, want ErrNoToken", err)
 	}
 	for _, v := range []string{"jobs", "=5", "jobs=", "jobs=abc", "jobs=-1", "jobs=+1", "jobs=0", "jobs=1.5",
-		"jobs=18446744073709551616", "a%2=1", "a%zz=1", "a%0Ab=1", "jobs=0x10"} {
+		"jobs=18446744073709551616", "a%2=1", "a%zz=1", "a%0Ab=1", "jobs=0x10",
+		// Two headers joined by a proxy must not read as one new scope.
+		"s=71, s=72", "s=71,s=72", "a=b=3", "a b=3"} {
 		if tok, err := fence.ParseHeader(v); !errors.Is(err, fence.ErrMalformedToken) {
 			t.Errorf("ParseHeader(%q) = %+v, %v; want ErrMalformedToken", v, tok, err)
 		}
