@@ -1,6 +1,7 @@
 package fencegrpc
 
 import (
+	"context"
 	"errors"
 	"strconv"
 
@@ -31,8 +32,9 @@ const (
 //	fence.ErrNoToken         InvalidArgument, ErrorInfo{MISSING_FENCING_TOKEN}
 //	fence.ErrMalformedToken  InvalidArgument, ErrorInfo{MALFORMED_FENCING_TOKEN}
 //
-// Any other error, including nil and errors that already carry a status,
-// is returned unchanged. FromStatus is its inverse on the client side.
+// A context error becomes Canceled or DeadlineExceeded. Any other error,
+// including nil and errors that already carry a status, is returned
+// unchanged. FromStatus is its inverse on the client side.
 func ToStatus(err error) error {
 	if err == nil {
 		return nil
@@ -52,6 +54,9 @@ func ToStatus(err error) error {
 		return withInfo(codes.InvalidArgument, err, ReasonMissingToken, nil)
 	case errors.Is(err, fence.ErrMalformedToken):
 		return withInfo(codes.InvalidArgument, err, ReasonMalformedToken, nil)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// e.g. the call ended while waiting for its scope in a guard
+		return status.FromContextError(err).Err()
 	}
 	return err
 }

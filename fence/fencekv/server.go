@@ -325,7 +325,10 @@ func (s *Server) write(op, key string, tok fence.Token, tokErr error, body []byt
 		// A rolled-back effect (too large) still deserves its audit record.
 		if errors.Is(err, errTooLarge) {
 			rec.Outcome, rec.Reason = OutcomeInvalid, err.Error()
-			_ = s.db.Update(func(tx *bolt.Tx) error { return appendAudit(tx, &rec) })
+			if aerr := s.db.Update(func(tx *bolt.Tx) error { return appendAudit(tx, &rec) }); aerr != nil {
+				s.log.Error("audit record of a refused write lost", "key", key, "token", tok.Value, "error", aerr)
+				return rec, errors.Join(err, aerr)
+			}
 		}
 		return rec, err
 	}
