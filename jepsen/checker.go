@@ -34,6 +34,7 @@ const (
 	AnomalyTokenRegression       = "token-regression"
 	AnomalyOverlappingGrants     = "overlapping-grants"
 	AnomalyRenewAfterExpiry      = "renew-after-expiry"
+	AnomalyEarlyExpiry           = "early-expiry"
 	AnomalyAckedGrantMissing     = "acknowledged-grant-missing"
 	AnomalyOverlappingSafeWindow = "overlapping-safe-windows"
 	AnomalyLostUpdate            = "lost-update"
@@ -222,9 +223,11 @@ func short(id string) string {
 
 // CheckGrantIntervals is property 4, from the lease events of the
 // replicated log (the watcher's records): on one resource, a lease is
-// granted only after the previous one was released, or at or after its
-// last expires_at plus skewMargin, in cluster time; a renewal comes no
-// later than expires_at. It also requires every acknowledged acquire to
+// granted only after the previous one was released, or strictly after its
+// last expires_at plus skewMargin, in cluster time (the FSM refuses while
+// now <= expires_at + margin); a lease is expired only strictly after that
+// bound too; a renewal comes no later than expires_at, and only for the
+// resource's current, unreleased lease. It also requires every acknowledged acquire to
 // appear as a granted event (an acknowledged grant the cluster lost). A gap
 // in the watch stream makes the verdict unknown unless an anomaly is found.
 func CheckGrantIntervals(h []Record, skewMargin time.Duration) Result {
@@ -256,19 +259,30 @@ func CheckGrantIntervals(h []Record, skewMargin time.Duration) Result {
 		case "granted":
 			f.r.Checked++
 			granted[e.Lease] = true
-			if c != nil && c.lease != e.Lease && !c.expired {
+			// Whether the previous lease was then removed by expiry or not,
+			// a new grant must come after its release or its bound.
+			if c != nil && c.lease != e.Lease {
 				switch {
 				case c.endedAt != 0 && e.GrantedAt < c.endedAt:
 					f.invalid(AnomalyOverlappingGrants, "resource %q: token %d granted at %s, before token %d was released at %s",
 						e.Resource, e.Token, ct(e.GrantedAt), c.token, ct(c.endedAt))
-				case c.endedAt == 0 && e.GrantedAt < c.expiresAt+int64(skewMargin):
+				case c.endedAt == 0 && e.GrantedAt <= c.expiresAt+int64(skewMargin):
 					f.invalid(AnomalyOverlappingGrants, "resource %q: token %d granted at %s (event %s) while token %d (granted event %s) ran to %s + margin %v",
 						e.Resource, e.Token, ct(e.GrantedAt), e.Position, c.token, c.pos, ct(c.expiresAt), skewMargin)
 				}
 			}
 			live[e.Resource] = &cur{lease: e.Lease, token: e.Token, expiresAt: e.ExpiresAt, pos: e.Position}
 		case "renewed":
-			if c == nil || c.lease != e.Lease {
+			if c == nil || c.lease != e.Lease || c.endedAt != 0 || c.expired {
+				// Not the resource's current live lease: its renewal must
+				// have been refused. Over a gap in the stream the lease's
+				// own events may be missing, so then it is undecided.
+				if gaps > 0 && c == nil {
+					f.unknown("resource %q: renewal of token %d with no grant seen (watch gaps)", e.Resource, e.Token)
+					continue
+				}
+				f.invalid(AnomalyRenewAfterExpiry, "resource %q: token %d (lease %s) renewed at %s (event %s), but it is not the resource's live lease",
+					e.Resource, e.Token, short(e.Lease), ct(e.ClusterNow), e.Position)
 				continue
 			}
 			if e.ClusterNow > c.expiresAt {
@@ -281,6 +295,10 @@ func CheckGrantIntervals(h []Record, skewMargin time.Duration) Result {
 			}
 		case "expired":
 			if c != nil && c.lease == e.Lease {
+				if c.endedAt == 0 && e.ClusterNow <= c.expiresAt+int64(skewMargin) {
+					f.invalid(AnomalyEarlyExpiry, "resource %q: token %d expired at %s (event %s), not after its expiry %s + margin %v",
+						e.Resource, e.Token, ct(e.ClusterNow), e.Position, ct(c.expiresAt), skewMargin)
+				}
 				c.expired = true
 			}
 		}

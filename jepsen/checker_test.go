@@ -196,11 +196,48 @@ func TestOverlappingGrantsAreCaught(t *testing.T) {
 		event("6.0", "granted", "r", 2, "L2", 2100*ms, 2100*ms, 4100*ms)
 	r := CheckGrantIntervals(b.recs, 300*time.Millisecond)
 	expect(t, r, Invalid, AnomalyOverlappingGrants)
-	// After the margin it is fine.
+	// Strictly after the margin it is fine; at exactly expiry + margin the
+	// FSM still refuses, so a grant there is an overlap.
+	b = &hb{}
+	b.event("5.0", "granted", "r", 1, "L1", 0, 0, 2000*ms).
+		event("6.0", "granted", "r", 2, "L2", 2300*ms+1, 2300*ms+1, 4300*ms)
+	expect(t, CheckGrantIntervals(b.recs, 300*time.Millisecond), Valid, "")
 	b = &hb{}
 	b.event("5.0", "granted", "r", 1, "L1", 0, 0, 2000*ms).
 		event("6.0", "granted", "r", 2, "L2", 2300*ms, 2300*ms, 4300*ms)
+	expect(t, CheckGrantIntervals(b.recs, 300*time.Millisecond), Invalid, AnomalyOverlappingGrants)
+	// A lease expired before its margin passed, then the resource granted
+	// again: both the expiry and the grant are caught (the reviewer's case).
+	b = &hb{}
+	b.event("5.0", "granted", "r", 1, "L1", 0, 0, 2000*ms).
+		event("6.0", "expired", "r", 1, "L1", 2001*ms, 0, 2000*ms).
+		event("6.1", "granted", "r", 2, "L2", 2001*ms, 2001*ms, 4001*ms)
+	expect(t, CheckGrantIntervals(b.recs, 300*time.Millisecond), Invalid, AnomalyEarlyExpiry)
+	// An expired event does not excuse a grant stamped inside the bound.
+	b = &hb{}
+	b.event("5.0", "granted", "r", 1, "L1", 0, 0, 2000*ms).
+		event("6.0", "expired", "r", 1, "L1", 2301*ms, 0, 2000*ms).
+		event("6.1", "granted", "r", 2, "L2", 2301*ms, 2100*ms, 4100*ms)
+	expect(t, CheckGrantIntervals(b.recs, 300*time.Millisecond), Invalid, AnomalyOverlappingGrants)
+	// A proper expiry then grant is valid.
+	b = &hb{}
+	b.event("5.0", "granted", "r", 1, "L1", 0, 0, 2000*ms).
+		event("6.0", "expired", "r", 1, "L1", 2301*ms, 0, 2000*ms).
+		event("6.1", "granted", "r", 2, "L2", 2301*ms, 2301*ms, 4301*ms)
 	expect(t, CheckGrantIntervals(b.recs, 300*time.Millisecond), Valid, "")
+	// Renewals of a released lease, or of a lease after another was
+	// granted, must have been refused.
+	b = &hb{}
+	b.event("5.0", "granted", "r", 1, "L1", 0, 0, 2000*ms).
+		event("5.1", "released", "r", 1, "L1", 500*ms, 0, 2000*ms).
+		event("5.2", "renewed", "r", 1, "L1", 600*ms, 0, 2600*ms)
+	expect(t, CheckGrantIntervals(b.recs, 300*time.Millisecond), Invalid, AnomalyRenewAfterExpiry)
+	b = &hb{}
+	b.event("5.0", "granted", "r", 1, "L1", 0, 0, 2000*ms).
+		event("5.1", "released", "r", 1, "L1", 500*ms, 0, 2000*ms).
+		event("5.2", "granted", "r", 2, "L2", 600*ms, 600*ms, 2600*ms).
+		event("5.3", "renewed", "r", 1, "L1", 700*ms, 0, 2700*ms)
+	expect(t, CheckGrantIntervals(b.recs, 300*time.Millisecond), Invalid, AnomalyRenewAfterExpiry)
 	// A renewal extends the lease: a grant within the old bound overlaps.
 	b = &hb{}
 	b.event("5.0", "granted", "r", 1, "L1", 0, 0, 2000*ms).
