@@ -135,19 +135,7 @@ func (s *rpcServer) appendEntries(ctx context.Context, in *transportpb.AppendEnt
 	if err != nil {
 		return nil, err
 	}
-	out := &transportpb.AppendEntriesResponse{}
-	switch resp := r.Response.(type) {
-	case *raft.AppendEntriesResponse:
-		out = appendEntriesResponseToPB(resp)
-	case nil:
-		if r.Error == nil {
-			return nil, unexpectedResponse(nil)
-		}
-	default:
-		return nil, unexpectedResponse(resp)
-	}
-	out.Error = errorText(r.Error)
-	return out, nil
+	return responseFrom(r, appendEntriesResponseToPB, func(out *transportpb.AppendEntriesResponse, e string) { out.Error = e })
 }
 
 // AppendEntriesPipeline serves a pipeline stream: requests are handed to
@@ -184,19 +172,7 @@ func (s *rpcServer) RequestVote(ctx context.Context, in *transportpb.RequestVote
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	out := &transportpb.RequestVoteResponse{}
-	switch resp := r.Response.(type) {
-	case *raft.RequestVoteResponse:
-		out = requestVoteResponseToPB(resp)
-	case nil:
-		if r.Error == nil {
-			return nil, unexpectedResponse(nil)
-		}
-	default:
-		return nil, unexpectedResponse(resp)
-	}
-	out.Error = errorText(r.Error)
-	return out, nil
+	return responseFrom(r, requestVoteResponseToPB, func(out *transportpb.RequestVoteResponse, e string) { out.Error = e })
 }
 
 // RequestPreVote serves one RequestPreVote.
@@ -209,19 +185,7 @@ func (s *rpcServer) RequestPreVote(ctx context.Context, in *transportpb.RequestP
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	out := &transportpb.RequestPreVoteResponse{}
-	switch resp := r.Response.(type) {
-	case *raft.RequestPreVoteResponse:
-		out = requestPreVoteResponseToPB(resp)
-	case nil:
-		if r.Error == nil {
-			return nil, unexpectedResponse(nil)
-		}
-	default:
-		return nil, unexpectedResponse(resp)
-	}
-	out.Error = errorText(r.Error)
-	return out, nil
+	return responseFrom(r, requestPreVoteResponseToPB, func(out *transportpb.RequestPreVoteResponse, e string) { out.Error = e })
 }
 
 // TimeoutNow serves one TimeoutNow.
@@ -234,19 +198,7 @@ func (s *rpcServer) TimeoutNow(ctx context.Context, in *transportpb.TimeoutNowRe
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	out := &transportpb.TimeoutNowResponse{}
-	switch resp := r.Response.(type) {
-	case *raft.TimeoutNowResponse:
-		out = timeoutNowResponseToPB(resp)
-	case nil:
-		if r.Error == nil {
-			return nil, unexpectedResponse(nil)
-		}
-	default:
-		return nil, unexpectedResponse(resp)
-	}
-	out.Error = errorText(r.Error)
-	return out, nil
+	return responseFrom(r, timeoutNowResponseToPB, func(out *transportpb.TimeoutNowResponse, e string) { out.Error = e })
 }
 
 // InstallSnapshot serves a snapshot stream. The first message must carry
@@ -343,4 +295,24 @@ func pumpSnapshot(stream grpc.ClientStreamingServer[transportpb.InstallSnapshotC
 		}
 		received += int64(len(chunk.Data))
 	}
+}
+
+// responseFrom turns raft's answer to one RPC into its protobuf response:
+// the converted response when raft gave one (an empty one when it gave only
+// an error), with the error's text either way. Any other response type is a
+// bug on raft's side, answered with an error rather than a panic.
+func responseFrom[R, P any](r raft.RPCResponse, toPB func(*R) *P, setError func(*P, string)) (*P, error) {
+	out := new(P)
+	switch resp := r.Response.(type) {
+	case *R:
+		out = toPB(resp)
+	case nil:
+		if r.Error == nil {
+			return nil, unexpectedResponse(nil)
+		}
+	default:
+		return nil, unexpectedResponse(resp)
+	}
+	setError(out, errorText(r.Error))
+	return out, nil
 }
