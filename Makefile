@@ -8,7 +8,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 PROTO_FILES := $(shell find . -name '*.proto' -not -path './.git/*' | sort)
 GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build proto proto-tools test test-short vet fmt run clean
+.PHONY: all build proto proto-tools test test-short vet fmt run clean fuzz
 
 all: build
 
@@ -35,6 +35,12 @@ fmt:
 
 test: vet
 	$(GO) test -race -count=1 -timeout 14m ./...
+	./scripts/fuzz.sh 3s
+
+# fuzz explores every fuzz target for FUZZTIME each (default 5m).
+FUZZTIME ?= 5m
+fuzz:
+	./scripts/fuzz.sh $(FUZZTIME)
 
 test-short:
 	$(GO) test -short -count=1 ./...
@@ -102,3 +108,13 @@ jepsen-quick:
 		--nemesis kill,kill-leader,pause,pause-leader,client-pause
 	$(BIN)/jepsen --bin-dir $(BIN) --seed $(JEPSEN_SEED) --time 20s --quiet 3s \
 		--nemesis client-pause --unfenced --expect-anomaly
+
+.PHONY: certs
+
+# certs writes development certificates for mutual TLS into certs/ (git-
+# ignored) with Go's crypto only: ca.crt/ca.key, a peer certificate per node
+# n1..n3 (SANs 127.0.0.1, ::1, localhost and the URI leasefence://peer) and a
+# client certificate client.crt without the peer marker. See README.md,
+# "Securing a cluster".
+certs:
+	$(GO) run ./cmd/certgen --dir certs --nodes n1,n2,n3 --clients client
