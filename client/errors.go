@@ -32,6 +32,10 @@ var (
 	ErrReleased = errors.New("client: lease released")
 	// ErrClosed: the client was closed (it also ends every lease).
 	ErrClosed = errors.New("client: closed")
+	// ErrTLSConfig: LoadTLS got a half configuration (a certificate
+	// without its key or the reverse, a certificate without a CA) or a file
+	// it could not load. The wrapping error says which.
+	ErrTLSConfig = errors.New("client: tls config")
 	// ErrUnavailable: no node answered within the retry budget.
 	ErrUnavailable = errors.New("client: cluster unavailable")
 	// ErrIndeterminate: a mutating call was sent but no answer came back;

@@ -25,6 +25,9 @@ type clusterService struct {
 
 // Status implements api.ClusterServiceServer from this node's local view.
 func (s *clusterService) Status(ctx context.Context, _ *api.StatusRequest) (*api.StatusResponse, error) {
+	if _, _, err := s.n.authorize(ctx, permAny, ""); err != nil {
+		return nil, toStatus(err)
+	}
 	n := s.n
 	leaderID, leaderAddr := n.Leader()
 	out := &api.StatusResponse{
@@ -68,6 +71,10 @@ func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.J
 	if req.Id == "" || req.Addr == "" {
 		return nil, toStatus(&fsm.FieldError{Field: "id/addr", Limit: "both required"})
 	}
+	ctx, _, err := s.n.authorize(ctx, permAdmin, "")
+	if err != nil {
+		return nil, toStatus(err)
+	}
 	conn, err := s.n.route(ctx)
 	if err != nil {
 		return nil, toStatus(err)
@@ -108,6 +115,10 @@ func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.J
 func (s *clusterService) Remove(ctx context.Context, req *api.RemoveRequest) (*api.RemoveResponse, error) {
 	if req.Id == "" {
 		return nil, toStatus(&fsm.FieldError{Field: "id", Limit: "required"})
+	}
+	ctx, _, err := s.n.authorize(ctx, permAdmin, "")
+	if err != nil {
+		return nil, toStatus(err)
 	}
 	conn, err := s.n.route(ctx)
 	if err != nil {
@@ -169,11 +180,17 @@ func (n *Node) answers(ctx context.Context, addr string) bool {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	_, err = api.NewClusterServiceClient(conn).Status(ctx, &api.StatusRequest{})
-	return err == nil
+	// A policy that does not know this node's credentials still proves
+	// the peer is up.
+	return err == nil || status.Code(err) == codes.PermissionDenied
 }
 
 // TransferLeadership implements api.ClusterServiceServer.
 func (s *clusterService) TransferLeadership(ctx context.Context, req *api.TransferLeadershipRequest) (*api.TransferLeadershipResponse, error) {
+	ctx, _, err := s.n.authorize(ctx, permAdmin, "")
+	if err != nil {
+		return nil, toStatus(err)
+	}
 	conn, err := s.n.route(ctx)
 	if err != nil {
 		return nil, toStatus(err)

@@ -35,7 +35,10 @@ var ErrBadBackup = errors.New("cluster: bad backup file")
 // streamed in chunks, taken on the leader after a linearizable read so it
 // reflects every acknowledged write.
 func (s *clusterService) Snapshot(_ *api.SnapshotRequest, stream grpc.ServerStreamingServer[api.SnapshotChunk]) error {
-	ctx := stream.Context()
+	ctx, _, err := s.n.authorize(stream.Context(), permAdmin, "")
+	if err != nil {
+		return toStatus(err)
+	}
 	conn, err := s.n.route(ctx)
 	if err != nil {
 		return toStatus(err)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/leasefence/leasefence/transport"
 )
 
 // Config configures a Node. Zero values become the defaults of
@@ -78,9 +80,39 @@ type Config struct {
 	// exposes internals and can be made to burn CPU.
 	Pprof bool
 
+	// TLS names the PEM files of mutual TLS on the gRPC port (peers and
+	// clients alike): all three, or none for plaintext. See
+	// transport.LoadTLS for what is required of each.
+	TLS transport.TLSFiles
+	// PeerIdentity is the URI SAN that marks node certificates; empty means
+	// transport.DefaultPeerIdentity. With TLS, only a caller whose
+	// certificate carries it may call the Raft transport service.
+	PeerIdentity string
+
 	// WatchBuffer is how many recent events each node keeps so that
 	// watchers can resume from a position.
 	WatchBuffer int
+
+	// Policy, when set, turns authorization on (see Policy): every call
+	// needs a known identity and is checked against its grant. nil with
+	// PolicyFile empty means everything is allowed to everyone.
+	Policy *Policy
+	// PolicyFile names a JSON policy loaded at start when Policy is nil.
+	PolicyFile string
+
+	// MaxWaitersPerResource bounds the callers queued (Acquire with wait)
+	// on one resource at the leader; past it, ResourceExhausted.
+	// Default 1024.
+	MaxWaitersPerResource int
+	// MaxWatchersPerClient bounds the open Watch streams of one identity
+	// (with a policy) or of one connection (without); past it,
+	// ResourceExhausted. Default 256.
+	MaxWatchersPerClient int
+	// MaxLeasesPerIdentity bounds the live leases one identity holds, with
+	// a policy only (leases are counted by their holder label, which the
+	// server prefixes with the identity); past it, Acquire is refused with
+	// ResourceExhausted. Default 10000.
+	MaxLeasesPerIdentity int
 
 	// Clock is the node's monotonic clock; nil means the process's own.
 	// Tests inject one to step or skew it.
@@ -111,6 +143,10 @@ func DefaultConfig() Config {
 		SnapshotThreshold:  16384,
 		TrailingLogs:       10240,
 		WatchBuffer:        65536,
+
+		MaxWaitersPerResource: 1024,
+		MaxWatchersPerClient:  256,
+		MaxLeasesPerIdentity:  10000,
 	}
 }
 
@@ -152,6 +188,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WatchBuffer == 0 {
 		c.WatchBuffer = d.WatchBuffer
+	}
+	if c.MaxWaitersPerResource == 0 {
+		c.MaxWaitersPerResource = d.MaxWaitersPerResource
+	}
+	if c.MaxWatchersPerClient == 0 {
+		c.MaxWatchersPerClient = d.MaxWatchersPerClient
+	}
+	if c.MaxLeasesPerIdentity == 0 {
+		c.MaxLeasesPerIdentity = d.MaxLeasesPerIdentity
 	}
 	if c.Clock == nil {
 		c.Clock = SystemClock()
@@ -224,8 +269,23 @@ func (c Config) Validate() error {
 	if c.Pprof && c.MetricsListen == "" {
 		bad("pprof needs a metrics listen address")
 	}
+	if err := c.TLS.Check(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.PeerIdentity != "" {
+		if err := transport.CheckPeerIdentity(c.PeerIdentity); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if c.WatchBuffer < 16 {
 		bad("watch buffer %d must be at least 16", c.WatchBuffer)
+	}
+	if c.MaxWaitersPerResource < 1 || c.MaxWatchersPerClient < 1 || c.MaxLeasesPerIdentity < 1 {
+		bad("max waiters per resource (%d), watchers per client (%d) and leases per identity (%d) must be at least 1",
+			c.MaxWaitersPerResource, c.MaxWatchersPerClient, c.MaxLeasesPerIdentity)
+	}
+	if c.Policy != nil && c.PolicyFile != "" {
+		bad("give a policy or a policy file, not both")
 	}
 	return errors.Join(errs...)
 }

@@ -29,6 +29,13 @@ var (
 	ErrStopped = errors.New("cluster: node stopped")
 	// ErrFailed is returned after the node met a log entry it cannot apply.
 	ErrFailed = errors.New("cluster: node failed")
+	// ErrPermissionDenied is returned when a policy is on and the caller
+	// is unknown or may not do what it asked (codes.PermissionDenied).
+	ErrPermissionDenied = errors.New("cluster: permission denied")
+	// ErrLimit is returned when a call would pass one of the node's
+	// documented maximums (waiters per resource, watchers per client,
+	// leases per identity); nothing was written (codes.ResourceExhausted).
+	ErrLimit = errors.New("cluster: limit reached")
 )
 
 // NotLeaderError says that this node is not the leader and names the one
@@ -98,6 +105,10 @@ func toStatus(err error) error {
 		return withDetail(codes.Unavailable, err, &api.NotLeader{LeaderId: nl.ID, LeaderAddr: nl.Addr})
 	case errors.Is(err, ErrNoLeader), errors.Is(err, ErrIndeterminate), errors.Is(err, ErrStopped):
 		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, ErrPermissionDenied):
+		return status.Error(codes.PermissionDenied, err.Error())
+	case errors.Is(err, ErrLimit):
+		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled):

@@ -52,8 +52,10 @@ func isForwarded(ctx context.Context) bool {
 	return ok && len(md.Get(forwardedKey)) > 0
 }
 
+// markForwarded marks a call forwarded to the leader and carries the
+// caller's credentials with it (forwardCredentials).
 func markForwarded(ctx context.Context) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, forwardedKey, "1")
+	return metadata.AppendToOutgoingContext(forwardCredentials(ctx), forwardedKey, "1")
 }
 
 // leaderPatience bounds how long a call waits for an election to finish

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -57,6 +58,8 @@ type Node struct {
 	waiters   *waitQueues
 	leases    *leaseService
 	admin     *clusterService
+	policy    *Policy // nil: everything allowed (authz.go)
+	watchers  *clientWatchers
 
 	stopCh    chan struct{}
 	wg        sync.WaitGroup
@@ -97,6 +100,12 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n.sm = newStateMachine(n.hub, cfg.Logger.Named("fsm"), n.onFatal)
 	n.waiters = newWaitQueues()
+	n.watchers = newClientWatchers()
+	policy, err := cfg.loadPolicy()
+	if err != nil {
+		return nil, err
+	}
+	n.policy = policy
 	n.metrics = newMetrics(n)
 	n.sm.metrics = n.metrics
 	if err := n.open(); err != nil {
@@ -139,7 +148,23 @@ func (n *Node) open() error {
 	if len(cfg.Bootstrap) > 0 && cfg.Bootstrap[cfg.ID] != n.addr {
 		return fmt.Errorf("cluster: bootstrap list gives %s the address %s, but it serves %s", cfg.ID, cfg.Bootstrap[cfg.ID], n.addr)
 	}
+	// Mutual TLS (opt-in): nodes dial each other (raft transport,
+	// forwarding, join) with their own peer certificate.
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	var srvOpts []grpc.ServerOption
+	unaryInts := []grpc.UnaryServerInterceptor{recoverUnary(n.log)}
+	streamInts := []grpc.StreamServerInterceptor{recoverStream(n.log)}
+	if cfg.TLS.Enabled() {
+		srvTLS, peerTLS, err := transport.LoadTLS(cfg.TLS, cfg.PeerIdentity)
+		if err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+		dial = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(peerTLS))}
+		srvOpts = append(srvOpts, grpc.Creds(credentials.NewTLS(srvTLS)))
+		pu, ps := transport.PeerInterceptors(cfg.PeerIdentity, n.log)
+		unaryInts = append(unaryInts, pu)
+		streamInts = append(streamInts, ps)
+	}
 	n.tr, err = transport.New(transport.Config{
 		LocalAddr:   raft.ServerAddress(n.addr),
 		Logger:      cfg.Logger,
@@ -151,11 +176,11 @@ func (n *Node) open() error {
 	n.fwd = newForwarder(dial)
 	n.leases = &leaseService{n: n}
 	n.admin = &clusterService{n: n}
-	n.server = grpc.NewServer(
+	n.server = grpc.NewServer(append(srvOpts,
 		grpc.MaxRecvMsgSize(16<<20),
-		grpc.ChainUnaryInterceptor(recoverUnary(n.log)),
-		grpc.ChainStreamInterceptor(recoverStream(n.log)),
-	)
+		grpc.ChainUnaryInterceptor(unaryInts...),
+		grpc.ChainStreamInterceptor(streamInts...),
+	)...)
 	n.tr.Register(n.server)
 	api.RegisterLeaseServiceServer(n.server, n.leases)
 	api.RegisterClusterServiceServer(n.server, n.admin)

@@ -60,6 +60,15 @@ func (s *leaseService) Acquire(ctx context.Context, req *api.AcquireRequest) (*a
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	ctx, c, err := s.n.authorize(ctx, permResource, req.Resource)
+	if err == nil && req.Scope != "" {
+		// A scope is a token sequence: drawing from another's would
+		// raise the tokens its resources must accept.
+		ctx, _, err = s.n.authorize(ctx, permResource, req.Scope)
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
 	conn, err := s.n.route(ctx)
 	if err != nil {
 		return nil, toStatus(err)
@@ -67,10 +76,17 @@ func (s *leaseService) Acquire(ctx context.Context, req *api.AcquireRequest) (*a
 	if conn != nil {
 		return api.NewLeaseServiceClient(conn).Acquire(markForwarded(ctx), req)
 	}
+	holder := holderFor(c, req.Holder)
+	if err := fsm.ValidateHolder(holder); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.n.checkLeaseLimit(c, req.Resource); err != nil {
+		return nil, toStatus(err)
+	}
 	cmd := &fsmpb.Command{Op: &fsmpb.Command_Acquire{Acquire: &fsmpb.Acquire{
 		Resource:  req.Resource,
 		Scope:     req.Scope,
-		Holder:    req.Holder,
+		Holder:    holder,
 		TtlNs:     int64(ttl),
 		RequestId: req.RequestId,
 		LeaseId:   newLeaseID(),
@@ -100,7 +116,11 @@ func (n *Node) acquireWaiting(ctx context.Context, cmd *fsmpb.Command) (fsm.Resu
 	if ls == nil {
 		return fsm.Result{}, n.notLeader()
 	}
-	t := n.waiters.join(resource)
+	t, ok := n.waiters.join(resource, n.cfg.MaxWaitersPerResource)
+	if !ok {
+		return fsm.Result{}, fmt.Errorf("%w: %d callers already wait for %q (max %d per resource)",
+			ErrLimit, n.cfg.MaxWaitersPerResource, resource, n.cfg.MaxWaitersPerResource)
+	}
 	defer n.waiters.leave(resource, t)
 	select {
 	case <-t.turn:
@@ -157,15 +177,19 @@ type waitTicket struct{ turn chan struct{} } // closed when first in line
 
 func newWaitQueues() *waitQueues { return &waitQueues{q: map[string][]*waitTicket{}} }
 
-func (w *waitQueues) join(resource string) *waitTicket {
+// join queues a caller on resource, unless max callers already wait there.
+func (w *waitQueues) join(resource string, max int) (*waitTicket, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if len(w.q[resource]) >= max {
+		return nil, false
+	}
 	t := &waitTicket{turn: make(chan struct{})}
 	w.q[resource] = append(w.q[resource], t)
 	if len(w.q[resource]) == 1 {
 		close(t.turn)
 	}
-	return t
+	return t, true
 }
 
 func (w *waitQueues) leave(resource string, t *waitTicket) {
@@ -212,6 +236,10 @@ func (s *leaseService) Renew(ctx context.Context, req *api.RenewRequest) (*api.R
 	if err := fsm.ValidateLeaseID(req.LeaseId); err != nil {
 		return nil, toStatus(err)
 	}
+	ctx, err := s.n.authorizeLease(ctx, req.LeaseId)
+	if err != nil {
+		return nil, toStatus(err)
+	}
 	conn, err := s.n.route(ctx)
 	if err != nil {
 		return nil, toStatus(err)
@@ -235,6 +263,10 @@ func (s *leaseService) Renew(ctx context.Context, req *api.RenewRequest) (*api.R
 // Release implements api.LeaseServiceServer.
 func (s *leaseService) Release(ctx context.Context, req *api.ReleaseRequest) (*api.ReleaseResponse, error) {
 	if err := fsm.ValidateLeaseID(req.LeaseId); err != nil {
+		return nil, toStatus(err)
+	}
+	ctx, err := s.n.authorizeLease(ctx, req.LeaseId)
+	if err != nil {
 		return nil, toStatus(err)
 	}
 	conn, err := s.n.route(ctx)
@@ -263,6 +295,10 @@ func (s *leaseService) Release(ctx context.Context, req *api.ReleaseRequest) (*a
 // waits until it has applied everything committed when the read arrived.
 func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetResponse, error) {
 	if err := fsm.ValidateName("resource", req.Resource); err != nil {
+		return nil, toStatus(err)
+	}
+	ctx, _, err := s.n.authorize(ctx, permResource, req.Resource)
+	if err != nil {
 		return nil, toStatus(err)
 	}
 	if !req.Stale {
@@ -353,6 +389,18 @@ func (s *leaseService) Watch(req *api.WatchRequest, stream grpc.ServerStreamingS
 	if len(req.Key) > fsm.MaxNameLen {
 		return toStatus(&fsm.FieldError{Field: "key", Limit: fmt.Sprintf("at most %d bytes", fsm.MaxNameLen)})
 	}
+	ctx := stream.Context()
+	_, c, err := s.n.authorize(ctx, permWatch, req.Key)
+	if err != nil {
+		return toStatus(err)
+	}
+	if key := watcherKey(ctx, c); key != "local" {
+		if !s.n.watchers.add(key, s.n.cfg.MaxWatchersPerClient) {
+			return toStatus(fmt.Errorf("%w: %d watch streams already open for this client (max %d)",
+				ErrLimit, s.n.cfg.MaxWatchersPerClient, s.n.cfg.MaxWatchersPerClient))
+		}
+		defer s.n.watchers.done(key)
+	}
 	var after *position
 	if req.After != nil {
 		after = &position{req.After.Index, req.After.Seq}
@@ -367,7 +415,6 @@ func (s *leaseService) Watch(req *api.WatchRequest, stream grpc.ServerStreamingS
 			return err
 		}
 	}
-	ctx := stream.Context()
 	for {
 		select {
 		case ev := <-w.ch:

@@ -385,3 +385,15 @@ func (s *State) BumpCounters(n uint64) error {
 	}
 	return nil
 }
+
+// CountHeld returns how many leases not yet past expires_at have a holder
+// that match accepts. It walks every lease: O(leases held).
+func (s *State) CountHeld(match func(holder string) bool) int {
+	n := 0
+	for _, l := range s.byResource {
+		if l.ExpiresAt >= s.now && match(l.Holder) {
+			n++
+		}
+	}
+	return n
+}

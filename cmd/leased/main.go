@@ -6,6 +6,10 @@
 // Every flag can also be set through an environment variable named
 // LEASEFENCE_ plus the flag in upper case with '-' as '_' (for example
 // LEASEFENCE_DATA_DIR); a flag on the command line wins.
+//
+// Mutual TLS is opt-in (plaintext is the default for local development):
+//
+//	leased ... --tls-cert certs/n1.crt --tls-key certs/n1.key --tls-ca certs/ca.crt
 package main
 
 import (
@@ -21,6 +25,7 @@ import (
 
 	"github.com/leasefence/leasefence/cluster"
 	"github.com/leasefence/leasefence/internal/flagenv"
+	"github.com/leasefence/leasefence/transport"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -100,6 +105,14 @@ func parse(args []string, stdout, stderr io.Writer) (cluster.Config, error) {
 	fs.Uint64Var(&cfg.TrailingLogs, "trailing-logs", cfg.TrailingLogs, "log entries kept after a snapshot")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "host:port for HTTP /metrics (Prometheus) and /healthz; empty: off")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "also serve /debug/pprof/ on the metrics address (exposes internals)")
+	fs.StringVar(&cfg.PolicyFile, "policy", "", "JSON authorization policy (identities, tokens, prefixes, admin; see docs/SECURITY.md); empty: everything allowed")
+	fs.IntVar(&cfg.MaxWaitersPerResource, "max-waiters-per-resource", cfg.MaxWaitersPerResource, "callers that may queue on one resource (Acquire with wait)")
+	fs.IntVar(&cfg.MaxWatchersPerClient, "max-watchers-per-client", cfg.MaxWatchersPerClient, "open watch streams per identity (per connection without a policy)")
+	fs.IntVar(&cfg.MaxLeasesPerIdentity, "max-leases-per-identity", cfg.MaxLeasesPerIdentity, "live leases one identity may hold (with --policy)")
+	fs.StringVar(&cfg.TLS.CertFile, "tls-cert", "", "PEM certificate of this node (with the peer identity); with --tls-key and --tls-ca turns on mutual TLS")
+	fs.StringVar(&cfg.TLS.KeyFile, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&cfg.TLS.CAFile, "tls-ca", "", "PEM CA certificate(s) that sign node and client certificates; callers must present one")
+	fs.StringVar(&cfg.PeerIdentity, "peer-identity", transport.DefaultPeerIdentity, "URI SAN that marks node certificates; only they may call the Raft transport (with TLS)")
 	fs.StringVar(&logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.BoolVar(&logJSON, "log-json", false, "log as JSON lines")
 	// Environment first, so that flags given on the command line win.

@@ -15,9 +15,12 @@ func TestFlagsEnvironmentAndValidation(t *testing.T) {
 	t.Setenv("LEASEFENCE_ID", "n1")
 	t.Setenv("LEASEFENCE_DATA_DIR", dir)
 	t.Setenv("LEASEFENCE_SKEW_MARGIN", "200ms")
-	cfg, err := parse([]string{"--skew-margin", "300ms", "--bootstrap", "n1=127.0.0.1:7001"}, io.Discard, io.Discard)
+	cfg, err := parse([]string{"--skew-margin", "300ms", "--bootstrap", "n1=127.0.0.1:7001", "--policy", "p.json", "--max-leases-per-identity", "5"}, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cfg.PolicyFile != "p.json" || cfg.MaxLeasesPerIdentity != 5 || cfg.MaxWaitersPerResource != 1024 {
+		t.Fatalf("policy flags: %+v", cfg)
 	}
 	if cfg.ID != "n1" || cfg.DataDir != dir || cfg.SkewMargin != 300*time.Millisecond || cfg.Bootstrap["n1"] != "127.0.0.1:7001" {
 		t.Fatalf("config %+v", cfg)
@@ -29,6 +32,11 @@ func TestFlagsEnvironmentAndValidation(t *testing.T) {
 		"bootstrap without this node":         {"--bootstrap", "n2=127.0.0.1:7002"},
 		"unknown log level":                   {"--bootstrap", "n1=127.0.0.1:7001", "--log-level", "loud"},
 		"stray argument":                      {"--bootstrap", "n1=127.0.0.1:7001", "extra"},
+		"tls cert without key":                {"--bootstrap", "n1=127.0.0.1:7001", "--tls-cert", "n1.crt", "--tls-ca", "ca.crt"},
+		"tls key without cert":                {"--bootstrap", "n1=127.0.0.1:7001", "--tls-key", "n1.key", "--tls-ca", "ca.crt"},
+		"tls cert without ca":                 {"--bootstrap", "n1=127.0.0.1:7001", "--tls-cert", "n1.crt", "--tls-key", "n1.key"},
+		"peer identity not a uri":             {"--bootstrap", "n1=127.0.0.1:7001", "--peer-identity", "peer"},
+		"negative waiter limit":               {"--bootstrap", "n1=127.0.0.1:7001", "--max-waiters-per-resource", "-1"},
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {

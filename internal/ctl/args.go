@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/client"
 )
 
 // globalFlags defines --endpoints, --timeout and --json on fs. Every
@@ -32,6 +33,10 @@ func (a *app) globalFlags(fs *flag.FlagSet) {
 	a.endpoints, _ = parseEndpoints(def)
 	fs.DurationVar(&a.timeout, "timeout", DefaultTimeout, "bound on the whole command, retries included; 0 means none (acquire --wait and watch: none unless given)")
 	fs.BoolVar(&a.json, "json", false, "print one JSON object per result, and errors as JSON on stdout")
+	fs.StringVar(&a.tlsCert, "tls-cert", a.getenv(EnvTLSCert), "PEM client certificate `file` for mutual TLS, with --tls-key and --tls-ca (default $"+EnvTLSCert+")")
+	fs.StringVar(&a.tlsKey, "tls-key", a.getenv(EnvTLSKey), "PEM private key `file` of --tls-cert (default $"+EnvTLSKey+")")
+	fs.StringVar(&a.tlsCA, "tls-ca", a.getenv(EnvTLSCA), "PEM CA `file` that signs the nodes' certificates; turns TLS on (default $"+EnvTLSCA+")")
+	fs.StringVar(&a.token, "token", a.getenv(EnvToken), "bearer `token` the cluster's authorization policy maps to an identity (default $"+EnvToken+")")
 }
 
 // finishGlobalFlags checks the global flags after fs has been parsed.
@@ -44,11 +49,25 @@ func (a *app) finishGlobalFlags(fs *flag.FlagSet) error {
 	if len(a.endpoints) == 0 {
 		return usageErrorf("no endpoints: set --endpoints or $%s", EnvEndpoints)
 	}
+	if a.tlsCert != "" || a.tlsKey != "" || a.tlsCA != "" {
+		if a.tlsCA == "" {
+			return usageErrorf("--tls-cert/--tls-key need --tls-ca (or $%s) to verify the nodes", EnvTLSCA)
+		}
+		cfg, err := client.LoadTLS(a.tlsCert, a.tlsKey, a.tlsCA)
+		if err != nil {
+			return usageErrorf("%v", err)
+		}
+		a.tlsConfig = cfg
+	}
 	return nil
 }
 
 func isGlobalFlag(name string) bool {
-	return name == "endpoints" || name == "timeout" || name == "json"
+	switch name {
+	case "endpoints", "timeout", "json", "tls-cert", "tls-key", "tls-ca", "token":
+		return true
+	}
+	return false
 }
 
 func isBoolFlag(f *flag.Flag) bool {
@@ -289,7 +308,7 @@ func (a *app) printCommandHelp(w io.Writer, cmd *command) {
 		fmt.Fprintln(w, "\nflags:")
 		printFlags(w, fs, false)
 	}
-	fmt.Fprintln(w, "\nglobal flags: --endpoints host:port,... --timeout D --json (see leasectl help)")
+	fmt.Fprintln(w, "\nglobal flags: --endpoints host:port,... --timeout D --json --tls-cert/--tls-key/--tls-ca FILE (see leasectl help)")
 }
 
 func hasOwnFlags(fs *flag.FlagSet) bool {

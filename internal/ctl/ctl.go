@@ -14,6 +14,7 @@ package ctl
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,6 +25,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"google.golang.org/grpc/credentials"
 )
 
 // Exit statuses of Main and Run.
@@ -51,6 +54,13 @@ const (
 	EnvEndpoints = "LEASEFENCE_ENDPOINTS"
 	// DefaultEndpoints is the default of --endpoints when EnvEndpoints is unset.
 	DefaultEndpoints = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"
+	// EnvTLSCert, EnvTLSKey and EnvTLSCA supply the defaults of --tls-cert,
+	// --tls-key and --tls-ca.
+	EnvTLSCert = "LEASEFENCE_TLS_CERT"
+	EnvTLSKey  = "LEASEFENCE_TLS_KEY"
+	EnvTLSCA   = "LEASEFENCE_TLS_CA"
+	// EnvToken supplies the default of --token.
+	EnvToken = "LEASEFENCE_TOKEN"
 	// DefaultTimeout bounds each command, retries included. acquire --wait
 	// and watch have no default bound.
 	DefaultTimeout = 5 * time.Second
@@ -86,6 +96,12 @@ type app struct {
 	timeout    time.Duration
 	timeoutSet bool
 	json       bool
+	// Mutual TLS (--tls-*): tlsConfig is built from the files by
+	// finishGlobalFlags; nil means plaintext.
+	tlsCert, tlsKey, tlsCA string
+	tlsConfig              *tls.Config
+	// token (--token) is sent as "authorization: Bearer <token>".
+	token string
 
 	cl *cluster
 }
@@ -184,6 +200,10 @@ func (a *app) run(ctx context.Context, args []string) int {
 	}
 
 	a.cl = newCluster(a.endpoints, a.retry)
+	if a.tlsConfig != nil {
+		a.cl.creds = credentials.NewTLS(a.tlsConfig)
+	}
+	a.cl.token = a.token
 	defer a.cl.close()
 	err = runCmd(ctx, pos)
 	if err == nil {

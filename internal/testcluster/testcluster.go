@@ -5,6 +5,7 @@ package testcluster
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -18,6 +19,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -65,8 +67,9 @@ type Cluster struct {
 	bin   string
 	Procs []*Proc
 
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	mu      sync.Mutex
+	conns   map[string]*grpc.ClientConn
+	dialTLS *tls.Config // nil: plaintext
 
 	// procMu guards each Proc's cmd: load goroutines ask Running while the
 	// test kills and restarts nodes.
@@ -101,12 +104,25 @@ func FreeAddrs(t testing.TB, n int) []string {
 // node's log is written to the test log.
 func Start(t testing.TB, bin string, n int, extra ...string) *Cluster {
 	t.Helper()
+	return start(t, bin, n, nil, extra)
+}
+
+// StartTLS is Start for a cluster that runs mutual TLS: extra carries the
+// leased --tls-* flags, and the cluster's own connections (Status, Lease,
+// Leader...) use dialTLS, which must present a client certificate.
+func StartTLS(t testing.TB, bin string, n int, dialTLS *tls.Config, extra ...string) *Cluster {
+	t.Helper()
+	return start(t, bin, n, dialTLS, extra)
+}
+
+func start(t testing.TB, bin string, n int, dialTLS *tls.Config, extra []string) *Cluster {
+	t.Helper()
 	addrs := FreeAddrs(t, n)
 	var peers []string
 	for i, a := range addrs {
 		peers = append(peers, fmt.Sprintf("n%d=%s", i+1, a))
 	}
-	c := &Cluster{t: t, bin: bin, conns: map[string]*grpc.ClientConn{}}
+	c := &Cluster{t: t, bin: bin, conns: map[string]*grpc.ClientConn{}, dialTLS: dialTLS}
 	base := t.TempDir()
 	for i, a := range addrs {
 		id := fmt.Sprintf("n%d", i+1)
@@ -225,7 +241,11 @@ func (c *Cluster) conn(addr string) *grpc.ClientConn {
 	if conn, ok := c.conns[addr]; ok {
 		return conn
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if c.dialTLS != nil {
+		creds = credentials.NewTLS(c.dialTLS)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		c.t.Fatal(err)
 	}
