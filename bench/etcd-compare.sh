@@ -81,7 +81,7 @@ for i in 1 2 3; do
   lf_endpoints+="${lf_endpoints:+,}127.0.0.1:$((LF_PORT + i - 1))"
 done
 for i in 1 2 3; do
-  "$WORK/bin/leased" --id "n$i" --listen "127.0.0.1:$((LF_PORT + i - 1))" \
+  "$WORK/bin/leased" --insecure --id "n$i" --listen "127.0.0.1:$((LF_PORT + i - 1))" \
     --data-dir "$WORK/leasefence/n$i" --bootstrap "$peers" >"$WORK/leased-n$i.log" 2>&1 &
   pids+=($!)
 done

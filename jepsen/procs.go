@@ -313,7 +313,7 @@ func StartCluster(ctx context.Context, bin, dir string, n int, extra []string) (
 	for i, a := range addrs {
 		id := fmt.Sprintf("n%d", i+1)
 		p := &Proc{Name: id, Bin: bin, Log: filepath.Join(dir, id+".log"), Args: append([]string{
-			"--id", id, "--listen", a, "--data-dir", filepath.Join(dir, id),
+			"--insecure", "--id", id, "--listen", a, "--data-dir", filepath.Join(dir, id),
 			"--bootstrap", strings.Join(peers, ","),
 		}, extra...)}
 		c.procs = append(c.procs, p)

@@ -28,7 +28,8 @@ trap stop INT TERM EXIT
 mkdir -p "$DATA"
 for i in 1 2 3; do
   addr=127.0.0.1:$((PORT_BASE + i - 1))
-  "$BIN/leased" --id "n$i" --listen "$addr" --data-dir "$DATA/n$i" \
+  # --insecure: plaintext on loopback, for local development only.
+  "$BIN/leased" --insecure --id "n$i" --listen "$addr" --data-dir "$DATA/n$i" \
     --bootstrap "$peers" >"$DATA/n$i.log" 2>&1 &
   pids+=($!)
   echo "started n$i (pid $!) on $addr, log in $DATA/n$i.log"

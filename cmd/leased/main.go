@@ -109,6 +109,8 @@ func parse(args []string, stdout, stderr io.Writer) (cluster.Config, error) {
 	fs.IntVar(&cfg.MaxWaitersPerResource, "max-waiters-per-resource", cfg.MaxWaitersPerResource, "callers that may queue on one resource (Acquire with wait)")
 	fs.IntVar(&cfg.MaxWatchersPerClient, "max-watchers-per-client", cfg.MaxWatchersPerClient, "open watch streams per identity (per connection without a policy)")
 	fs.IntVar(&cfg.MaxLeasesPerIdentity, "max-leases-per-identity", cfg.MaxLeasesPerIdentity, "live leases one identity may hold (with --policy)")
+	var insecure bool
+	fs.BoolVar(&insecure, "insecure", false, "serve plaintext gRPC without TLS: local development only (anyone who reaches the port can take every lease)")
 	fs.StringVar(&cfg.TLS.CertFile, "tls-cert", "", "PEM certificate of this node (with the peer identity); with --tls-key and --tls-ca turns on mutual TLS")
 	fs.StringVar(&cfg.TLS.KeyFile, "tls-key", "", "PEM private key of --tls-cert")
 	fs.StringVar(&cfg.TLS.CAFile, "tls-ca", "", "PEM CA certificate(s) that sign node and client certificates; callers must present one")
@@ -160,6 +162,13 @@ func parse(args []string, stdout, stderr io.Writer) (cluster.Config, error) {
 	}
 	if len(cfg.Bootstrap) == 0 && cfg.Join == "" && cfg.DataDir != "" && !hasState(cfg.DataDir) {
 		return cfg, fmt.Errorf("a first start needs --bootstrap or --join")
+	}
+	tlsGiven := cfg.TLS.CertFile != "" || cfg.TLS.KeyFile != "" || cfg.TLS.CAFile != ""
+	switch {
+	case insecure && tlsGiven:
+		return cfg, fmt.Errorf("--insecure and --tls-* exclude each other")
+	case !insecure && !tlsGiven:
+		return cfg, fmt.Errorf("no TLS configured: give --tls-cert, --tls-key and --tls-ca (make certs writes development ones), or --insecure to serve plaintext for local development")
 	}
 	return cfg, cfg.Validate()
 }

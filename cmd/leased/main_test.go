@@ -11,6 +11,7 @@ import (
 )
 
 func TestFlagsEnvironmentAndValidation(t *testing.T) {
+	t.Setenv("LEASEFENCE_INSECURE", "true")
 	dir := t.TempDir()
 	t.Setenv("LEASEFENCE_ID", "n1")
 	t.Setenv("LEASEFENCE_DATA_DIR", dir)
@@ -52,6 +53,7 @@ func TestFlagsEnvironmentAndValidation(t *testing.T) {
 }
 
 func TestConfigFileIsReadAndEnvironmentAndFlagsWin(t *testing.T) {
+	t.Setenv("LEASEFENCE_INSECURE", "true")
 	dir := t.TempDir()
 	file := filepath.Join(dir, "leased.conf")
 	os.WriteFile(file, []byte("# a node\nid = n1\ndata-dir = "+dir+"\nbootstrap = n1=127.0.0.1:7001\ntick = 2s\nskew-margin = 400ms\nmin-ttl = 3s\n"), 0o600)
@@ -82,5 +84,21 @@ func TestConfigFileIsReadAndEnvironmentAndFlagsWin(t *testing.T) {
 	os.WriteFile(file, []byte("no-such-key = 1\n"), 0o600)
 	if _, err := parse([]string{"--config", file}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "no-such-key") {
 		t.Fatalf("unknown key: %v", err)
+	}
+}
+
+func TestPlaintextNeedsTheExplicitInsecureFlag(t *testing.T) {
+	t.Setenv("LEASEFENCE_INSECURE", "") // restored after the test
+	os.Unsetenv("LEASEFENCE_INSECURE")
+	dir := t.TempDir()
+	args := []string{"--id", "n1", "--data-dir", dir, "--bootstrap", "n1=127.0.0.1:7001"}
+	if _, err := parse(args, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "--insecure") {
+		t.Fatalf("plaintext without --insecure: %v", err)
+	}
+	if _, err := parse(append(args, "--insecure"), io.Discard, io.Discard); err != nil {
+		t.Fatalf("plaintext with --insecure: %v", err)
+	}
+	if _, err := parse(append(args, "--insecure", "--tls-cert", "x.crt"), io.Discard, io.Discard); err == nil {
+		t.Fatal("--insecure with --tls-cert accepted")
 	}
 }

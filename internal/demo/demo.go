@@ -203,7 +203,7 @@ func (d *demo) startCluster(ctx context.Context) error {
 	for i, a := range addrs {
 		id := fmt.Sprintf("n%d", i+1)
 		_, err := d.spawn(id, filepath.Join(d.cfg.BinDir, "leased"), false,
-			"--id", id, "--listen", a, "--data-dir", filepath.Join(d.cfg.WorkDir, id),
+			"--insecure", "--id", id, "--listen", a, "--data-dir", filepath.Join(d.cfg.WorkDir, id),
 			"--bootstrap", strings.Join(peers, ","),
 			"--min-ttl", "1s", "--skew-margin", "300ms", "--tick", "250ms")
 		if err != nil {

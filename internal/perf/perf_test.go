@@ -30,7 +30,7 @@ func start(b *testing.B, extra ...string) *testcluster.Cluster {
 	// Default timing (not testcluster's short test settings), but verbose
 	// logs off.
 	saved := testcluster.Defaults
-	testcluster.Defaults = []string{"--log-level", "warn"}
+	testcluster.Defaults = []string{"--insecure", "--log-level", "warn"}
 	defer func() { testcluster.Defaults = saved }()
 	return testcluster.Start(b, bin, 3, extra...)
 }

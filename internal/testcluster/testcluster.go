@@ -78,7 +78,7 @@ type Cluster struct {
 
 // Defaults every node gets before the caller's extra flags: short ttls and
 // ticks so tests run fast.
-var Defaults = []string{"--min-ttl", "1s", "--skew-margin", "300ms", "--tick", "250ms", "--log-level", "debug"}
+var Defaults = []string{"--insecure", "--min-ttl", "1s", "--skew-margin", "300ms", "--tick", "250ms", "--log-level", "debug"}
 
 // FreeAddrs reserves n loopback addresses.
 func FreeAddrs(t testing.TB, n int) []string {
@@ -127,10 +127,19 @@ func start(t testing.TB, bin string, n int, dialTLS *tls.Config, extra []string)
 	for i, a := range addrs {
 		id := fmt.Sprintf("n%d", i+1)
 		p := &Proc{ID: id, Addr: a, DataDir: filepath.Join(base, id), LogPath: filepath.Join(base, id+".log")}
+		defaults := Defaults
+		if dialTLS != nil { // a TLS cluster: never plaintext
+			defaults = nil
+			for _, d := range Defaults {
+				if d != "--insecure" {
+					defaults = append(defaults, d)
+				}
+			}
+		}
 		p.Args = append(append([]string{
 			"--id", id, "--listen", a, "--data-dir", p.DataDir,
 			"--bootstrap", strings.Join(peers, ","),
-		}, Defaults...), extra...)
+		}, defaults...), extra...)
 		c.Procs = append(c.Procs, p)
 		c.Start(i)
 	}
