@@ -254,6 +254,10 @@ type StatusResponse struct {
 	Drift         float64 `protobuf:"fixed64,14,opt,name=drift,proto3" json:"drift,omitempty"`
 	TickNs        int64   `protobuf:"varint,15,opt,name=tick_ns,json=tickNs,proto3" json:"tick_ns,omitempty"`
 	Version       string  `protobuf:"bytes,16,opt,name=version,proto3" json:"version,omitempty"`
+	// unsafe lists what this node runs with that weakens it, each enabled
+	// only by an explicit flag: "insecure" (plaintext, no TLS), "pprof"
+	// (profiling endpoints on the metrics port).
+	Unsafe        []string `protobuf:"bytes,17,rep,name=unsafe,proto3" json:"unsafe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -398,6 +402,13 @@ func (x *StatusResponse) GetVersion() string {
 		return x.Version
 	}
 	return ""
+}
+
+func (x *StatusResponse) GetUnsafe() []string {
+	if x != nil {
+		return x.Unsafe
+	}
+	return nil
 }
 
 type JoinRequest struct {
@@ -680,7 +691,7 @@ const file_api_cluster_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1a\n" +
 	"\bsuffrage\x18\x03 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\x04 \x01(\bR\x06leader\"\xf3\x03\n" +
+	"\x06leader\x18\x04 \x01(\bR\x06leader\"\x8b\x04\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
@@ -700,7 +711,8 @@ const file_api_cluster_proto_rawDesc = "" +
 	"\x0eskew_margin_ns\x18\r \x01(\x03R\fskewMarginNs\x12\x14\n" +
 	"\x05drift\x18\x0e \x01(\x01R\x05drift\x12\x17\n" +
 	"\atick_ns\x18\x0f \x01(\x03R\x06tickNs\x12\x18\n" +
-	"\aversion\x18\x10 \x01(\tR\aversion\"M\n" +
+	"\aversion\x18\x10 \x01(\tR\aversion\x12\x16\n" +
+	"\x06unsafe\x18\x11 \x03(\tR\x06unsafe\"M\n" +
 	"\vJoinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1a\n" +

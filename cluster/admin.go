@@ -44,6 +44,7 @@ func (s *clusterService) Status(ctx context.Context, _ *api.StatusRequest) (*api
 		Drift:        n.cfg.Drift,
 		TickNs:       int64(n.cfg.Tick),
 		Version:      Version,
+		Unsafe:       n.unsafeFeatures(),
 	}
 	n.sm.read(func(st *fsm.State) {
 		out.LiveLeases = uint64(st.Len())
@@ -249,4 +250,17 @@ func recoverStream(log hclog.Logger) grpc.StreamServerInterceptor {
 		}()
 		return handler(srv, ss)
 	}
+}
+
+// unsafeFeatures lists what weakens this node, each turned on only by an
+// explicit setting: plaintext gRPC (no TLS) and profiling endpoints.
+func (n *Node) unsafeFeatures() []string {
+	var out []string
+	if !n.cfg.TLS.Enabled() {
+		out = append(out, "insecure")
+	}
+	if n.cfg.Pprof {
+		out = append(out, "pprof")
+	}
+	return out
 }

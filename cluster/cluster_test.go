@@ -277,3 +277,35 @@ func TestMetricsAndHealthAreServed(t *testing.T) {
 		return err == nil && r.Status == healthpb.HealthCheckResponse_SERVING
 	})
 }
+
+// The unsafe surface exists only by explicit setting, and Status says so.
+func TestUnsafeFeaturesNeedTheirFlagAndAreReported(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) {
+		c.MetricsListen = "127.0.0.1:0"
+		if c.ID == "n1" {
+			c.Pprof = true
+		}
+	})
+	ctx := ctxT(t)
+	for i, n := range tc.nodes {
+		st, err := n.admin.Status(ctx, &api.StatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "insecure"
+		if i == 0 {
+			want = "insecure,pprof"
+		}
+		if got := strings.Join(st.Unsafe, ","); got != want {
+			t.Fatalf("%s reports unsafe %q, want %q", n.ID(), got, want)
+		}
+		resp, err := http.Get("http://" + n.MetricsAddr() + "/debug/pprof/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if wantCode := map[bool]int{true: 200, false: 404}[i == 0]; resp.StatusCode != wantCode {
+			t.Fatalf("%s pprof status %d, want %d", n.ID(), resp.StatusCode, wantCode)
+		}
+	}
+}

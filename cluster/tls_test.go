@@ -102,6 +102,9 @@ func acquireOn(t *testing.T, conn *grpc.ClientConn, resource string) (*api.Acqui
 func TestMutualTLSAdmitsCertifiedClientsAndKeepsRaftToPeers(t *testing.T) {
 	fx := newTLSFixture(t)
 	tc := newTestCluster(t, 3, func(c *Config) { c.TLS = fx.files(c.ID) })
+	if st, err := tc.nodes[0].admin.Status(ctxT(t), &api.StatusRequest{}); err != nil || len(st.Unsafe) != 0 {
+		t.Fatalf("a TLS node reports unsafe features %v (%v)", st.GetUnsafe(), err)
+	}
 	_, follower := tc.follower()
 	clientCert, err := fx.ca.Client("client")
 	if err != nil {

@@ -270,6 +270,7 @@ func setupStatus(a *app, fs *flag.FlagSet) func(context.Context, []string) error
 				LastLogIndex: s.GetLastLogIndex(), Members: viewMembers(s.GetMembers()),
 				LiveLeases: s.GetLiveLeases(), ClusterTimeNs: s.GetClusterTimeNs(),
 				SkewMargin: skew, Drift: s.GetDrift(), Tick: tick, Version: s.GetVersion(),
+				Unsafe: s.GetUnsafe(),
 			})
 			return nil
 		}
@@ -289,6 +290,10 @@ func setupStatus(a *app, fs *flag.FlagSet) func(context.Context, []string) error
 		k.row("drift", strconv.FormatFloat(s.GetDrift(), 'g', -1, 64))
 		k.row("tick", tick)
 		k.row("version", s.GetVersion())
+		if u := s.GetUnsafe(); len(u) > 0 {
+			// Each enabled by an explicit flag on the node answering.
+			k.row("unsafe", strings.Join(u, ", "))
+		}
 		k.flush()
 		fmt.Fprintln(a.stdout, "members")
 		a.printMembers(s.GetMembers(), "  ")

@@ -125,6 +125,7 @@ type statusResult struct {
 	Drift         float64      `json:"drift"`
 	Tick          string       `json:"tick"`
 	Version       string       `json:"version"`
+	Unsafe        []string     `json:"unsafe,omitempty"`
 }
 
 type eventView struct {
