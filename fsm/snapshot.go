@@ -10,6 +10,7 @@ import (
 	"sort"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/leasefence/leasefence/fsm/fsmpb"
 )
@@ -316,7 +317,28 @@ func (d *recordReader) read(want byte, m proto.Message) error {
 	if err := proto.Unmarshal(body, m); err != nil {
 		return fmt.Errorf("record type %d: %w", t, err)
 	}
+	// Fields this version does not know may hold state it cannot keep
+	// (a newer version's snapshot): refuse rather than drop them.
+	if hasUnknown(m.ProtoReflect()) {
+		return fmt.Errorf("record type %d has fields this version does not know", t)
+	}
 	return nil
+}
+
+// hasUnknown reports whether m or any message inside it carries unknown
+// fields.
+func hasUnknown(m protoreflect.Message) bool {
+	if len(m.GetUnknown()) > 0 {
+		return true
+	}
+	found := false
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Message() != nil && !fd.IsList() && !fd.IsMap() {
+			found = hasUnknown(v.Message())
+		}
+		return !found
+	})
+	return found
 }
 
 func (d *recordReader) readEnd() error {

@@ -340,6 +340,9 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 		"trailing bytes": append(append([]byte{}, good...), 0),
 		"garbage":        []byte("not a snapshot at all"),
 		"huge length":    {recHeader, 0xff, 0xff, 0xff, 0xff, 0x0f},
+		// A header with a field this version does not know (found by
+		// FuzzRestore): refused, not silently dropped.
+		"unknown field": []byte("\x01\x0e\b\x010\x80\xa8\xd6\xb900\x80\x8c\xee\x890\xff\x00"),
 	}
 	for name, data := range cases {
 		t.Run(name, func(t *testing.T) {
