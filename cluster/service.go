@@ -233,61 +233,59 @@ func (w *waitQueues) waiting(resource string) int {
 
 // Renew implements api.LeaseServiceServer.
 func (s *leaseService) Renew(ctx context.Context, req *api.RenewRequest) (*api.RenewResponse, error) {
-	if err := fsm.ValidateLeaseID(req.LeaseId); err != nil {
+	ctx, leader, res, err := s.leaseOp(ctx, req.LeaseId, &fsmpb.Command{Op: &fsmpb.Command_Renew{Renew: &fsmpb.Renew{LeaseId: req.LeaseId}}})
+	switch {
+	case errors.Is(err, fsm.ErrNotFound):
+		return nil, status.Errorf(codes.NotFound, "lease %x not found or expired", req.LeaseId)
+	case err != nil:
 		return nil, toStatus(err)
-	}
-	ctx, err := s.n.authorizeLease(ctx, req.LeaseId)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	conn, err := s.n.route(ctx)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	if conn != nil {
-		return api.NewLeaseServiceClient(conn).Renew(markForwarded(ctx), req)
-	}
-	res, err := s.n.propose(ctx, &fsmpb.Command{Op: &fsmpb.Command_Renew{Renew: &fsmpb.Renew{LeaseId: req.LeaseId}}})
-	if err == nil {
-		err = res.Err
-	}
-	if err != nil {
-		if errors.Is(err, fsm.ErrNotFound) {
-			return nil, status.Errorf(codes.NotFound, "lease %x not found or expired", req.LeaseId)
-		}
-		return nil, toStatus(err)
+	case leader != nil:
+		return leader.Renew(markForwarded(ctx), req)
 	}
 	return &api.RenewResponse{Lease: toAPILease(res.Lease), TtlRemaining: durationpb.New(res.Remaining)}, nil
 }
 
 // Release implements api.LeaseServiceServer.
 func (s *leaseService) Release(ctx context.Context, req *api.ReleaseRequest) (*api.ReleaseResponse, error) {
-	if err := fsm.ValidateLeaseID(req.LeaseId); err != nil {
+	ctx, leader, res, err := s.leaseOp(ctx, req.LeaseId, &fsmpb.Command{Op: &fsmpb.Command_Release{Release: &fsmpb.Release{LeaseId: req.LeaseId}}})
+	switch {
+	case err != nil:
 		return nil, toStatus(err)
-	}
-	ctx, err := s.n.authorizeLease(ctx, req.LeaseId)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	conn, err := s.n.route(ctx)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	if conn != nil {
-		return api.NewLeaseServiceClient(conn).Release(markForwarded(ctx), req)
-	}
-	res, err := s.n.propose(ctx, &fsmpb.Command{Op: &fsmpb.Command_Release{Release: &fsmpb.Release{LeaseId: req.LeaseId}}})
-	if err == nil {
-		err = res.Err
-	}
-	if err != nil {
-		return nil, toStatus(err)
+	case leader != nil:
+		return leader.Release(markForwarded(ctx), req)
 	}
 	out := &api.ReleaseResponse{Released: res.Released}
 	if res.Released {
 		out.Lease = toAPILease(res.Lease)
 	}
 	return out, nil
+}
+
+// leaseOp is the common path of a command about one existing lease: check
+// the id, authorize the caller for the lease's resource, then either return
+// a client for the leader (leader != nil: the caller forwards the request
+// with the returned context) or propose cmd here and return its result; a
+// domain refusal comes back as err.
+func (s *leaseService) leaseOp(ctx context.Context, id []byte, cmd *fsmpb.Command) (context.Context, api.LeaseServiceClient, fsm.Result, error) {
+	if err := fsm.ValidateLeaseID(id); err != nil {
+		return ctx, nil, fsm.Result{}, err
+	}
+	ctx, err := s.n.authorizeLease(ctx, id)
+	if err != nil {
+		return ctx, nil, fsm.Result{}, err
+	}
+	conn, err := s.n.route(ctx)
+	if err != nil {
+		return ctx, nil, fsm.Result{}, err
+	}
+	if conn != nil {
+		return ctx, api.NewLeaseServiceClient(conn), fsm.Result{}, nil
+	}
+	res, err := s.n.propose(ctx, cmd)
+	if err == nil {
+		err = res.Err
+	}
+	return ctx, nil, res, err
 }
 
 // Get implements api.LeaseServiceServer. By default the answer is
