@@ -262,5 +262,6 @@ func (n *Node) unsafeFeatures() []string {
 	if n.cfg.Pprof {
 		out = append(out, "pprof")
 	}
+	out = append(out, plantedList...)
 	return out
 }

@@ -80,7 +80,12 @@ type leaderState struct {
 	cancel   context.CancelFunc
 }
 
-func (ls *leaderState) now(c Clock) int64 { return ls.base + int64(c.Now()-ls.monoBase) }
+func (ls *leaderState) now(c Clock) int64 {
+	if planted(BugWallClockTime) {
+		return wallNanos(c)
+	}
+	return ls.base + int64(c.Now()-ls.monoBase)
+}
 
 // Start opens the data dir, binds the listener, starts Raft and serves. On
 // a first start it bootstraps (cfg.Bootstrap) or asks to join (cfg.Join).

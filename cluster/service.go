@@ -91,6 +91,9 @@ func (s *leaseService) Acquire(ctx context.Context, req *api.AcquireRequest) (*a
 		RequestId: req.RequestId,
 		LeaseId:   newLeaseID(),
 	}}}
+	if planted(BugLeaseIDByResource) {
+		cmd.GetAcquire().LeaseId = resourceLeaseID(req.Resource)
+	}
 	var res fsm.Result
 	if req.Wait {
 		res, err = s.n.acquireWaiting(ctx, cmd)
@@ -299,7 +302,7 @@ func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if !req.Stale {
+	if !req.Stale && !planted(BugLocalReads) {
 		conn, err := s.n.route(ctx)
 		if err != nil {
 			return nil, toStatus(err)

@@ -59,6 +59,14 @@ func (s *State) Snapshot() *Snapshot {
 		sn.leases = append(sn.leases, l.copy())
 	}
 	for sc, c := range s.counters {
+		if planted(BugSnapshotDropsCounters) {
+			c = 0
+			for _, l := range s.byResource {
+				if l.Scope == sc {
+					c = max(c, l.Token)
+				}
+			}
+		}
 		sn.scopes = append(sn.scopes, scopeCounter{sc, c})
 	}
 	for _, d := range s.dedupQ[s.dedupHead:] {

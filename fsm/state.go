@@ -260,6 +260,9 @@ func (s *State) acquire(a *Applied, c *fsmpb.Acquire, margin int64) Result {
 		}
 	}
 	if cur, ok := s.byResource[c.Resource]; ok {
+		if planted(BugGrantNoMargin) {
+			margin = 0
+		}
 		if s.now <= cur.ExpiresAt+margin {
 			return Result{Err: &HeldError{
 				Resource: cur.Resource,
@@ -309,7 +312,7 @@ func (s *State) renew(a *Applied, c *fsmpb.Renew) Result {
 	var id [LeaseIDLen]byte
 	copy(id[:], c.LeaseId)
 	l, ok := s.byID[id]
-	if !ok || s.now > l.ExpiresAt {
+	if !ok || (s.now > l.ExpiresAt && !planted(BugRenewAfterExpiry)) {
 		return Result{Err: ErrNotFound}
 	}
 	l.ExpiresAt = s.now + l.TTL

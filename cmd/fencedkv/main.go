@@ -18,6 +18,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
@@ -37,6 +38,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "fencedkv:", err)
 		return 2
+	}
+	if bugs, err := plantBugs(); err != nil {
+		fmt.Fprintln(stderr, "fencedkv:", err)
+		return 2
+	} else if len(bugs) > 0 {
+		fmt.Fprintf(stderr, "fencedkv: PLANTED BUGS ON: %s (a test build for the fault harness; never in production)\n", strings.Join(bugs, ","))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -19,6 +19,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
@@ -38,6 +39,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "leased:", err)
 		return 2
+	}
+	if bugs, err := plantBugs(); err != nil {
+		fmt.Fprintln(stderr, "leased:", err)
+		return 2
+	} else if len(bugs) > 0 {
+		fmt.Fprintf(stderr, "leased: PLANTED BUGS ON: %s (a test build for the fault harness; never in production)\n", strings.Join(bugs, ","))
 	}
 	node, err := cluster.Start(cfg)
 	if err != nil {

@@ -307,6 +307,9 @@ func (s *Server) write(op, key string, tok fence.Token, tokErr error, body []byt
 			if refusal != nil && !errors.Is(refusal, fence.ErrStaleToken) {
 				return refusal
 			}
+			if errors.Is(refusal, fence.ErrStaleToken) && planted(BugAcceptLowerToken) {
+				refusal = nil
+			}
 		}
 		switch {
 		case refusal == nil:

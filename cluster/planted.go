@@ -1,0 +1,62 @@
+//go:build plantedbugs
+
+package cluster
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/leasefence/leasefence/fsm"
+)
+
+// This file exists only in builds with the plantedbugs tag: the fault
+// harness (jepsen/) switches on deliberate defects to prove its checkers
+// can fail. A release build has planted_off.go instead.
+
+// PlantedBugs lists the node's planted defects and what each breaks.
+var PlantedBugs = map[string]string{
+	BugLocalReads:        "a linearizable Get is answered from the local state, without confirming leadership or forwarding",
+	BugWallClockTime:     "the leader's cluster time is the wall clock (the fault clock's, when there is one), not its monotonic clock",
+	BugLeaseIDByResource: "a lease id is derived from the resource, so a stale holder's renew and release act on the next holder's lease",
+}
+
+var plantedOn = map[string]bool{}
+
+// PlantBugs switches on the named defects, the node's and the FSM's, and
+// returns the names neither knows. Call it before Start.
+func PlantBugs(names []string) (unknown []string) {
+	for _, n := range fsm.PlantBugs(names) {
+		if _, ok := PlantedBugs[n]; !ok {
+			unknown = append(unknown, n)
+			continue
+		}
+		plantedOn[n] = true
+	}
+	for _, n := range names {
+		if n = strings.TrimSpace(n); n != "" && !contains(unknown, n) {
+			plantedList = append(plantedList, "planted-bug:"+n)
+		}
+	}
+	sort.Strings(plantedList)
+	return unknown
+}
+
+// plantedList names every defect switched on, for Status's unsafe list.
+var plantedList []string
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func planted(name string) bool {
+	if _, ok := PlantedBugs[name]; !ok {
+		panic(fmt.Sprintf("cluster: no planted bug %q", name)) // a typo in this package
+	}
+	return plantedOn[name]
+}

@@ -1,0 +1,5 @@
+package fencekv
+
+// Name of the store's planted defect. Only a build with the plantedbugs tag
+// can switch it on (planted.go); see jepsen/README.md, "Planted bugs".
+const BugAcceptLowerToken = "accept-lower-token"
