@@ -92,22 +92,44 @@ image:
 	cp deploy/Dockerfile $(IMAGE_CONTEXT)/Dockerfile
 	docker build -t $(IMAGE) $(IMAGE_CONTEXT)
 
-.PHONY: jepsen-quick
+.PHONY: jepsen jepsen-bin jepsen-quick jepsen-soak
 
-# jepsen-quick runs the fault-injection harness (jepsen/README.md) twice,
-# real processes on loopback: a 60 s fenced run with kill -9, SIGSTOP of
-# nodes (random and leader) and client pauses, which must pass every
-# checker; then a 20 s control run with fencedkv --unfenced and client
-# pauses only, which must be caught (--expect-anomaly). Results under
-# results/jepsen/. About 2 minutes; not part of `make test` yet. SEED=N
-# picks the seed of the fault schedule and the workers.
-JEPSEN_SEED ?= $(or $(SEED),1)
-jepsen-quick:
+# The fault-injection harness (jepsen/README.md): real leased nodes, a real
+# fencedkv and real worker processes on loopback (or in network namespaces),
+# faults on a seeded schedule, checkers over the recorded history. Results
+# under results/jepsen/. SEED=N picks the seed of the schedule and workers.
+JEPSEN_SEED    ?= $(or $(SEED),1)
+JEPSEN_TIME    ?= 10m
+JEPSEN_NEMESIS ?= all
+JEPSEN_NET     ?= proxy
+JEPSEN_ARGS    ?=
+
+jepsen-bin:
 	$(GO) build -o $(BIN)/ ./cmd/leased ./cmd/fencedkv ./cmd/jepsen
-	$(BIN)/jepsen --bin-dir $(BIN) --seed $(JEPSEN_SEED) --time 60s --quiet 5s \
-		--nemesis kill,kill-leader,pause,pause-leader,client-pause
-	$(BIN)/jepsen --bin-dir $(BIN) --seed $(JEPSEN_SEED) --time 20s --quiet 3s \
-		--nemesis client-pause --unfenced --expect-anomaly
+
+# jepsen is one long run: JEPSEN_TIME of workload under JEPSEN_NEMESIS, in
+# JEPSEN_NET mode (proxy, or netns as root). Exit 0 only if every checker is
+# valid.
+jepsen: jepsen-bin
+	$(BIN)/jepsen --bin-dir $(BIN) --seed $(JEPSEN_SEED) --time $(JEPSEN_TIME) \
+		--nemesis $(JEPSEN_NEMESIS) --net $(JEPSEN_NET) $(JEPSEN_ARGS)
+
+# jepsen-quick is the suite .ci/run runs: a fenced run with every nemesis
+# that must pass every checker, the --unfenced control that must be caught,
+# and one short run per planted bug (a plantedbugs build), each of which must
+# be caught by the checker the README's table names, within three seeds.
+jepsen-quick: jepsen-bin
+	$(BIN)/jepsen suite --bin-dir $(BIN) --seed $(JEPSEN_SEED) $(JEPSEN_ARGS)
+
+# jepsen-soak runs SOAK_RUNS fenced runs of SOAK_TIME with every nemesis,
+# seeds JEPSEN_SEED, JEPSEN_SEED+1, ..., and stops at the first that fails.
+SOAK_RUNS ?= 10
+SOAK_TIME ?= 3m
+jepsen-soak: jepsen-bin
+	for i in $$(seq 0 $$(($(SOAK_RUNS) - 1))); do \
+		$(BIN)/jepsen --bin-dir $(BIN) --seed $$(($(JEPSEN_SEED) + i)) --time $(SOAK_TIME) \
+			--nemesis $(JEPSEN_NEMESIS) --net $(JEPSEN_NET) $(JEPSEN_ARGS) || exit $$?; \
+	done
 
 .PHONY: certs
 

@@ -31,6 +31,7 @@ const (
 const (
 	AnomalyStaleWriteAccepted    = "stale-write-accepted"
 	AnomalyTokenReused           = "token-reused"
+	AnomalyLeaseIDReused         = "lease-id-reused"
 	AnomalyTokenRegression       = "token-regression"
 	AnomalyOverlappingGrants     = "overlapping-grants"
 	AnomalyRenewAfterExpiry      = "renew-after-expiry"
@@ -149,7 +150,14 @@ func CheckTokensUniqueMonotonic(h []Record) Result {
 	invokes := map[string]Record{}
 	var acks []grant
 	byToken := map[string]grant{}
+	byLease := map[string]grant{}
 	note := func(g grant) {
+		if o, ok := byLease[g.lease]; ok && g.lease != "" && (o.token != g.token || o.scope != g.scope) {
+			f.invalid(AnomalyLeaseIDReused, "lease id %s names two leases: scope %q token %d (%s) and scope %q token %d (%s)",
+				short(g.lease), o.scope, o.token, o.describe(), g.scope, g.token, g.describe())
+		} else if g.lease != "" {
+			byLease[g.lease] = g
+		}
 		k := g.scope + "\x00" + strconv.FormatUint(g.token, 10)
 		if o, ok := byToken[k]; ok && o.lease != g.lease {
 			f.invalid(AnomalyTokenReused, "scope %q token %d given to lease %s (%s) and lease %s (%s)",
@@ -354,11 +362,13 @@ func SafeWindows(h []Record) []window {
 		if r.Lease == "" || r.Worker == "" || r.Type == OpEvent || r.Type == OpRead {
 			continue
 		}
-		w := byLease[r.Lease]
+		// A lease is its id and its token (a broken server might reuse ids).
+		key := r.Lease + "#" + strconv.FormatUint(r.Token, 10)
+		w := byLease[key]
 		if r.Type == OpAcquire && r.Kind == Complete && r.Result == OK {
 			w = &window{resource: r.Resource, lease: r.Lease, worker: r.Worker, token: r.Token, start: r.TimeNs, end: r.SafeUntilNs}
-			byLease[r.Lease] = w
-			order = append(order, r.Lease)
+			byLease[key] = w
+			order = append(order, key)
 			continue
 		}
 		if w == nil {

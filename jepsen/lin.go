@@ -32,7 +32,8 @@ type linState struct {
 type linInput struct {
 	kind  string // acquire, release, read
 	op    string
-	lease string // release: the lease released
+	lease string // renew, release: the lease named
+	token uint64 // renew, release: that lease's token
 }
 
 type linOutput struct {
@@ -40,6 +41,9 @@ type linOutput struct {
 	held   bool   // acquire refused as held
 	token  uint64 // acquire: the token; read: the scope's highest token
 	lease  string // acquire: the lease granted; read: the holder ("" free)
+	// released is Released or NotReleased when the node said which (a
+	// release made through the API directly), else "".
+	released string
 }
 
 // LeaseModel is the owner-aware lease model, nondeterministic over
@@ -50,6 +54,9 @@ func LeaseModel() porcupine.Model {
 		Step: func(st, in, out interface{}) []interface{} {
 			s, i, o := st.(linState), in.(linInput), out.(linOutput)
 			free := s.holder == ""
+			// A lease is its id and its token: two grants with one id are
+			// two leases (a holder of the first must not act on the second).
+			holds := !free && s.holder == i.lease && (i.token == 0 || i.token == s.counter)
 			switch i.kind {
 			case OpAcquire:
 				switch {
@@ -72,22 +79,32 @@ func LeaseModel() porcupine.Model {
 			case OpRenew: // expiry is out of the model: renewal changes nothing
 				switch o.result {
 				case OK:
-					if s.holder == i.lease {
+					if holds {
 						return []interface{}{s}
 					}
 					return nil
 				case Fail: // NotFound
-					if s.holder != i.lease {
+					if !holds {
 						return []interface{}{s}
 					}
 					return nil
 				}
 				return []interface{}{s}
 			case OpRelease:
-				if s.holder != i.lease {
+				switch {
+				case o.result == OK && o.released == Released:
+					if holds {
+						return []interface{}{linState{"", s.counter}}
+					}
+					return nil
+				case o.result == OK && o.released == NotReleased:
+					if !holds {
+						return []interface{}{s}
+					}
+					return nil
+				case !holds:
 					return []interface{}{s}
-				}
-				if o.result == OK {
+				case o.result == OK:
 					return []interface{}{linState{"", s.counter}}
 				}
 				return []interface{}{s, linState{"", s.counter}}
@@ -120,7 +137,10 @@ func LeaseModel() porcupine.Model {
 				}
 				return "acquire → " + o.result
 			case OpRelease:
-				return fmt.Sprintf("release %s → %s", short(i.lease), o.result)
+				if o.released != "" {
+					return fmt.Sprintf("release %s (token %d) → %s", short(i.lease), i.token, o.released)
+				}
+				return fmt.Sprintf("release %s (token %d) → %s", short(i.lease), i.token, o.result)
 			case OpRenew:
 				return fmt.Sprintf("renew %s → %s", short(i.lease), o.result)
 			}
@@ -162,8 +182,11 @@ func LinOperations(h []Record) map[string][]porcupine.Operation {
 				continue
 			}
 			delete(inv, r.Op)
-			in := linInput{kind: r.Type, op: r.Op, lease: i.Lease}
+			in := linInput{kind: r.Type, op: r.Op, lease: i.Lease, token: i.Token}
 			o := linOutput{result: r.Result, held: strings.HasPrefix(r.Error, HeldPrefix), token: r.Token, lease: r.Lease}
+			if r.Type == OpRelease {
+				o.released = r.Value
+			}
 			ret := r.TimeNs
 			if r.Result == Unknown || (r.Type == OpAcquire && r.Result == Fail && !o.held) {
 				ret = math.MaxInt64
@@ -173,7 +196,7 @@ func LinOperations(h []Record) map[string][]porcupine.Operation {
 	}
 	// Invoked, never completed (the worker was stopped): unknown.
 	for _, i := range inv {
-		add(i.Resource, porcupine.Operation{ClientId: clients[i.Worker], Input: linInput{kind: i.Type, op: i.Op, lease: i.Lease},
+		add(i.Resource, porcupine.Operation{ClientId: clients[i.Worker], Input: linInput{kind: i.Type, op: i.Op, lease: i.Lease, token: i.Token},
 			Call: i.TimeNs, Output: linOutput{result: Unknown}, Return: math.MaxInt64})
 	}
 	return out

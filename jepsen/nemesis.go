@@ -25,7 +25,7 @@ const (
 
 // AllNemeses lists every kind implemented. Partitions (proxy or
 // namespaces), clock faults, membership and snapshot pressure are not yet.
-var AllNemeses = []string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause}
+var AllNemeses = []string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemSnapshot, NemMember}
 
 // ParseNemeses parses a comma-separated list ("all" and "none" allowed).
 func ParseNemeses(s string) ([]string, error) {
@@ -89,10 +89,15 @@ func (n *nemesis) record(f Fault) {
 // ctx and by a fault count.
 func (n *nemesis) run(ctx context.Context) {
 	if len(n.kinds) == 0 {
+		<-ctx.Done() // the workload still runs its full time
 		return
 	}
 	for i := 0; i < 10000; i++ {
-		if !sleepCtx(ctx, time.Second+time.Duration(n.rng.Int64N(int64(2*time.Second)))) {
+		wait := time.Second + time.Duration(n.rng.Int64N(int64(2*time.Second)))
+		if i == 0 {
+			wait += 2 * time.Second // a fault-free start, for the run to be meaningful
+		}
+		if !sleepCtx(ctx, wait) {
 			return
 		}
 		// Every enabled kind once per round, in a seeded order.
@@ -108,6 +113,10 @@ func (n *nemesis) run(ctx context.Context) {
 			n.pause(ctx, kind, hold)
 		case NemClientPause:
 			n.clientPause(ctx)
+		case NemSnapshot:
+			n.snapshot(ctx, hold)
+		case NemMember:
+			n.member(ctx, hold)
 		}
 	}
 }

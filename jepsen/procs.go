@@ -23,8 +23,10 @@ import (
 
 // Build compiles leased and fencedkv (and, when jepsenToo, cmd/jepsen) into
 // dir with `go build`, run from the module that holds this source tree
-// (found with `go env GOMOD` from the working directory).
-func Build(ctx context.Context, dir string, race, jepsenToo bool) error {
+// (found with `go env GOMOD` from the working directory). With planted set,
+// leased and fencedkv are built with the plantedbugs tag: a test build
+// whose deliberate defects LEASEFENCE_PLANTED_BUGS switches on.
+func Build(ctx context.Context, dir string, race, jepsenToo, planted bool) error {
 	pkgs := []string{"./cmd/leased", "./cmd/fencedkv"}
 	if jepsenToo {
 		pkgs = append(pkgs, "./cmd/jepsen")
@@ -40,6 +42,9 @@ func Build(ctx context.Context, dir string, race, jepsenToo bool) error {
 	args := []string{"build", "-o", dir + "/"}
 	if race {
 		args = append(args, "-race")
+	}
+	if planted {
+		args = append(args, "-tags", "plantedbugs")
 	}
 	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
 	cmd.Dir = root
@@ -61,6 +66,8 @@ type Proc struct {
 	// Stdin, when set before Start, makes the process read from a pipe the
 	// harness writes to with Send.
 	Stdin bool
+	// Env is added to the harness's environment.
+	Env []string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -80,7 +87,7 @@ func (p *Proc) Start() error {
 		return err
 	}
 	cmd := exec.Command(p.Bin, p.Args...)
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), p.Env...)
 	// Die with the harness, even if it is killed with SIGKILL: no orphaned
 	// nodes or workers on a shared machine.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -273,6 +280,7 @@ type Cluster struct {
 	conns     map[string]*grpc.ClientConn
 	byID      map[string]int
 	startedAt time.Time
+	dir       string // holds each node's data dir and log
 }
 
 var _ NodeControl = (*Cluster)(nil)
@@ -300,12 +308,12 @@ func FreeAddrs(n int) ([]string, error) {
 
 // StartCluster starts n leased nodes bootstrapping one cluster, data and
 // logs under dir, and waits up to 30 s for a leader.
-func StartCluster(ctx context.Context, bin, dir string, n int, extra []string) (*Cluster, error) {
+func StartCluster(ctx context.Context, bin, dir string, n int, extra, env []string) (*Cluster, error) {
 	addrs, err := FreeAddrs(n)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{conns: map[string]*grpc.ClientConn{}, byID: map[string]int{}, addrs: addrs}
+	c := &Cluster{conns: map[string]*grpc.ClientConn{}, byID: map[string]int{}, addrs: addrs, dir: dir}
 	var peers []string
 	for i, a := range addrs {
 		peers = append(peers, fmt.Sprintf("n%d=%s", i+1, a))
@@ -315,7 +323,7 @@ func StartCluster(ctx context.Context, bin, dir string, n int, extra []string) (
 		p := &Proc{Name: id, Bin: bin, Log: filepath.Join(dir, id+".log"), Args: append([]string{
 			"--insecure", "--id", id, "--listen", a, "--data-dir", filepath.Join(dir, id),
 			"--bootstrap", strings.Join(peers, ","),
-		}, extra...)}
+		}, extra...), Env: env}
 		c.procs = append(c.procs, p)
 		c.ids = append(c.ids, id)
 		c.byID[id] = i
@@ -426,13 +434,13 @@ func (c *Cluster) Stop() {
 
 // StartKV starts fencedkv on a free loopback port and returns its process
 // and base URL.
-func StartKV(ctx context.Context, bin, dir string, unfenced bool) (*Proc, string, error) {
+func StartKV(ctx context.Context, bin, dir string, unfenced bool, env []string) (*Proc, string, error) {
 	args := []string{"--listen", "127.0.0.1:0", "--data-file", filepath.Join(dir, "kv.db"), "--log-level", "warn"}
 	if unfenced {
 		args = append(args, "--unfenced")
 	}
 	first := make(chan string, 1)
-	p := &Proc{Name: "fencedkv", Bin: bin, Args: args, Log: filepath.Join(dir, "fencedkv.log"), Stdout: func(l string) {
+	p := &Proc{Name: "fencedkv", Bin: bin, Args: args, Env: env, Log: filepath.Join(dir, "fencedkv.log"), Stdout: func(l string) {
 		select {
 		case first <- l:
 		default:

@@ -43,6 +43,9 @@ type Config struct {
 	// BinDir holds prebuilt leased and fencedkv; empty means build them.
 	BinDir string `json:"bin_dir,omitempty"`
 	Race   bool   `json:"race"`
+	// Bugs are planted defects to switch on (PlantedBugs); the binaries
+	// are then built with the plantedbugs tag.
+	Bugs []string `json:"bugs,omitempty"`
 	// Self is the jepsen binary, run as "Self worker ..." for each worker.
 	Self string `json:"self"`
 	// Out receives progress and the report; nil means stdout.
@@ -126,6 +129,12 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	if cfg.Unfenced {
 		mode = "unfenced"
 	}
+	for _, b := range cfg.Bugs {
+		if _, err := FindPlantedBug(b); err != nil {
+			return nil, err
+		}
+		mode += "-bug-" + b
+	}
 	dir := filepath.Join(cfg.ResultsDir, fmt.Sprintf("%s-seed%d-%s", t0.UTC().Format("20060102T150405"), cfg.Seed, mode))
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
 		return nil, err
@@ -155,7 +164,7 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 			return sum, err
 		}
 		defer os.RemoveAll(tmp)
-		if err := Build(ctx, tmp, cfg.Race, false); err != nil {
+		if err := Build(ctx, tmp, cfg.Race, false, len(cfg.Bugs) > 0); err != nil {
 			return sum, err
 		}
 		binDir = tmp
@@ -169,13 +178,13 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 
 	// Cluster and resource.
 	ts := time.Now()
-	extra := []string{"--min-ttl", "1s", "--skew-margin", cfg.SkewMargin.String(), "--tick", "250ms"}
-	cl, err := StartCluster(ctx, filepath.Join(binDir, "leased"), filepath.Join(dir, "logs"), cfg.Nodes, extra)
+	extra := append([]string{"--min-ttl", "1s", "--skew-margin", cfg.SkewMargin.String(), "--tick", "250ms"}, SnapshotArgs...)
+	cl, err := StartCluster(ctx, filepath.Join(binDir, "leased"), filepath.Join(dir, "logs"), cfg.Nodes, extra, plantedEnv(cfg.Bugs, "leased"))
 	if err != nil {
 		return sum, err
 	}
 	defer cl.Stop()
-	kvProc, kvURL, err := StartKV(ctx, filepath.Join(binDir, "fencedkv"), filepath.Join(dir, "logs"), cfg.Unfenced)
+	kvProc, kvURL, err := StartKV(ctx, filepath.Join(binDir, "fencedkv"), filepath.Join(dir, "logs"), cfg.Unfenced, plantedEnv(cfg.Bugs, "fencedkv"))
 	if err != nil {
 		return sum, err
 	}
@@ -228,7 +237,7 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 		wp := &workerProc{id: fmt.Sprintf("w%d", i+1), paused: make(chan PauseNotice, 1)}
 		wp.proc = &Proc{Name: wp.id, Bin: cfg.Self, Log: filepath.Join(dir, "logs", wp.id+".log"), Stdin: true,
 			Args: []string{"worker", "--id", wp.id, "--endpoints", strings.Join(cl.Endpoints(), ","), "--kv", kvURL,
-				"--resources", strings.Join(resources, ","), "--ttl", cfg.TTL.String(),
+				"--resources", strings.Join(resources, ","), "--ttl", cfg.TTL.String(), "--skew-margin", cfg.SkewMargin.String(),
 				"--duration", (cfg.Duration + cfg.Quiet + time.Minute).String(), "--seed", fmt.Sprint(rng.Uint64())},
 			Stdout: recordLines(hist, &badMu, &badLines, wp.paused)}
 		if err := wp.proc.Start(); err != nil {

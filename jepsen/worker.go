@@ -3,6 +3,7 @@ package jepsen
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/client"
@@ -63,9 +65,13 @@ type WorkerConfig struct {
 	KV        string
 	Resources []string
 	TTL       time.Duration
-	Duration  time.Duration
-	MaxOps    int
-	Seed      uint64
+	// SkewMargin is the nodes' skew margin: a stalled worker renews just
+	// after its lease's expires_at, inside the margin, to probe the rule
+	// that such a renewal is refused.
+	SkewMargin time.Duration
+	Duration   time.Duration
+	MaxOps     int
+	Seed       uint64
 	// Lin selects the linearizability workload: acquire, read, release
 	// with a ttl longer than the run, no fenced writes.
 	Lin bool
@@ -82,6 +88,7 @@ func WorkerMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.KV, "kv", "", "fencedkv base URL")
 	fs.StringVar(&resources, "resources", "", "resources, comma-separated (also the fencedkv keys)")
 	fs.DurationVar(&c.TTL, "ttl", 2*time.Second, "lease ttl")
+	fs.DurationVar(&c.SkewMargin, "skew-margin", 300*time.Millisecond, "the nodes' skew margin")
 	fs.DurationVar(&c.Duration, "duration", time.Minute, "stop after this long")
 	fs.IntVar(&c.MaxOps, "max-ops", 100000, "stop after this many cycles")
 	fs.Uint64Var(&c.Seed, "seed", 1, "random seed")
@@ -112,7 +119,15 @@ type workerState struct {
 	kv     *fencekv.Client
 	rng    *rand.Rand
 	n      int
-	conns  map[int]*grpc.ClientConn // for explicit renewals, guarded by mu
+	conns  map[int]*grpc.ClientConn // for explicit calls, guarded by mu
+	// released remembers the last lease this worker released on each
+	// resource, for the stale-release probe of the lin workload.
+	released map[string]staleLease
+}
+
+type staleLease struct {
+	id    []byte
+	token uint64
 }
 
 // RunWorker loops acquire → fenced read-modify-write → release until its
@@ -149,9 +164,12 @@ func RunWorker(c WorkerConfig, stdin io.Reader, stdout io.Writer) error {
 	deadline := time.Now().Add(c.Duration)
 	for w.n < c.MaxOps && time.Now().Before(deadline) && !w.stop.Load() {
 		w.n++
-		if c.Lin {
+		switch {
+		case c.Lin:
 			w.linCycle()
-		} else {
+		case w.rng.IntN(8) == 0:
+			w.stallCycle()
+		default:
 			w.cycle()
 		}
 	}
@@ -198,7 +216,7 @@ func (w *workerState) cycle() {
 	done.Result, done.Token, done.Lease, done.SafeUntilNs = OK, tok.Value, lease.ID().String(), safeUntilNs(lease)
 	w.emit(done)
 
-	w.write(base, res, lease, tok)
+	w.write(base+"-w", res, tok, lease.ID().String(), lease.Err, func() int64 { return safeUntilNs(lease) })
 
 	// Sometimes hold the lease past a keep-alive renewal.
 	if w.rng.IntN(10) == 0 {
@@ -230,9 +248,13 @@ func (w *workerState) cycle() {
 // whose lease has moved on is refused, because the newer holder's claim
 // came before the newer holder's read; without fencing the stale put
 // overwrites, and the newer holder's elements are lost.
-func (w *workerState) write(base, res string, lease *client.Lease, tok fence.Token) {
-	elem := base
-	inv := Record{Kind: Invoke, Op: base + "-w", Type: OpWrite, Resource: res, Element: elem, Token: tok.Value, Lease: lease.ID().String(), SafeUntilNs: safeUntilNs(lease)}
+//
+// check, when set, is asked before the write (a careful worker never starts
+// a write on a lease that has run out); a careless one passes nil. safe
+// gives the safe-until time recorded with the write (0: none).
+func (w *workerState) write(op, res string, tok fence.Token, leaseID string, check func() error, safe func() int64) {
+	elem := op
+	inv := Record{Kind: Invoke, Op: op, Type: OpWrite, Resource: res, Element: elem, Token: tok.Value, Lease: leaseID, SafeUntilNs: safe()}
 	w.emit(inv)
 	done := inv
 	done.Kind, done.TimeNs, done.SafeUntilNs = Complete, 0, 0
@@ -241,13 +263,14 @@ func (w *workerState) write(base, res string, lease *client.Lease, tok fence.Tok
 		if err != nil {
 			done.Error = err.Error()
 		}
-		done.SafeUntilNs = safeUntilNs(lease)
+		done.SafeUntilNs = safe()
 		w.emit(done)
 	}
-	// A careful worker: never start a write on a lease that has run out.
-	if err := lease.Err(); err != nil {
-		finish(Fail, fmt.Errorf("not sent: %w", err))
-		return
+	if check != nil {
+		if err := check(); err != nil {
+			finish(Fail, fmt.Errorf("not sent: %w", err))
+			return
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -313,6 +336,11 @@ func (w *workerState) linCycle() {
 	if err != nil {
 		done.Result, done.Error = acquireOutcome(err), acquireError(err)
 		w.emit(done)
+		// Someone else holds it: sometimes try to release it with the
+		// lease this worker released earlier. It must not be released.
+		if old, ok := w.released[res]; ok && errors.Is(err, client.ErrHeld) && w.rng.IntN(3) == 0 {
+			w.rawRelease(base+"-s", res, old.id, old.token)
+		}
 		w.linRead(base+"-g", res)
 		w.sleep(5*time.Millisecond, 40*time.Millisecond)
 		return
@@ -337,6 +365,11 @@ func (w *workerState) linCycle() {
 		rdone.Result, rdone.Error = Unknown, err.Error()
 	} else {
 		rdone.Result = OK
+		if w.released == nil {
+			w.released = map[string]staleLease{}
+		}
+		id := lease.ID()
+		w.released[res] = staleLease{id: id[:], token: lease.Token()}
 	}
 	w.emit(rdone)
 	w.linRead(base+"-g", res)
@@ -398,18 +431,30 @@ func (w *workerState) conn(i int) *grpc.ClientConn {
 func (w *workerState) linRead(op, res string) {
 	inv := Record{Kind: Invoke, Op: op, Type: OpRead, Resource: res}
 	w.emit(inv)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	g, err := w.leases.Get(ctx, res)
-	cancel()
 	done := inv
-	done.Kind, done.TimeNs = Complete, 0
-	if err != nil {
-		done.Result, done.Error = Unknown, err.Error()
-	} else {
-		done.Result, done.Token = OK, g.ScopeToken
-		if g.Lease != nil {
-			done.Lease = g.Lease.ID.String()
+	done.Kind, done.TimeNs, done.Result = Complete, 0, Unknown
+	// Each read goes to a node picked at random (followers answer through
+	// the leader), so a node that answered from its own state without
+	// confirming it is current would be seen.
+	deadline := time.Now().Add(5 * time.Second)
+	start := w.rng.IntN(len(w.cfg.Endpoints))
+	for i := 0; i < 20 && time.Now().Before(deadline); i++ {
+		conn := w.conn((start + i) % len(w.cfg.Endpoints))
+		if conn == nil {
+			continue
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		g, err := api.NewLeaseServiceClient(conn).Get(ctx, &api.GetRequest{Resource: res})
+		cancel()
+		if err == nil {
+			done.Result, done.Error, done.Token = OK, "", g.ScopeToken
+			if g.Lease != nil {
+				done.Lease = hex.EncodeToString(g.Lease.Id)
+			}
+			break
+		}
+		done.Error = err.Error()
+		time.Sleep(50 * time.Millisecond)
 	}
 	w.emit(done)
 }
@@ -433,3 +478,109 @@ func stopSelf() error {
 	defer runtime.UnlockOSThread()
 	return syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
 }
+
+// stallCycle is a worker that stalls past its ttl without a keep-alive: it
+// acquires through the API directly (so nothing renews the lease), writes,
+// stalls, renews explicitly, writes again without looking at its lease
+// (a careless worker, which only fencing protects), and releases. Half the
+// stalls end inside the skew margin after expires_at, where the renewal
+// must be refused although the lease is not yet removed; the other half
+// end after the margin, when another worker may hold a newer token.
+func (w *workerState) stallCycle() {
+	res := w.cfg.Resources[w.rng.IntN(len(w.cfg.Resources))]
+	base := fmt.Sprintf("%s-%d", w.cfg.ID, w.n)
+	l, ok := w.rawAcquire(base+"-a", res, w.cfg.TTL)
+	if !ok {
+		w.sleep(10*time.Millisecond, 80*time.Millisecond)
+		return
+	}
+	id := client.ID(l.Id[:16])
+	noSafe := func() int64 { return 0 }
+	tok := fence.Token{Scope: l.Scope, Value: l.Token}
+	w.write(base+"-w", res, tok, id.String(), nil, noSafe)
+	m := w.cfg.SkewMargin
+	if w.rng.IntN(2) == 0 {
+		w.sleep(w.cfg.TTL+m/10, w.cfg.TTL+m*6/10) // inside the margin
+	} else {
+		w.sleep(w.cfg.TTL+m+200*time.Millisecond, w.cfg.TTL+m+time.Second)
+	}
+	w.renew(base+"-n", res, id, l.Token)
+	w.write(base+"-x", res, tok, id.String(), nil, noSafe)
+	w.rawRelease(base+"-r", res, l.Id, l.Token)
+	w.sleep(0, 20*time.Millisecond)
+}
+
+// rawAcquire acquires res through the API (no keep-alive), trying the
+// nodes in turn with one request id, and records it.
+func (w *workerState) rawAcquire(op, res string, ttl time.Duration) (*api.Lease, bool) {
+	inv := Record{Kind: Invoke, Op: op, Type: OpAcquire, Resource: res}
+	w.emit(inv)
+	done := inv
+	done.Kind, done.TimeNs, done.Result = Complete, 0, Unknown
+	req := &api.AcquireRequest{Resource: res, Holder: w.cfg.ID, Ttl: durationpb.New(ttl), RequestId: "jepsen-" + op}
+	var lease *api.Lease
+	deadline := time.Now().Add(5 * time.Second)
+	start := w.rng.IntN(len(w.cfg.Endpoints))
+	for i := 0; i < 20 && time.Now().Before(deadline); i++ {
+		conn := w.conn((start + i) % len(w.cfg.Endpoints))
+		if conn == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		resp, err := api.NewLeaseServiceClient(conn).Acquire(ctx, req)
+		cancel()
+		if err == nil && resp.Lease != nil && len(resp.Lease.Id) == 16 {
+			lease = resp.Lease
+			done.Result, done.Error, done.Token, done.Lease = OK, "", lease.Token, hex.EncodeToString(lease.Id)
+			break
+		}
+		done.Error = err.Error()
+		if c := status.Code(err); c == codes.FailedPrecondition || c == codes.InvalidArgument {
+			done.Result = Fail
+			if c == codes.FailedPrecondition {
+				done.Error = HeldPrefix + err.Error()
+			}
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	w.emit(done)
+	return lease, lease != nil
+}
+
+// rawRelease releases a lease by id through the API and records whether
+// the node said it released it (Value "released" or "not-released").
+func (w *workerState) rawRelease(op, res string, id []byte, token uint64) {
+	inv := Record{Kind: Invoke, Op: op, Type: OpRelease, Resource: res, Lease: hex.EncodeToString(id), Token: token}
+	w.emit(inv)
+	done := inv
+	done.Kind, done.TimeNs, done.Result = Complete, 0, Unknown
+	deadline := time.Now().Add(5 * time.Second)
+	start := w.rng.IntN(len(w.cfg.Endpoints))
+	for i := 0; i < 20 && time.Now().Before(deadline); i++ {
+		conn := w.conn((start + i) % len(w.cfg.Endpoints))
+		if conn == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		resp, err := api.NewLeaseServiceClient(conn).Release(ctx, &api.ReleaseRequest{LeaseId: id})
+		cancel()
+		if err == nil {
+			done.Result, done.Error, done.Value = OK, "", NotReleased
+			if resp.Released {
+				done.Value = Released
+			}
+			break
+		}
+		done.Error = err.Error()
+		time.Sleep(50 * time.Millisecond)
+	}
+	w.emit(done)
+}
+
+// Values of a release record made through the API directly, which tells
+// whether the lease was released (the client library's Release does not).
+const (
+	Released    = "released"
+	NotReleased = "not-released"
+)

@@ -21,6 +21,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -48,11 +50,15 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	suite := len(args) > 0 && args[0] == "suite"
+	if suite {
+		args = args[1:]
+	}
 	cfg := jepsen.DefaultConfig()
 	cfg.Out = stdout
 	fs := flag.NewFlagSet("jepsen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var nemeses string
+	var nemeses, bugs string
 	var expectAnomaly bool
 	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "leased nodes (at least 3)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "worker processes")
@@ -70,6 +76,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.ResultsDir, "results", cfg.ResultsDir, "parent folder of the results folders")
 	fs.StringVar(&cfg.BinDir, "bin-dir", "", "prebuilt leased and fencedkv (default: go build them)")
 	fs.BoolVar(&cfg.Race, "race", false, "build the nodes with the race detector")
+	bugsHelp := "planted bugs to switch on (a test build; see jepsen/README.md): " + strings.Join(jepsen.PlantedBugNames(), ",")
+	if suite {
+		bugsHelp = "planted bugs the suite must catch, one short run each: all, none or a list"
+		bugs = "all"
+	}
+	fs.StringVar(&bugs, "bug", bugs, bugsHelp)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -81,8 +93,29 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "jepsen:", err)
 		return 2
 	}
+	switch bugs {
+	case "none", "":
+		bugs = ""
+	case "all":
+		bugs = strings.Join(jepsen.PlantedBugNames(), ",")
+	}
+	var bugList []string
+	for _, b := range strings.Split(bugs, ",") {
+		if b = strings.TrimSpace(b); b == "" {
+			continue
+		}
+		if _, err := jepsen.FindPlantedBug(b); err != nil {
+			fmt.Fprintln(stderr, "jepsen:", err)
+			return 2
+		}
+		bugList = append(bugList, b)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if suite {
+		return runSuite(ctx, cfg, bugList, stdout, stderr)
+	}
+	cfg.Bugs = bugList
 	sum, err := jepsen.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "jepsen: harness failure:", err)
@@ -102,4 +135,50 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 0
 	}
 	return 1
+}
+
+// runSuite builds the binaries once (plain, and with planted bugs) and
+// runs the quick suite: the fenced run, the control, one run per bug.
+func runSuite(ctx context.Context, cfg jepsen.Config, bugs []string, stdout, stderr io.Writer) int {
+	out, ok := stdout.(*os.File)
+	if !ok {
+		out = os.Stdout
+	}
+	tmp, err := os.MkdirTemp("", "jepsen-suite-")
+	if err != nil {
+		fmt.Fprintln(stderr, "jepsen:", err)
+		return 2
+	}
+	defer os.RemoveAll(tmp)
+	plain, planted := cfg.BinDir, filepath.Join(tmp, "planted")
+	if plain == "" {
+		plain = filepath.Join(tmp, "plain")
+		if err := jepsen.Build(ctx, plain, cfg.Race, false, false); err != nil {
+			fmt.Fprintln(stderr, "jepsen:", err)
+			return 2
+		}
+	}
+	if len(bugs) > 0 {
+		if err := jepsen.Build(ctx, planted, cfg.Race, false, true); err != nil {
+			fmt.Fprintln(stderr, "jepsen:", err)
+			return 2
+		}
+	}
+	cfg.BinDir = plain
+	scenarios := jepsen.QuickSuite(cfg, bugs)
+	for i := range scenarios {
+		if len(scenarios[i].Cfg.Bugs) > 0 {
+			scenarios[i].Cfg.BinDir = planted
+		}
+	}
+	res, err := jepsen.RunSuite(ctx, scenarios, out)
+	_, failed := jepsen.WriteSuiteReport(cfg.ResultsDir, res, out)
+	if err != nil {
+		fmt.Fprintln(stderr, "jepsen: harness failure:", err)
+		return 2
+	}
+	if failed > 0 {
+		return 1
+	}
+	return 0
 }

@@ -1,0 +1,72 @@
+package jepsen
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// PlantedBug is a deliberate defect in leased or fencedkv, compiled only
+// into a build with the plantedbugs tag and switched on by
+// LEASEFENCE_PLANTED_BUGS. The harness must catch each one: a checker that
+// never fails proves nothing.
+type PlantedBug struct {
+	Name string
+	// In is the program that carries the defect: "leased" or "fencedkv".
+	In   string
+	What string
+	// Nemeses and Time make the short run that exposes it; Catch names the
+	// checkers expected to report it (any one of them suffices).
+	Nemeses []string
+	Time    time.Duration
+	Catch   []string
+}
+
+// PlantedBugs lists every planted defect (the names are those of
+// fsm/planted_names.go, cluster/planted_common.go and
+// fence/fencekv/planted_names.go; leased and fencedkv refuse a name they do
+// not know, so a mismatch fails the run at start).
+var PlantedBugs = []PlantedBug{
+	{Name: "grant-no-margin", In: "leased", What: "a new grant waits for expires_at only, not expires_at + skew margin",
+		Nemeses: []string{NemClientPause}, Time: 25 * time.Second, Catch: []string{NameGrantIntervals}},
+	{Name: "renew-after-expiry", In: "leased", What: "a renewal is accepted after expires_at, until the lease is removed",
+		Nemeses: nil, Time: 25 * time.Second, Catch: []string{NameGrantIntervals}},
+	{Name: "snapshot-drops-counters", In: "leased", What: "a snapshot stores a scope's counter as its live lease's token (0 when free)",
+		Nemeses: []string{NemKillLeader, NemKill}, Time: 30 * time.Second, Catch: []string{NameTokens}},
+	{Name: "local-reads", In: "leased", What: "a linearizable Get is answered from the local state without confirming leadership",
+		Nemeses: []string{NemPause}, Time: 25 * time.Second, Catch: []string{NameLinearizable}},
+	{Name: "lease-id-by-resource", In: "leased", What: "lease ids derive from the resource, so a stale holder's release frees the next holder's lease",
+		Nemeses: nil, Time: 25 * time.Second, Catch: []string{NameLinearizable, NameTokens}},
+	{Name: "wall-clock-time", In: "leased", What: "the leader's cluster time is its wall clock, not its monotonic clock",
+		Nemeses: []string{"clock-bump"}, Time: 30 * time.Second, Catch: []string{NameSafeWindows, NameGrantIntervals}},
+	{Name: "accept-lower-token", In: "fencedkv", What: "fencedkv applies a write whose token is below the scope's highest",
+		Nemeses: []string{NemClientPause}, Time: 25 * time.Second, Catch: []string{NameFencedTokens, NameFinalRead}},
+}
+
+// FindPlantedBug returns the planted bug called name.
+func FindPlantedBug(name string) (PlantedBug, error) {
+	var names []string
+	for _, b := range PlantedBugs {
+		if b.Name == name {
+			return b, nil
+		}
+		names = append(names, b.Name)
+	}
+	sort.Strings(names)
+	return PlantedBug{}, fmt.Errorf("no planted bug %q (have %s)", name, strings.Join(names, ","))
+}
+
+// plantedEnv returns the environment that switches bugs on in program in.
+func plantedEnv(bugs []string, in string) []string {
+	var on []string
+	for _, n := range bugs {
+		if b, err := FindPlantedBug(n); err == nil && b.In == in {
+			on = append(on, n)
+		}
+	}
+	if len(on) == 0 {
+		return nil
+	}
+	return []string{"LEASEFENCE_PLANTED_BUGS=" + strings.Join(on, ",")}
+}

@@ -1,0 +1,131 @@
+package jepsen
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Scenario is one run of a suite and what it must show: every checker
+// valid, or (a control run, a planted bug) an anomaly from one of Catch.
+type Scenario struct {
+	Name string
+	Cfg  Config
+	// Catch, when set, names the checkers of which at least one must
+	// report the run invalid; otherwise every checker must be valid.
+	Catch []string
+	// Attempts bounds the runs (different seeds) to catch the anomaly.
+	Attempts int
+}
+
+// ScenarioResult is a scenario's outcome in suite.json.
+type ScenarioResult struct {
+	Name   string   `json:"name"`
+	Pass   bool     `json:"pass"`
+	Runs   []string `json:"runs"`
+	Detail string   `json:"detail"`
+	// Checkers counts this scenario's checker results: for a run that
+	// must be valid each checker is one; a run that must be caught is one.
+	Passed int `json:"passed"`
+	Failed int `json:"failed"`
+}
+
+// QuickSuite is `make jepsen-quick`: the fenced run with every nemesis,
+// the unfenced control, and one short run per planted bug (up to three
+// seeds each), all on base's settings.
+func QuickSuite(base Config, bugs []string) []Scenario {
+	fenced := base
+	out := []Scenario{{Name: "fenced, nemeses " + strings.Join(fenced.Nemeses, ","), Cfg: fenced}}
+	ctl := base
+	ctl.Unfenced, ctl.Nemeses, ctl.Duration, ctl.LinWorkers = true, []string{NemClientPause}, 20*time.Second, 0
+	out = append(out, Scenario{Name: "unfenced control", Cfg: ctl, Catch: []string{NameFencedTokens, NameFinalRead}, Attempts: 3})
+	for _, name := range bugs {
+		b, err := FindPlantedBug(name)
+		if err != nil {
+			continue
+		}
+		c := base
+		c.Bugs, c.Nemeses, c.Duration = []string{b.Name}, b.Nemeses, b.Time
+		out = append(out, Scenario{Name: "planted bug " + b.Name, Cfg: c, Catch: b.Catch, Attempts: 3})
+	}
+	return out
+}
+
+// RunSuite runs each scenario in turn and returns its results; the
+// closing line counts scenarios × checkers. An error is a harness failure.
+func RunSuite(ctx context.Context, scenarios []Scenario, out *os.File) ([]ScenarioResult, error) {
+	var res []ScenarioResult
+	for _, sc := range scenarios {
+		r := ScenarioResult{Name: sc.Name}
+		attempts := max(sc.Attempts, 1)
+		for a := 0; a < attempts; a++ {
+			cfg := sc.Cfg
+			cfg.Seed += uint64(a)
+			cfg.Out = out
+			fmt.Fprintf(out, "\n=== %s (run %d of at most %d, seed %d)\n", sc.Name, a+1, attempts, cfg.Seed)
+			sum, err := Run(ctx, cfg)
+			if err != nil {
+				dir := ""
+				if sum != nil {
+					dir = " (" + sum.Dir + ")"
+				}
+				return append(res, r), fmt.Errorf("%s: %w%s", sc.Name, err, dir)
+			}
+			r.Runs = append(r.Runs, sum.Dir)
+			if len(sc.Catch) == 0 {
+				r.Passed, r.Failed = sum.Passed, sum.Failed
+				r.Pass = sum.AllValid()
+				r.Detail = fmt.Sprintf("%d of %d checkers valid", sum.Passed, sum.Passed+sum.Failed)
+				break
+			}
+			var caught []string
+			for _, x := range sum.Results {
+				for _, c := range sc.Catch {
+					if x.Checker == c && x.Verdict == Invalid {
+						caught = append(caught, fmt.Sprintf("%s (%s)", x.Checker, x.Anomaly))
+					}
+				}
+			}
+			if len(caught) > 0 {
+				r.Pass, r.Passed, r.Failed = true, 1, 0
+				r.Detail = fmt.Sprintf("caught in run %d by %s", a+1, strings.Join(caught, ", "))
+				break
+			}
+			r.Passed, r.Failed = 0, 1
+			r.Detail = fmt.Sprintf("NOT caught in %d runs (expected %s)", a+1, strings.Join(sc.Catch, " or "))
+		}
+		res = append(res, r)
+	}
+	return res, nil
+}
+
+// WriteSuiteReport prints the table and the closing line, and writes
+// suite.json under dir.
+func WriteSuiteReport(dir string, res []ScenarioResult, out *os.File) (passed, failed int) {
+	fmt.Fprintf(out, "\n%-40s %-5s %s\n", "scenario", "pass", "detail")
+	for _, r := range res {
+		mark := "yes"
+		if !r.Pass {
+			mark = "NO"
+		}
+		fmt.Fprintf(out, "%-40s %-5s %s\n", r.Name, mark, r.Detail)
+		passed += r.Passed
+		failed += r.Failed
+	}
+	_ = os.MkdirAll(dir, 0o755)
+	_ = writeJSON(filepath.Join(dir, fmt.Sprintf("suite-%s.json", time.Now().UTC().Format("20060102T150405"))), res)
+	fmt.Fprintf(out, "\n%d passed, %d failed  (scenarios × checkers; %d scenarios)\n", passed, failed, len(res))
+	return passed, failed
+}
+
+// PlantedBugNames lists every planted bug.
+func PlantedBugNames() []string {
+	var out []string
+	for _, b := range PlantedBugs {
+		out = append(out, b.Name)
+	}
+	return out
+}
