@@ -24,8 +24,10 @@ const (
 )
 
 // AllNemeses lists every kind implemented. Partitions (proxy or
-// namespaces), clock faults, membership and snapshot pressure are not yet.
-var AllNemeses = []string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause}
+// namespaces), membership and snapshot pressure are not yet. The clock
+// kinds are in clock.go.
+var AllNemeses = []string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause,
+	NemClockBump, NemClockStrobe, NemClockRate}
 
 // ParseNemeses parses a comma-separated list ("all" and "none" allowed).
 func ParseNemeses(s string) ([]string, error) {
@@ -56,6 +58,7 @@ type nemesis struct {
 	kinds    []string
 	rng      *rand.Rand
 	nodes    NodeControl
+	clocks   ClockControl // nil unless a clock nemesis is enabled (clock.go)
 	workers  []*workerProc
 	kv       *fencekv.Client
 	ttl      time.Duration
@@ -108,6 +111,12 @@ func (n *nemesis) run(ctx context.Context) {
 			n.pause(ctx, kind, hold)
 		case NemClientPause:
 			n.clientPause(ctx)
+		case NemClockBump:
+			n.clockBump(ctx, hold)
+		case NemClockStrobe:
+			n.clockStrobe(ctx, hold)
+		case NemClockRate:
+			n.clockRate(ctx, hold)
 		}
 	}
 }

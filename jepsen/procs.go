@@ -299,7 +299,8 @@ func FreeAddrs(n int) ([]string, error) {
 }
 
 // StartCluster starts n leased nodes bootstrapping one cluster, data and
-// logs under dir, and waits up to 30 s for a leader.
+// logs under dir, and waits up to 30 s for a leader. In extra, "{id}" is
+// replaced by each node's id.
 func StartCluster(ctx context.Context, bin, dir string, n int, extra []string) (*Cluster, error) {
 	addrs, err := FreeAddrs(n)
 	if err != nil {
@@ -315,7 +316,7 @@ func StartCluster(ctx context.Context, bin, dir string, n int, extra []string) (
 		p := &Proc{Name: id, Bin: bin, Log: filepath.Join(dir, id+".log"), Args: append([]string{
 			"--insecure", "--id", id, "--listen", a, "--data-dir", filepath.Join(dir, id),
 			"--bootstrap", strings.Join(peers, ","),
-		}, extra...)}
+		}, expandID(extra, id)...)}
 		c.procs = append(c.procs, p)
 		c.ids = append(c.ids, id)
 		c.byID[id] = i
@@ -335,6 +336,14 @@ func StartCluster(ctx context.Context, bin, dir string, n int, extra []string) (
 	}
 	c.Stop()
 	return nil, fmt.Errorf("no leader within 30s; n1's log ends:\n%s", c.procs[0].Tail(2048))
+}
+
+func expandID(args []string, id string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = strings.ReplaceAll(a, "{id}", id)
+	}
+	return out
 }
 
 // Endpoints returns every node's address.
