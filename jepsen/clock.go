@@ -189,7 +189,7 @@ func (n *nemesis) clockBump(ctx context.Context, hold time.Duration) {
 		if !ok {
 			seen = fmt.Sprintf(" (not seen in Status: %v)", err)
 		}
-		parts = append(parts, fmt.Sprintf("%s%s %+v%s", id, leaderMark(id == leader), off, seen))
+		parts = append(parts, fmt.Sprintf("%s%s %s%s", id, leaderMark(id == leader), signed(off), seen))
 	}
 	target := strings.Join(ids, ",")
 	n.progress("nemesis: wall clock bump " + strings.Join(parts, ", "))
@@ -276,4 +276,12 @@ func contains(xs []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// signed formats d with its sign: +1m2s, -3s.
+func signed(d time.Duration) string {
+	if d < 0 {
+		return d.String()
+	}
+	return "+" + d.String()
 }

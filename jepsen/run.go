@@ -387,8 +387,9 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 		fmt.Fprintln(cfg.Out, r)
 	}
 	fmt.Fprintf(cfg.Out, "\n%d passed, %d failed%s  (%s run, %s)\n", sum.Passed, sum.Failed, notCounted(sum.NotCounted), mode, dir)
-	if sum.AllValid() {
-		// Keep the logs; the data dirs only matter when something failed.
+	if sum.AllValid() && sum.NotCounted == 0 {
+		// Keep the logs; the data dirs only matter when something failed
+		// (a not-required result too).
 		cl.Stop()
 		kvProc.Kill(syscall.SIGKILL, 5*time.Second)
 		for _, id := range cl.Nodes() {
