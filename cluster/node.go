@@ -103,14 +103,14 @@ func Start(cfg Config) (*Node, error) {
 		cfg.Logger.Warn("UNSAFE: fault-injection clock enabled", "control-file", cfg.FaultClockFile)
 	}
 	n := &Node{
-		cfg:        cfg,
-		log:        cfg.Logger.Named("node").With("node-id", cfg.ID),
-		clock:      cfg.Clock,
-		faultClock: fc,
-		hub:        newHub(cfg.WatchBuffer),
-		proposeCh:  make(chan *proposal, 4*cfg.MaxBatch),
-		stopCh:     make(chan struct{}),
+		cfg:       cfg,
+		log:       cfg.Logger.Named("node").With("node-id", cfg.ID),
+		clock:     cfg.Clock,
+		hub:       newHub(cfg.WatchBuffer),
+		proposeCh: make(chan *proposal, 4*cfg.MaxBatch),
+		stopCh:    make(chan struct{}),
 	}
+	n.faultClock = fc
 	n.sm = newStateMachine(n.hub, cfg.Logger.Named("fsm"), n.onFatal)
 	n.waiters = newWaitQueues()
 	n.watchers = newClientWatchers()

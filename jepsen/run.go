@@ -65,17 +65,18 @@ type Summary struct {
 	Ops map[string]map[string]int `json:"ops"`
 	// Faults counts faults started by kind; FaultsEffective those verified
 	// to have taken effect.
-	Faults          map[string]int `json:"faults"`
-	FaultsEffective map[string]int `json:"faults_effective"`
-	WatchEvents     int            `json:"watch_events"`
-	Results         []Result       `json:"results"`
-	Passed          int            `json:"passed"`
-	Failed          int            `json:"failed"`
-	// NotCounted counts results that are neither: not required (see
-	// Result.NotRequired) and not valid.
-	NotCounted   int               `json:"not_counted,omitempty"`
-	Durations    map[string]string `json:"durations"`
-	HarnessError string            `json:"harness_error,omitempty"`
+	Faults          map[string]int    `json:"faults"`
+	FaultsEffective map[string]int    `json:"faults_effective"`
+	WatchEvents     int               `json:"watch_events"`
+	Results         []Result          `json:"results"`
+	Passed          int               `json:"passed"`
+	Failed          int               `json:"failed"`
+	Durations       map[string]string `json:"durations"`
+	HarnessError    string            `json:"harness_error,omitempty"`
+
+	// NotCounted counts results that are neither passed nor failed: not
+	// required (see Result.NotRequired) and not valid.
+	NotCounted int `json:"not_counted,omitempty"`
 }
 
 // Anomalous reports whether a required checker found an anomaly (invalid).
