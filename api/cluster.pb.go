@@ -256,8 +256,13 @@ type StatusResponse struct {
 	Version       string  `protobuf:"bytes,16,opt,name=version,proto3" json:"version,omitempty"`
 	// unsafe lists what this node runs with that weakens it, each enabled
 	// only by an explicit flag: "insecure" (plaintext, no TLS), "pprof"
-	// (profiling endpoints on the metrics port).
-	Unsafe        []string `protobuf:"bytes,17,rep,name=unsafe,proto3" json:"unsafe,omitempty"`
+	// (profiling endpoints on the metrics port), "fault-clock" (the
+	// fault-injection clock of the test harness).
+	Unsafe []string `protobuf:"bytes,17,rep,name=unsafe,proto3" json:"unsafe,omitempty"`
+	// fault_clock is set only when the node runs the fault-injection clock
+	// (unsafe "fault-clock"): its current settings, so that a harness can
+	// verify a clock fault took effect.
+	FaultClock    *FaultClockStatus `protobuf:"bytes,18,opt,name=fault_clock,json=faultClock,proto3" json:"fault_clock,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -411,6 +416,68 @@ func (x *StatusResponse) GetUnsafe() []string {
 	return nil
 }
 
+func (x *StatusResponse) GetFaultClock() *FaultClockStatus {
+	if x != nil {
+		return x.FaultClock
+	}
+	return nil
+}
+
+// FaultClockStatus reports an unsafe fault-injection clock's settings.
+type FaultClockStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// rate scales the node's monotonic clock (1: real rate).
+	Rate float64 `protobuf:"fixed64,1,opt,name=rate,proto3" json:"rate,omitempty"`
+	// wall_offset_ns is added to the node's wall clock reading.
+	WallOffsetNs  int64 `protobuf:"varint,2,opt,name=wall_offset_ns,json=wallOffsetNs,proto3" json:"wall_offset_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FaultClockStatus) Reset() {
+	*x = FaultClockStatus{}
+	mi := &file_api_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FaultClockStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FaultClockStatus) ProtoMessage() {}
+
+func (x *FaultClockStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_api_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FaultClockStatus.ProtoReflect.Descriptor instead.
+func (*FaultClockStatus) Descriptor() ([]byte, []int) {
+	return file_api_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *FaultClockStatus) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *FaultClockStatus) GetWallOffsetNs() int64 {
+	if x != nil {
+		return x.WallOffsetNs
+	}
+	return 0
+}
+
 type JoinRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -422,7 +489,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_cluster_proto_msgTypes[5]
+	mi := &file_api_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -434,7 +501,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[5]
+	mi := &file_api_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -447,7 +514,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{5}
+	return file_api_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -479,7 +546,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_cluster_proto_msgTypes[6]
+	mi := &file_api_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -491,7 +558,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[6]
+	mi := &file_api_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -504,7 +571,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{6}
+	return file_api_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 type RemoveRequest struct {
@@ -516,7 +583,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_api_cluster_proto_msgTypes[7]
+	mi := &file_api_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +595,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[7]
+	mi := &file_api_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +608,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{7}
+	return file_api_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RemoveRequest) GetId() string {
@@ -559,7 +626,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_api_cluster_proto_msgTypes[8]
+	mi := &file_api_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -571,7 +638,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[8]
+	mi := &file_api_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -584,7 +651,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{8}
+	return file_api_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 type TransferLeadershipRequest struct {
@@ -596,7 +663,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_api_cluster_proto_msgTypes[9]
+	mi := &file_api_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -608,7 +675,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[9]
+	mi := &file_api_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -621,7 +688,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{9}
+	return file_api_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -640,7 +707,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_api_cluster_proto_msgTypes[10]
+	mi := &file_api_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +719,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[10]
+	mi := &file_api_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +732,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{10}
+	return file_api_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TransferLeadershipResponse) GetLeaderId() string {
@@ -691,7 +758,7 @@ const file_api_cluster_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1a\n" +
 	"\bsuffrage\x18\x03 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\x04 \x01(\bR\x06leader\"\x8b\x04\n" +
+	"\x06leader\x18\x04 \x01(\bR\x06leader\"\xcd\x04\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
@@ -712,7 +779,12 @@ const file_api_cluster_proto_rawDesc = "" +
 	"\x05drift\x18\x0e \x01(\x01R\x05drift\x12\x17\n" +
 	"\atick_ns\x18\x0f \x01(\x03R\x06tickNs\x12\x18\n" +
 	"\aversion\x18\x10 \x01(\tR\aversion\x12\x16\n" +
-	"\x06unsafe\x18\x11 \x03(\tR\x06unsafe\"M\n" +
+	"\x06unsafe\x18\x11 \x03(\tR\x06unsafe\x12@\n" +
+	"\vfault_clock\x18\x12 \x01(\v2\x1f.leasefence.v1.FaultClockStatusR\n" +
+	"faultClock\"L\n" +
+	"\x10FaultClockStatus\x12\x12\n" +
+	"\x04rate\x18\x01 \x01(\x01R\x04rate\x12$\n" +
+	"\x0ewall_offset_ns\x18\x02 \x01(\x03R\fwallOffsetNs\"M\n" +
 	"\vJoinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1a\n" +
@@ -744,37 +816,39 @@ func file_api_cluster_proto_rawDescGZIP() []byte {
 	return file_api_cluster_proto_rawDescData
 }
 
-var file_api_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_api_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_api_cluster_proto_goTypes = []any{
 	(*SnapshotRequest)(nil),            // 0: leasefence.v1.SnapshotRequest
 	(*SnapshotChunk)(nil),              // 1: leasefence.v1.SnapshotChunk
 	(*StatusRequest)(nil),              // 2: leasefence.v1.StatusRequest
 	(*Member)(nil),                     // 3: leasefence.v1.Member
 	(*StatusResponse)(nil),             // 4: leasefence.v1.StatusResponse
-	(*JoinRequest)(nil),                // 5: leasefence.v1.JoinRequest
-	(*JoinResponse)(nil),               // 6: leasefence.v1.JoinResponse
-	(*RemoveRequest)(nil),              // 7: leasefence.v1.RemoveRequest
-	(*RemoveResponse)(nil),             // 8: leasefence.v1.RemoveResponse
-	(*TransferLeadershipRequest)(nil),  // 9: leasefence.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 10: leasefence.v1.TransferLeadershipResponse
+	(*FaultClockStatus)(nil),           // 5: leasefence.v1.FaultClockStatus
+	(*JoinRequest)(nil),                // 6: leasefence.v1.JoinRequest
+	(*JoinResponse)(nil),               // 7: leasefence.v1.JoinResponse
+	(*RemoveRequest)(nil),              // 8: leasefence.v1.RemoveRequest
+	(*RemoveResponse)(nil),             // 9: leasefence.v1.RemoveResponse
+	(*TransferLeadershipRequest)(nil),  // 10: leasefence.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 11: leasefence.v1.TransferLeadershipResponse
 }
 var file_api_cluster_proto_depIdxs = []int32{
 	3,  // 0: leasefence.v1.StatusResponse.members:type_name -> leasefence.v1.Member
-	2,  // 1: leasefence.v1.ClusterService.Status:input_type -> leasefence.v1.StatusRequest
-	5,  // 2: leasefence.v1.ClusterService.Join:input_type -> leasefence.v1.JoinRequest
-	7,  // 3: leasefence.v1.ClusterService.Remove:input_type -> leasefence.v1.RemoveRequest
-	9,  // 4: leasefence.v1.ClusterService.TransferLeadership:input_type -> leasefence.v1.TransferLeadershipRequest
-	0,  // 5: leasefence.v1.ClusterService.Snapshot:input_type -> leasefence.v1.SnapshotRequest
-	4,  // 6: leasefence.v1.ClusterService.Status:output_type -> leasefence.v1.StatusResponse
-	6,  // 7: leasefence.v1.ClusterService.Join:output_type -> leasefence.v1.JoinResponse
-	8,  // 8: leasefence.v1.ClusterService.Remove:output_type -> leasefence.v1.RemoveResponse
-	10, // 9: leasefence.v1.ClusterService.TransferLeadership:output_type -> leasefence.v1.TransferLeadershipResponse
-	1,  // 10: leasefence.v1.ClusterService.Snapshot:output_type -> leasefence.v1.SnapshotChunk
-	6,  // [6:11] is the sub-list for method output_type
-	1,  // [1:6] is the sub-list for method input_type
-	1,  // [1:1] is the sub-list for extension type_name
-	1,  // [1:1] is the sub-list for extension extendee
-	0,  // [0:1] is the sub-list for field type_name
+	5,  // 1: leasefence.v1.StatusResponse.fault_clock:type_name -> leasefence.v1.FaultClockStatus
+	2,  // 2: leasefence.v1.ClusterService.Status:input_type -> leasefence.v1.StatusRequest
+	6,  // 3: leasefence.v1.ClusterService.Join:input_type -> leasefence.v1.JoinRequest
+	8,  // 4: leasefence.v1.ClusterService.Remove:input_type -> leasefence.v1.RemoveRequest
+	10, // 5: leasefence.v1.ClusterService.TransferLeadership:input_type -> leasefence.v1.TransferLeadershipRequest
+	0,  // 6: leasefence.v1.ClusterService.Snapshot:input_type -> leasefence.v1.SnapshotRequest
+	4,  // 7: leasefence.v1.ClusterService.Status:output_type -> leasefence.v1.StatusResponse
+	7,  // 8: leasefence.v1.ClusterService.Join:output_type -> leasefence.v1.JoinResponse
+	9,  // 9: leasefence.v1.ClusterService.Remove:output_type -> leasefence.v1.RemoveResponse
+	11, // 10: leasefence.v1.ClusterService.TransferLeadership:output_type -> leasefence.v1.TransferLeadershipResponse
+	1,  // 11: leasefence.v1.ClusterService.Snapshot:output_type -> leasefence.v1.SnapshotChunk
+	7,  // [7:12] is the sub-list for method output_type
+	2,  // [2:7] is the sub-list for method input_type
+	2,  // [2:2] is the sub-list for extension type_name
+	2,  // [2:2] is the sub-list for extension extendee
+	0,  // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_api_cluster_proto_init() }
@@ -788,7 +862,7 @@ func file_api_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_cluster_proto_rawDesc), len(file_api_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

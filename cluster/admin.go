@@ -46,6 +46,9 @@ func (s *clusterService) Status(ctx context.Context, _ *api.StatusRequest) (*api
 		Version:      Version,
 		Unsafe:       n.unsafeFeatures(),
 	}
+	if fc := n.faultClock; fc != nil {
+		out.FaultClock = &api.FaultClockStatus{Rate: fc.Rate(), WallOffsetNs: int64(fc.WallOffset())}
+	}
 	n.sm.read(func(st *fsm.State) {
 		out.LiveLeases = uint64(st.Len())
 		out.ClusterTimeNs = st.Now()
@@ -253,7 +256,8 @@ func recoverStream(log hclog.Logger) grpc.StreamServerInterceptor {
 }
 
 // unsafeFeatures lists what weakens this node, each turned on only by an
-// explicit setting: plaintext gRPC (no TLS) and profiling endpoints.
+// explicit setting: plaintext gRPC (no TLS), profiling endpoints and the
+// fault-injection clock.
 func (n *Node) unsafeFeatures() []string {
 	var out []string
 	if !n.cfg.TLS.Enabled() {
@@ -261,6 +265,9 @@ func (n *Node) unsafeFeatures() []string {
 	}
 	if n.cfg.Pprof {
 		out = append(out, "pprof")
+	}
+	if n.faultClock != nil {
+		out = append(out, "fault-clock")
 	}
 	out = append(out, plantedList...)
 	return out

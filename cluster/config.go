@@ -117,6 +117,12 @@ type Config struct {
 	// Clock is the node's monotonic clock; nil means the process's own.
 	// Tests inject one to step or skew it.
 	Clock Clock
+	// FaultClockFile, when set, makes the node's clock an unsafe
+	// FaultClock controlled by this JSON file (polled every
+	// FaultClockPoll; see FaultClockControl), for fault injection by the
+	// jepsen harness only. Status then lists "fault-clock" as unsafe and
+	// reports the clock's rate and wall offset. Excludes Clock.
+	FaultClockFile string
 	// Logger receives the node's logs (and raft's). nil means hclog's
 	// default at Info.
 	Logger hclog.Logger

@@ -38,6 +38,8 @@ type Node struct {
 	cfg   Config
 	log   hclog.Logger
 	clock Clock
+	// faultClock is clock when Config.FaultClockFile is set (unsafe).
+	faultClock *FaultClock
 
 	raft   *raft.Raft
 	sm     *stateMachine
@@ -91,9 +93,19 @@ func (ls *leaderState) now(c Clock) int64 {
 // a first start it bootstraps (cfg.Bootstrap) or asks to join (cfg.Join).
 // The returned Node serves until Close.
 func Start(cfg Config) (*Node, error) {
+	if cfg.FaultClockFile != "" && cfg.Clock != nil {
+		return nil, errors.New("cluster: invalid config: a fault clock file and a Clock exclude each other")
+	}
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("cluster: invalid config: %w", err)
+	}
+	var fc *FaultClock
+	if cfg.FaultClockFile != "" {
+		fc = NewFaultClock(cfg.FaultClockFile, cfg.Logger.Named("fault-clock"))
+		fc.Poll() // a control file present at start applies from the start
+		cfg.Clock = fc
+		cfg.Logger.Warn("UNSAFE: fault-injection clock enabled", "control-file", cfg.FaultClockFile)
 	}
 	n := &Node{
 		cfg:       cfg,
@@ -103,6 +115,7 @@ func Start(cfg Config) (*Node, error) {
 		proposeCh: make(chan *proposal, 4*cfg.MaxBatch),
 		stopCh:    make(chan struct{}),
 	}
+	n.faultClock = fc
 	n.sm = newStateMachine(n.hub, cfg.Logger.Named("fsm"), n.onFatal)
 	n.waiters = newWaitQueues()
 	n.watchers = newClientWatchers()
@@ -246,6 +259,10 @@ func (n *Node) open() error {
 	go func() { defer n.wg.Done(); n.healthLoop() }()
 	go func() { defer n.wg.Done(); n.leaderLoop() }()
 	go func() { defer n.wg.Done(); n.proposeLoop() }()
+	if n.faultClock != nil {
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); n.faultClock.Run(n.stopCh, FaultClockPoll) }()
+	}
 	if !existing && len(cfg.Bootstrap) == 0 && cfg.Join != "" {
 		n.wg.Add(1)
 		go func() { defer n.wg.Done(); n.joinLoop() }()

@@ -57,10 +57,32 @@ type Result struct {
 	Checked int `json:"checked"`
 	// Anomalies counts every violation found, the witness being the first.
 	Anomalies int `json:"anomalies,omitempty"`
+	// NotRequired, when set, says why this result does not decide the run
+	// (ReasonClockRate): it is checked, printed and recorded as usual, but
+	// an invalid or unknown verdict counts neither as a pass nor as a
+	// failure. Empty means required (every result, unless MarkRequired
+	// says otherwise).
+	NotRequired string `json:"not_required,omitempty"`
+}
+
+// Required reports whether the result decides the run.
+func (r Result) Required() bool { return r.NotRequired == "" }
+
+// VerdictText is the verdict, followed for a non-required result that is
+// not valid by why it does not count: "invalid (not required: out-of-spec
+// clock rate)".
+func (r Result) VerdictText() string {
+	if r.Required() || r.Verdict == Valid {
+		return r.Verdict
+	}
+	return r.Verdict + " (not required: " + r.NotRequired + ")"
 }
 
 func (r Result) String() string {
-	s := fmt.Sprintf("%-26s %-8s checked %d", r.Checker, r.Verdict, r.Checked)
+	s := fmt.Sprintf("%-26s %-8s checked %d", r.Checker, r.VerdictText(), r.Checked)
+	if !r.Required() && r.Verdict == Valid {
+		s += " (not required: " + r.NotRequired + ")"
+	}
 	if r.Anomaly != "" {
 		s += fmt.Sprintf(", %d× %s", r.Anomalies, r.Anomaly)
 	}
@@ -526,14 +548,52 @@ func CheckAll(h []Record, audit []fencekv.AuditRecord, skewMargin time.Duration)
 	}
 }
 
-// Tally counts passes (valid) and failures (invalid or unknown).
+// Tally counts passes (valid) and failures (invalid or unknown). A result
+// that is not required and not valid counts as neither (see NotCounted).
 func Tally(rs []Result) (passed, failed int) {
 	for _, r := range rs {
-		if r.Verdict == Valid {
+		switch {
+		case r.Verdict == Valid:
 			passed++
-		} else {
+		case r.Required():
 			failed++
 		}
 	}
 	return
+}
+
+// NotCounted counts the results Tally leaves out: not required and not
+// valid.
+func NotCounted(rs []Result) int {
+	n := 0
+	for _, r := range rs {
+		if !r.Required() && r.Verdict != Valid {
+			n++
+		}
+	}
+	return n
+}
+
+// ReasonClockRate is why the exclusion checkers are not required in a run
+// with clock-rate faults.
+const ReasonClockRate = "out-of-spec clock rate"
+
+// MarkRequired sets which results decide a run of these nemeses. With
+// clock-rate faults enabled (a leader's monotonic clock at a rate far
+// beyond the drift bound: out of spec), DESIGN.md no longer promises
+// exclusion, so the exclusion checkers (grant-intervals-exclusive,
+// safe-windows-disjoint) are reported but not required. The fencing
+// checkers (fenced-tokens-monotonic, tokens-unique-monotonic,
+// fenced-updates-intact), linearizability and the rest stay required: no
+// clock fault may break them.
+func MarkRequired(nemeses []string, rs []Result) {
+	outOfSpec := false
+	for _, k := range nemeses {
+		outOfSpec = outOfSpec || k == NemClockRate
+	}
+	for i := range rs {
+		if outOfSpec && (rs[i].Checker == NameGrantIntervals || rs[i].Checker == NameSafeWindows) {
+			rs[i].NotRequired = ReasonClockRate
+		}
+	}
 }

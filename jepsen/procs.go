@@ -307,7 +307,8 @@ func FreeAddrs(n int) ([]string, error) {
 }
 
 // StartCluster starts n leased nodes bootstrapping one cluster, data and
-// logs under dir, and waits up to 30 s for a leader.
+// logs under dir, and waits up to 30 s for a leader. In extra, "{id}" is
+// replaced by each node's id; env is added to each node's environment.
 func StartCluster(ctx context.Context, bin, dir string, n int, extra, env []string) (*Cluster, error) {
 	addrs, err := FreeAddrs(n)
 	if err != nil {
@@ -323,7 +324,7 @@ func StartCluster(ctx context.Context, bin, dir string, n int, extra, env []stri
 		p := &Proc{Name: id, Bin: bin, Log: filepath.Join(dir, id+".log"), Args: append([]string{
 			"--insecure", "--id", id, "--listen", a, "--data-dir", filepath.Join(dir, id),
 			"--bootstrap", strings.Join(peers, ","),
-		}, extra...), Env: env}
+		}, expandID(extra, id)...), Env: env}
 		c.procs = append(c.procs, p)
 		c.ids = append(c.ids, id)
 		c.byID[id] = i
@@ -343,6 +344,14 @@ func StartCluster(ctx context.Context, bin, dir string, n int, extra, env []stri
 	}
 	c.Stop()
 	return nil, fmt.Errorf("no leader within 30s; n1's log ends:\n%s", c.procs[0].Tail(2048))
+}
+
+func expandID(args []string, id string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = strings.ReplaceAll(a, "{id}", id)
+	}
+	return out
 }
 
 // Endpoints returns every node's address.

@@ -72,10 +72,10 @@ func writeReport(w io.Writer, sum *Summary, h []Record, faults []Fault) {
 		html.EscapeString(strings.Join(sum.Config.Nemeses, ",")), sum.Config.Unfenced)
 	fmt.Fprint(w, "<table><tr><th>checker<th>verdict<th>checked<th>anomaly<th>witness</tr>\n")
 	for _, r := range sum.Results {
-		fmt.Fprintf(w, "<tr><td>%s<td class=%s>%s<td>%d<td>%s<td>%s</tr>\n", r.Checker, r.Verdict, r.Verdict, r.Checked,
+		fmt.Fprintf(w, "<tr><td>%s<td class=%s>%s<td>%d<td>%s<td>%s</tr>\n", r.Checker, r.Verdict, html.EscapeString(r.VerdictText()), r.Checked,
 			html.EscapeString(r.Anomaly), html.EscapeString(r.Witness))
 	}
-	fmt.Fprintf(w, "</table><p>%d passed, %d failed</p>\n", sum.Passed, sum.Failed)
+	fmt.Fprintf(w, "</table><p>%d passed, %d failed%s</p>\n", sum.Passed, sum.Failed, notCounted(sum.NotCounted))
 	fmt.Fprintf(w, "<p>Safe windows per resource (bars, token inside), writes (ticks: green accepted, red refused, grey unknown), faults (shaded). Time: %.1f s.</p>\n", float64(t1-t0)/1e9)
 	fmt.Fprintf(w, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d'>\n", left+width+20, height)
 

@@ -76,12 +76,16 @@ type Summary struct {
 	Failed          int               `json:"failed"`
 	Durations       map[string]string `json:"durations"`
 	HarnessError    string            `json:"harness_error,omitempty"`
+
+	// NotCounted counts results that are neither passed nor failed: not
+	// required (see Result.NotRequired) and not valid.
+	NotCounted int `json:"not_counted,omitempty"`
 }
 
-// Anomalous reports whether a checker found an anomaly (invalid).
+// Anomalous reports whether a required checker found an anomaly (invalid).
 func (s *Summary) Anomalous() bool {
 	for _, r := range s.Results {
-		if r.Verdict == Invalid {
+		if r.Verdict == Invalid && r.Required() {
 			return true
 		}
 	}
@@ -179,6 +183,9 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	// Cluster and resource.
 	ts := time.Now()
 	extra := append([]string{"--min-ttl", "1s", "--skew-margin", cfg.SkewMargin.String(), "--tick", "250ms"}, SnapshotArgs...)
+	if UsesClock(cfg.Nemeses) {
+		extra = append(extra, ClockArgs(filepath.Join(dir, "logs"))...)
+	}
 	cl, err := StartCluster(ctx, filepath.Join(binDir, "leased"), filepath.Join(dir, "logs"), cfg.Nodes, extra, plantedEnv(cfg.Bugs, "leased"))
 	if err != nil {
 		return sum, err
@@ -285,6 +292,9 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	tw := time.Now()
 	nem := &nemesis{kinds: append([]string(nil), cfg.Nemeses...), rng: rng, nodes: cl, workers: fencedWorkers, kv: kv, ttl: cfg.TTL, log: nlog,
 		counts: map[string]int{}, effect: map[string]int{}, progress: func(s string) { say("%s", s) }}
+	if UsesClock(cfg.Nemeses) {
+		nem.clocks = fileClocks{c: cl, dir: filepath.Join(dir, "logs")}
+	}
 	nctx, stopNem := context.WithTimeout(ctx, cfg.Duration)
 	progressDone := make(chan struct{})
 	go func() {
@@ -362,7 +372,9 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	faults, _ := ReadFaults(mustRead(filepath.Join(dir, "nemesis.jsonl"), nlog))
 	sum.Results = append(CheckAll(h, audit, cfg.SkewMargin), serves.done("sentinel"),
 		CheckMeaningful(cfg, h, faults))
+	MarkRequired(cfg.Nemeses, sum.Results)
 	sum.Passed, sum.Failed = Tally(sum.Results)
+	sum.NotCounted = NotCounted(sum.Results)
 	sum.WatchEvents = wt.events
 	if err := WriteReport(filepath.Join(dir, "report.html"), sum, h, faults); err != nil {
 		say("report.html: %v", err)
@@ -384,9 +396,10 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	for _, r := range sum.Results {
 		fmt.Fprintln(cfg.Out, r)
 	}
-	fmt.Fprintf(cfg.Out, "\n%d passed, %d failed  (%s run, %s)\n", sum.Passed, sum.Failed, mode, dir)
-	if sum.AllValid() {
-		// Keep the logs; the data dirs only matter when something failed.
+	fmt.Fprintf(cfg.Out, "\n%d passed, %d failed%s  (%s run, %s)\n", sum.Passed, sum.Failed, notCounted(sum.NotCounted), mode, dir)
+	if sum.AllValid() && sum.NotCounted == 0 {
+		// Keep the logs; the data dirs only matter when something failed
+		// (a not-required result too).
 		cl.Stop()
 		kvProc.Kill(syscall.SIGKILL, 5*time.Second)
 		for _, id := range cl.Nodes() {
@@ -555,10 +568,20 @@ func Recheck(dir string, out io.Writer) ([]Result, error) {
 		return nil, fmt.Errorf("audit.json: %w", err)
 	}
 	rs := CheckAll(h, audit, cfg.SkewMargin)
+	MarkRequired(cfg.Nemeses, rs)
 	for _, r := range rs {
 		fmt.Fprintln(out, r)
 	}
 	p, f := Tally(rs)
-	fmt.Fprintf(out, "\n%d passed, %d failed  (re-check of %s)\n", p, f, dir)
+	fmt.Fprintf(out, "\n%d passed, %d failed%s  (re-check of %s)\n", p, f, notCounted(NotCounted(rs)), dir)
 	return rs, nil
+}
+
+// notCounted is the closing line's note on results that are neither passed
+// nor failed.
+func notCounted(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d not required (invalid or unknown, not counted)", n)
 }

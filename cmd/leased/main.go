@@ -142,11 +142,16 @@ func parse(args []string, stdout, stderr io.Writer) (cluster.Config, error) {
 	if err := flagenv.Apply(fs, "LEASEFENCE_"); err != nil {
 		return cfg, err
 	}
+	// Hidden and command line only (defined after the environment and the
+	// config file were applied, left out of --help and --print-config): the
+	// jepsen harness's fault-injection clock. Status lists it as unsafe.
+	fs.StringVar(&cfg.FaultClockFile, flagFaultClock, "", "UNSAFE, fault injection only: take this node's clock rate and wall offset from this JSON control file")
+	fs.Usage = func() { usage(fs, stderr, flagFaultClock) }
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	if printConfig {
-		flagenv.Print(stdout, fs, "config", "print-config")
+		flagenv.Print(stdout, fs, "config", "print-config", flagFaultClock)
 		return cfg, errPrinted
 	}
 	if fs.NArg() > 0 {
@@ -178,6 +183,27 @@ func parse(args []string, stdout, stderr io.Writer) (cluster.Config, error) {
 		return cfg, fmt.Errorf("no TLS configured: give --tls-cert, --tls-key and --tls-ca (make certs writes development ones), or --insecure to serve plaintext for local development")
 	}
 	return cfg, cfg.Validate()
+}
+
+// flagFaultClock is the hidden unsafe flag of the fault-injection clock
+// (cluster.Config.FaultClockFile; see jepsen/README.md).
+const flagFaultClock = "unsafe-fault-clock"
+
+// usage prints the flags of fs except the hidden ones.
+func usage(fs *flag.FlagSet, w io.Writer, hidden ...string) {
+	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	fs.VisitAll(func(f *flag.Flag) {
+		for _, h := range hidden {
+			if f.Name == h {
+				return
+			}
+		}
+		shown.Var(f.Value, f.Name, f.Usage)
+		shown.Lookup(f.Name).DefValue = f.DefValue
+	})
+	shown.SetOutput(w)
+	fmt.Fprintf(w, "Usage of %s:\n", fs.Name())
+	shown.PrintDefaults()
 }
 
 func hasState(dir string) bool {

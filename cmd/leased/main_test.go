@@ -102,3 +102,34 @@ func TestPlaintextNeedsTheExplicitInsecureFlag(t *testing.T) {
 		t.Fatal("--insecure with --tls-cert accepted")
 	}
 }
+
+// The fault-injection clock is reachable only by its flag on the command
+// line: not from the environment or a config file, and not shown by --help
+// or --print-config.
+func TestFaultClockFlagIsHiddenAndCommandLineOnly(t *testing.T) {
+	t.Setenv("LEASEFENCE_INSECURE", "true")
+	dir := t.TempDir()
+	args := []string{"--id", "n1", "--data-dir", dir, "--bootstrap", "n1=127.0.0.1:7001"}
+	cfg, err := parse(append(args, "--unsafe-fault-clock", "/tmp/clock.json"), io.Discard, io.Discard)
+	if err != nil || cfg.FaultClockFile != "/tmp/clock.json" {
+		t.Fatalf("flag: %q %v", cfg.FaultClockFile, err)
+	}
+	t.Setenv("LEASEFENCE_UNSAFE_FAULT_CLOCK", "/tmp/clock.json")
+	if cfg, err := parse(args, io.Discard, io.Discard); err != nil || cfg.FaultClockFile != "" {
+		t.Fatalf("environment set the fault clock: %q %v", cfg.FaultClockFile, err)
+	}
+	conf := filepath.Join(dir, "leased.conf")
+	os.WriteFile(conf, []byte("unsafe-fault-clock = /tmp/clock.json\n"), 0o600)
+	if _, err := parse(append(args, "--config", conf), io.Discard, io.Discard); err == nil {
+		t.Fatal("a config file set the fault clock")
+	}
+	var help, printed bytes.Buffer
+	parse([]string{"--help"}, io.Discard, &help)
+	parse(append(args, "--unsafe-fault-clock", "x", "--print-config"), &printed, io.Discard)
+	if !strings.Contains(help.String(), "-tick") || strings.Contains(help.String(), "fault-clock") {
+		t.Fatalf("--help:\n%s", help.String())
+	}
+	if !strings.Contains(printed.String(), "tick =") || strings.Contains(printed.String(), "fault-clock") {
+		t.Fatalf("--print-config:\n%s", printed.String())
+	}
+}

@@ -1,0 +1,225 @@
+package jepsen
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasefence/leasefence/fence/fencekv"
+)
+
+// In a run with clock-rate faults the exclusion checkers are reported but
+// do not decide the run; the fencing checkers and linearizability still do.
+func TestOutOfSpecClockRateMakesOnlyExclusionCheckersNotRequired(t *testing.T) {
+	b := valid()
+	// Overlapping safe windows on q, and grants the watcher never saw: the
+	// two exclusion checkers fail.
+	b.acquire("w3", "a3", "q", 1, "Q1", 0, 10*ms, 2000*ms).
+		acquire("w4", "a4", "q", 2, "Q2", 1400*ms, 1500*ms, 3500*ms).
+		release("w4", "r4", "q", 2, "Q2", 1600*ms, 3500*ms)
+	check := func(nemeses []string, audit []fencekv.AuditRecord) []Result {
+		rs := CheckAll(b.recs, audit, 300*time.Millisecond)
+		MarkRequired(nemeses, rs)
+		return rs
+	}
+	byName := func(rs []Result, name string) Result {
+		for _, r := range rs {
+			if r.Checker == name {
+				return r
+			}
+		}
+		t.Fatalf("no %s result", name)
+		return Result{}
+	}
+
+	// In spec (clock-bump, clock-strobe): every checker is required.
+	rs := check([]string{NemClockBump, NemClockStrobe}, validAudit())
+	expect(t, byName(rs, NameSafeWindows), Invalid, AnomalyOverlappingSafeWindow)
+	expect(t, byName(rs, NameGrantIntervals), Invalid, AnomalyAckedGrantMissing)
+	if p, f := Tally(rs); p != 4 || f != 2 || NotCounted(rs) != 0 {
+		t.Fatalf("in spec: %d passed, %d failed, %d not counted", p, f, NotCounted(rs))
+	}
+	sum := &Summary{Results: rs}
+	if !sum.Anomalous() {
+		t.Fatal("in spec: the exclusion anomalies do not make the run anomalous")
+	}
+
+	// Out of spec: the same verdicts, printed and recorded, not counted.
+	rs = check([]string{NemKill, NemClockRate}, validAudit())
+	if p, f := Tally(rs); p != 4 || f != 0 || NotCounted(rs) != 2 {
+		t.Fatalf("out of spec: %d passed, %d failed, %d not counted", p, f, NotCounted(rs))
+	}
+	for _, name := range []string{NameSafeWindows, NameGrantIntervals} {
+		r := byName(rs, name)
+		if r.Verdict != Invalid || r.Required() || !strings.Contains(r.String(), "invalid (not required: out-of-spec clock rate)") {
+			t.Fatalf("out of spec %s: %s", name, r)
+		}
+		j, _ := json.Marshal(r)
+		if !strings.Contains(string(j), `"not_required":"out-of-spec clock rate"`) {
+			t.Fatalf("summary.json loses the reason: %s", j)
+		}
+	}
+	sum = &Summary{Results: rs}
+	sum.Passed, sum.Failed = Tally(rs)
+	if sum.Anomalous() || !sum.AllValid() {
+		t.Fatal("out of spec: a not-required anomaly decided the run")
+	}
+	var report bytes.Buffer
+	writeReport(&report, sum, b.recs, nil)
+	if !strings.Contains(report.String(), "invalid (not required: out-of-spec clock rate)") {
+		t.Fatal("report.html does not say the verdict is not required")
+	}
+
+	// Out of spec, but a fencing checker fails: that still decides the run.
+	audit := append(validAudit(), fencekv.AuditRecord{Seq: 7, Op: "put", Key: "r", Scope: "r", Token: 1, Outcome: fencekv.OutcomeAccepted})
+	rs = check([]string{NemClockRate}, audit)
+	expect(t, byName(rs, NameFencedTokens), Invalid, AnomalyStaleWriteAccepted)
+	if p, f := Tally(rs); p != 3 || f != 1 || !byName(rs, NameFencedTokens).Required() {
+		t.Fatalf("out of spec with a stale write: %d passed, %d failed", p, f)
+	}
+	if sum := (&Summary{Results: rs}); !sum.Anomalous() {
+		t.Fatal("a stale write accepted in an out-of-spec run is not an anomaly")
+	}
+	for _, name := range []string{NameTokens, NameFinalRead, NameLinearizable} {
+		if !byName(rs, name).Required() {
+			t.Fatalf("%s is not required in an out-of-spec run", name)
+		}
+	}
+}
+
+func TestClockNemesesParseAndTurnOnTheFaultClock(t *testing.T) {
+	ks, err := ParseNemeses("clock-bump,clock-strobe,clock-rate")
+	if err != nil || len(ks) != 3 || !UsesClock(ks) {
+		t.Fatal(ks, err)
+	}
+	if UsesClock([]string{NemKill, NemClientPause}) {
+		t.Fatal("process nemeses need no fault clock")
+	}
+	args := expandID(ClockArgs("res/logs"), "n2")
+	if strings.Join(args, " ") != "--unsafe-fault-clock "+filepath.Join("res/logs", "n2", ClockFile) {
+		t.Fatalf("args %v", args)
+	}
+}
+
+func TestClockControlFileIsWrittenWhole(t *testing.T) {
+	dir := t.TempDir()
+	fc := fileClocks{dir: dir}
+	for _, off := range []time.Duration{time.Hour, -3 * time.Second, 0} {
+		if err := fc.SetClock("n1", 2, off); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "n1", ClockFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]any
+		if err := json.Unmarshal(b, &got); err != nil || got["rate"] != 2.0 || got["wall_offset_ns"] != float64(off) || len(got) != 2 {
+			t.Fatalf("control file %s (%v)", b, err)
+		}
+	}
+	if es, _ := os.ReadDir(filepath.Join(dir, "n1")); len(es) != 1 {
+		t.Fatalf("temporary files left: %v", es)
+	}
+}
+
+// fakeNodes is a NodeControl of three nodes, n2 leading.
+type fakeNodes struct{}
+
+func (fakeNodes) Nodes() []string               { return []string{"n1", "n2", "n3"} }
+func (fakeNodes) Leader(context.Context) string { return "n2" }
+func (fakeNodes) Kill9(string) error            { return nil }
+func (fakeNodes) Restart(string) error          { return nil }
+func (fakeNodes) Pause(string) (bool, error)    { return true, nil }
+func (fakeNodes) Resume(string) error           { return nil }
+
+// fakeClocks is a ClockControl that applies settings at once and keeps
+// every offset it was given.
+type fakeClocks struct {
+	mu   sync.Mutex
+	set  map[string]clockSetting
+	offs map[string][]time.Duration
+}
+
+type clockSetting struct {
+	rate float64
+	off  time.Duration
+}
+
+func (f *fakeClocks) SetClock(id string, rate float64, off time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.set[id] = clockSetting{rate, off}
+	f.offs[id] = append(f.offs[id], off)
+	return nil
+}
+
+func (f *fakeClocks) ClockStatus(_ context.Context, id string) (float64, time.Duration, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.set[id]
+	return s.rate, s.off, nil
+}
+
+// Each clock nemesis records a start and a heal, verified effective, and
+// leaves every clock at rate 1 and offset 0.
+func TestClockNemesesRecordVerifyAndHeal(t *testing.T) {
+	for _, kind := range []string{NemClockBump, NemClockStrobe, NemClockRate} {
+		t.Run(kind, func(t *testing.T) {
+			var buf bytes.Buffer
+			log := NewWriter(&buf)
+			clocks := &fakeClocks{set: map[string]clockSetting{}, offs: map[string][]time.Duration{}}
+			n := &nemesis{kinds: []string{kind}, rng: rand.New(rand.NewPCG(5, 5)), nodes: fakeNodes{}, clocks: clocks, log: log,
+				counts: map[string]int{}, effect: map[string]int{}, progress: func(string) {}}
+			hold := 400 * time.Millisecond
+			switch kind {
+			case NemClockBump:
+				n.clockBump(context.Background(), hold)
+			case NemClockStrobe:
+				n.clockStrobe(context.Background(), hold)
+			case NemClockRate:
+				n.clockRate(context.Background(), hold)
+			}
+			log.Flush()
+			faults, err := ReadFaults(buf.Bytes())
+			if err != nil || len(faults) != 2 || faults[0].Phase != "start" || faults[1].Phase != "heal" || faults[1].Kind != kind {
+				t.Fatalf("faults %+v (%v)", faults, err)
+			}
+			if !faults[1].Effective {
+				t.Fatalf("not effective: %+v", faults)
+			}
+			if len(clocks.set) == 0 {
+				t.Fatal("no clock was set")
+			}
+			for id, s := range clocks.set {
+				if s.rate != 1 || s.off != 0 {
+					t.Fatalf("%s left at rate %g offset %v", id, s.rate, s.off)
+				}
+				offs := clocks.offs[id]
+				switch kind {
+				case NemClockBump:
+					if len(offs) != 2 || offs[0].Abs() < time.Second || offs[0].Abs() > time.Hour {
+						t.Fatalf("%s offsets %v", id, offs)
+					}
+				case NemClockStrobe:
+					if len(offs) < 4 || offs[0] != -offs[1] {
+						t.Fatalf("%s offsets %v: not flipping", id, offs)
+					}
+				case NemClockRate:
+					if id != "n2" {
+						t.Fatalf("rate fault on %s, not the leader", id)
+					}
+				}
+			}
+			if c, e := n.Counts(); c[kind] != 1 || e[kind] != 1 {
+				t.Fatalf("counts %v effective %v", c, e)
+			}
+		})
+	}
+}
