@@ -257,9 +257,16 @@ type StatusResponse struct {
 	// unsafe lists what this node runs with that weakens it, each enabled
 	// only by an explicit flag: "insecure" (plaintext, no TLS), "pprof"
 	// (profiling endpoints on the metrics port).
-	Unsafe        []string `protobuf:"bytes,17,rep,name=unsafe,proto3" json:"unsafe,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Unsafe []string `protobuf:"bytes,17,rep,name=unsafe,proto3" json:"unsafe,omitempty"`
+	// state_hash is the SHA-256 of the state machine's snapshot encoding
+	// (deterministic: replicas with the same state have the same hash),
+	// taken at state_hash_index, the index of the last log entry the state
+	// machine applied (cluster time included). Replicas that report the same
+	// state_hash_index must report the same state_hash.
+	StateHash      []byte `protobuf:"bytes,18,opt,name=state_hash,json=stateHash,proto3" json:"state_hash,omitempty"`
+	StateHashIndex uint64 `protobuf:"varint,19,opt,name=state_hash_index,json=stateHashIndex,proto3" json:"state_hash_index,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -409,6 +416,20 @@ func (x *StatusResponse) GetUnsafe() []string {
 		return x.Unsafe
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetStateHash() []byte {
+	if x != nil {
+		return x.StateHash
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetStateHashIndex() uint64 {
+	if x != nil {
+		return x.StateHashIndex
+	}
+	return 0
 }
 
 type JoinRequest struct {
@@ -691,7 +712,7 @@ const file_api_cluster_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1a\n" +
 	"\bsuffrage\x18\x03 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\x04 \x01(\bR\x06leader\"\x8b\x04\n" +
+	"\x06leader\x18\x04 \x01(\bR\x06leader\"\xd4\x04\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
@@ -712,7 +733,10 @@ const file_api_cluster_proto_rawDesc = "" +
 	"\x05drift\x18\x0e \x01(\x01R\x05drift\x12\x17\n" +
 	"\atick_ns\x18\x0f \x01(\x03R\x06tickNs\x12\x18\n" +
 	"\aversion\x18\x10 \x01(\tR\aversion\x12\x16\n" +
-	"\x06unsafe\x18\x11 \x03(\tR\x06unsafe\"M\n" +
+	"\x06unsafe\x18\x11 \x03(\tR\x06unsafe\x12\x1d\n" +
+	"\n" +
+	"state_hash\x18\x12 \x01(\fR\tstateHash\x12(\n" +
+	"\x10state_hash_index\x18\x13 \x01(\x04R\x0estateHashIndex\"M\n" +
 	"\vJoinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1a\n" +

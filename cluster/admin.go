@@ -50,6 +50,9 @@ func (s *clusterService) Status(ctx context.Context, _ *api.StatusRequest) (*api
 		out.LiveLeases = uint64(st.Len())
 		out.ClusterTimeNs = st.Now()
 	})
+	if h, idx, err := n.sm.stateHash(); err == nil {
+		out.StateHash, out.StateHashIndex = h, idx
+	}
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return nil, toStatus(n.raftError(err))
