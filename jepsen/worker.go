@@ -181,10 +181,10 @@ func (w *workerState) sleep(min, max time.Duration) {
 func (w *workerState) cycle() {
 	res := w.cfg.Resources[w.rng.IntN(len(w.cfg.Resources))]
 	base := fmt.Sprintf("%s-%d", w.cfg.ID, w.n)
-	acq := Record{Kind: Invoke, Op: base + "-a", Type: OpAcquire, Resource: res}
+	acq := Record{Kind: Invoke, Op: base + "-a", Type: OpAcquire, Resource: res, RequestID: RequestIDOf(base + "-a")}
 	w.emit(acq)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	lease, err := w.leases.Acquire(ctx, res, client.WithTTL(w.cfg.TTL), client.WithHolder(w.cfg.ID))
+	lease, err := w.leases.Acquire(ctx, res, client.WithTTL(w.cfg.TTL), client.WithHolder(w.cfg.ID), client.WithRequestID(acq.RequestID))
 	cancel()
 	done := acq
 	done.Kind, done.TimeNs = Complete, 0
@@ -286,6 +286,10 @@ func (w *workerState) write(base, res string, lease *client.Lease, tok fence.Tok
 	}
 }
 
+// RequestIDOf is the request id an acquire is sent with: its op id, which
+// is unique within a run (every run starts with empty data dirs).
+func RequestIDOf(op string) string { return "jepsen/" + op }
+
 // HeldPrefix starts the Error of an acquire refused because the resource
 // was held.
 const HeldPrefix = "held: "
@@ -303,10 +307,10 @@ func acquireError(err error) string {
 func (w *workerState) linCycle() {
 	res := w.cfg.Resources[w.rng.IntN(len(w.cfg.Resources))]
 	base := fmt.Sprintf("%s-%d", w.cfg.ID, w.n)
-	acq := Record{Kind: Invoke, Op: base + "-a", Type: OpAcquire, Resource: res}
+	acq := Record{Kind: Invoke, Op: base + "-a", Type: OpAcquire, Resource: res, RequestID: RequestIDOf(base + "-a")}
 	w.emit(acq)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	lease, err := w.leases.Acquire(ctx, res, client.WithTTL(w.cfg.TTL), client.WithHolder(w.cfg.ID))
+	lease, err := w.leases.Acquire(ctx, res, client.WithTTL(w.cfg.TTL), client.WithHolder(w.cfg.ID), client.WithRequestID(acq.RequestID))
 	cancel()
 	done := acq
 	done.Kind, done.TimeNs = Complete, 0
