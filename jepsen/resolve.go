@@ -114,6 +114,15 @@ type ResolveStats struct {
 	UnknownOther int `json:"unknown_other"`
 	// Logs is how many node logs were read.
 	Logs int `json:"logs"`
+	// A cross-check of the logs against what clients saw: acknowledged
+	// acquires found granted in a committed entry with the same lease and
+	// token (AckedInLogs), found with another lease or token
+	// (AckedMismatch, the first in AckedMismatchExample), or not found
+	// (AckedNotInLogs; expected only where compaction took them).
+	AckedInLogs          int    `json:"acked_in_logs"`
+	AckedMismatch        int    `json:"acked_mismatch"`
+	AckedNotInLogs       int    `json:"acked_not_in_logs"`
+	AckedMismatchExample string `json:"acked_mismatch_example,omitempty"`
 }
 
 // Resolved reports how many unknowns were decided.
@@ -147,11 +156,14 @@ func Resolve(h []Record, logs []*NodeLog, clusterSize int, bootOffset int64) ([]
 		if r.Kind == Invoke {
 			invokes[r.Op] = r
 		}
+		inv, ok := invokes[r.Op]
+		if r.Kind == Complete && r.Type == OpAcquire && r.Result == OK && ok && inv.RequestID != "" {
+			st.crossCheck(r, inv.RequestID, logs)
+		}
 		if r.Kind != Complete || r.Result != Unknown {
 			out = append(out, r)
 			continue
 		}
-		inv, ok := invokes[r.Op]
 		rid := inv.RequestID
 		if r.Type != OpAcquire || !ok || rid == "" {
 			st.UnknownOther++
@@ -184,6 +196,26 @@ func Resolve(h []Record, logs []*NodeLog, clusterSize int, bootOffset int64) ([]
 		out = append(out, nr)
 	}
 	return out, st
+}
+
+func (st *ResolveStats) crossCheck(r Record, rid string, logs []*NodeLog) {
+	for _, n := range logs {
+		for _, e := range n.ByRequestID[rid] {
+			if (e.Result != OK && e.Result != "replayed") || (e.Kind != "dedup" && (n.Applied == 0 || e.Index > n.Applied)) {
+				continue
+			}
+			if e.LeaseID == r.Lease && e.Token == r.Token {
+				st.AckedInLogs++
+				return
+			}
+			st.AckedMismatch++
+			if st.AckedMismatchExample == "" {
+				st.AckedMismatchExample = fmt.Sprintf("%s acknowledged lease %s token %d; %s index %d has lease %s token %d", r.Op, r.Lease, r.Token, n.Node, e.Index, e.LeaseID, e.Token)
+			}
+			return
+		}
+	}
+	st.AckedNotInLogs++
 }
 
 func resolveOne(rid string, invokedAt int64, logs []*NodeLog, clusterSize int, bootOffset int64) (Record, string) {

@@ -378,6 +378,8 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	}
 	say("unknown acquires resolved from %d raft logs: %d of %d (ok %d, not applied %d); still unknown %d; other unknown ops (not resolvable) %d",
 		stats.Logs, stats.Resolved(), stats.Unknown, stats.ResolvedOK, stats.ResolvedNotApplied, stats.StillUnknown, stats.UnknownOther)
+	say("acknowledged acquires in the raft logs: %d found alike, %d with another lease or token, %d not found %s",
+		stats.AckedInLogs, stats.AckedMismatch, stats.AckedNotInLogs, stats.AckedMismatchExample)
 
 	// Checkers, over the resolved history.
 	sum.Ops = countOps(raw)

@@ -151,6 +151,23 @@ func TestUnknownAcquiresAreResolvedFromADumpedRaftLog(t *testing.T) {
 		t.Error("Resolve changed its input")
 	}
 
+	// Acknowledged acquires are cross-checked against the log.
+	acked := func(op string, token uint64, lease string) []jepsen.Record {
+		r := unknownAcquire(op, t0)
+		r[1].Result, r[1].Token, r[1].Lease = jepsen.OK, token, lease
+		return r
+	}
+	h = append(acked("w1-1-a", 1, hex.EncodeToString(leaseID(1))), acked("w2-1-a", 1, "other")...)
+	h = append(h, acked("w9-1-a", 9, "nine")...)
+	_, stats = jepsen.Resolve(h, []*jepsen.NodeLog{dump(t, "n1", full, 3)}, 1, 0)
+	if stats.AckedInLogs != 1 || stats.AckedNotInLogs != 2 || stats.AckedMismatch != 0 {
+		t.Errorf("cross-check %+v", stats)
+	}
+	h = acked("w1-1-a", 2, "another")
+	if _, stats = jepsen.Resolve(h, []*jepsen.NodeLog{dump(t, "n1", full, 3)}, 1, 0); stats.AckedMismatch != 1 || !strings.Contains(stats.AckedMismatchExample, "token 2") {
+		t.Errorf("mismatch %+v", stats)
+	}
+
 	// A compacted log: a snapshot at 10 remembers w5-1-a; the log keeps
 	// 11.. appended at t0+10s. w6-1-a, invoked at t0+5s and absent, may
 	// have been compacted away: it stays unknown. w7-1-a, invoked at
