@@ -505,8 +505,8 @@ func CheckMeaningful(cfg Config, h []Record, faults []Fault) Result {
 	}
 	before, writes, lin := 0, 0, 0
 	for _, r := range h {
-		if r.Kind != Complete || r.Result != OK {
-			continue
+		if r.Kind != Complete || r.Result != OK || r.ResolvedFrom != "" {
+			continue // resolved afterwards: never acknowledged to the client
 		}
 		if first == 0 || r.TimeNs < first {
 			before++
