@@ -129,7 +129,11 @@ func (x *SnapshotChunk) GetSize() uint64 {
 }
 
 type StatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// state_hash asks for StatusResponse.state_hash. It costs a copy of the
+	// whole lease state under the state machine's lock (O(leases), as a
+	// snapshot does; cached per applied index), so it is off by default.
+	StateHash     bool `protobuf:"varint,1,opt,name=state_hash,json=stateHash,proto3" json:"state_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -162,6 +166,13 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
 	return file_api_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *StatusRequest) GetStateHash() bool {
+	if x != nil {
+		return x.StateHash
+	}
+	return false
 }
 
 type Member struct {
@@ -258,7 +269,8 @@ type StatusResponse struct {
 	// only by an explicit flag: "insecure" (plaintext, no TLS), "pprof"
 	// (profiling endpoints on the metrics port).
 	Unsafe []string `protobuf:"bytes,17,rep,name=unsafe,proto3" json:"unsafe,omitempty"`
-	// state_hash is the SHA-256 of the state machine's snapshot encoding
+	// state_hash (only when the request asks for it) is the SHA-256 of the
+	// state machine's snapshot encoding
 	// (deterministic: replicas with the same state have the same hash),
 	// taken at state_hash_index, the index of the last log entry the state
 	// machine applied (cluster time included). Replicas that report the same
@@ -706,8 +718,10 @@ const file_api_cluster_proto_rawDesc = "" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x12\n" +
-	"\x04size\x18\x04 \x01(\x04R\x04size\"\x0f\n" +
-	"\rStatusRequest\"`\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\".\n" +
+	"\rStatusRequest\x12\x1d\n" +
+	"\n" +
+	"state_hash\x18\x01 \x01(\bR\tstateHash\"`\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1a\n" +

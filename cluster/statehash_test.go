@@ -24,7 +24,7 @@ func TestReplicasReportTheSameStateHash(t *testing.T) {
 		eventually(t, 10*time.Second, "three nodes at one state index", func() bool {
 			sts = sts[:0]
 			for _, n := range tc.nodes {
-				st, err := n.ClusterServer().Status(ctx, &api.StatusRequest{})
+				st, err := n.ClusterServer().Status(ctx, &api.StatusRequest{StateHash: true})
 				if err != nil {
 					return false
 				}
@@ -45,6 +45,9 @@ func TestReplicasReportTheSameStateHash(t *testing.T) {
 		return sts[0].StateHash, sts[0].StateHashIndex
 	}
 	h1, i1 := converged()
+	if st, err := tc.nodes[0].ClusterServer().Status(ctx, &api.StatusRequest{}); err != nil || st.StateHash != nil || st.StateHashIndex != 0 {
+		t.Fatalf("a status that did not ask for the hash: %v %v", st, err)
+	}
 	if i1 == 0 {
 		t.Fatal("state hash index 0 after three grants")
 	}

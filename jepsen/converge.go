@@ -145,7 +145,7 @@ func PollConvergence(ctx context.Context, cl *Cluster, timeout time.Duration) ([
 			go func() {
 				defer wg.Done()
 				s := NodeStatus{Node: id}
-				st, err := cl.Status(ctx, id)
+				st, err := cl.StateStatus(ctx, id)
 				s.TimeNs = Now()
 				if err != nil {
 					s.Err = err.Error()
