@@ -129,7 +129,11 @@ func (x *SnapshotChunk) GetSize() uint64 {
 }
 
 type StatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// state_hash asks for StatusResponse.state_hash. It costs a copy of the
+	// whole lease state under the state machine's lock (O(leases), as a
+	// snapshot does; cached per applied index), so it is off by default.
+	StateHash     bool `protobuf:"varint,1,opt,name=state_hash,json=stateHash,proto3" json:"state_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -162,6 +166,13 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
 	return file_api_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *StatusRequest) GetStateHash() bool {
+	if x != nil {
+		return x.StateHash
+	}
+	return false
 }
 
 type Member struct {
@@ -262,9 +273,17 @@ type StatusResponse struct {
 	// fault_clock is set only when the node runs the fault-injection clock
 	// (unsafe "fault-clock"): its current settings, so that a harness can
 	// verify a clock fault took effect.
-	FaultClock    *FaultClockStatus `protobuf:"bytes,18,opt,name=fault_clock,json=faultClock,proto3" json:"fault_clock,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FaultClock *FaultClockStatus `protobuf:"bytes,18,opt,name=fault_clock,json=faultClock,proto3" json:"fault_clock,omitempty"`
+	// state_hash (only when the request asks for it) is the SHA-256 of the
+	// state machine's snapshot encoding
+	// (deterministic: replicas with the same state have the same hash),
+	// taken at state_hash_index, the index of the last log entry the state
+	// machine applied (cluster time included). Replicas that report the same
+	// state_hash_index must report the same state_hash.
+	StateHash      []byte `protobuf:"bytes,19,opt,name=state_hash,json=stateHash,proto3" json:"state_hash,omitempty"`
+	StateHashIndex uint64 `protobuf:"varint,20,opt,name=state_hash_index,json=stateHashIndex,proto3" json:"state_hash_index,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -421,6 +440,20 @@ func (x *StatusResponse) GetFaultClock() *FaultClockStatus {
 		return x.FaultClock
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetStateHash() []byte {
+	if x != nil {
+		return x.StateHash
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetStateHashIndex() uint64 {
+	if x != nil {
+		return x.StateHashIndex
+	}
+	return 0
 }
 
 // FaultClockStatus reports an unsafe fault-injection clock's settings.
@@ -752,13 +785,15 @@ const file_api_cluster_proto_rawDesc = "" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x12\n" +
-	"\x04size\x18\x04 \x01(\x04R\x04size\"\x0f\n" +
-	"\rStatusRequest\"`\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\".\n" +
+	"\rStatusRequest\x12\x1d\n" +
+	"\n" +
+	"state_hash\x18\x01 \x01(\bR\tstateHash\"`\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1a\n" +
 	"\bsuffrage\x18\x03 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\x04 \x01(\bR\x06leader\"\xcd\x04\n" +
+	"\x06leader\x18\x04 \x01(\bR\x06leader\"\x96\x05\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
@@ -781,7 +816,10 @@ const file_api_cluster_proto_rawDesc = "" +
 	"\aversion\x18\x10 \x01(\tR\aversion\x12\x16\n" +
 	"\x06unsafe\x18\x11 \x03(\tR\x06unsafe\x12@\n" +
 	"\vfault_clock\x18\x12 \x01(\v2\x1f.leasefence.v1.FaultClockStatusR\n" +
-	"faultClock\"L\n" +
+	"faultClock\x12\x1d\n" +
+	"\n" +
+	"state_hash\x18\x13 \x01(\fR\tstateHash\x12(\n" +
+	"\x10state_hash_index\x18\x14 \x01(\x04R\x0estateHashIndex\"L\n" +
 	"\x10FaultClockStatus\x12\x12\n" +
 	"\x04rate\x18\x01 \x01(\x01R\x04rate\x12$\n" +
 	"\x0ewall_offset_ns\x18\x02 \x01(\x03R\fwallOffsetNs\"M\n" +

@@ -24,7 +24,7 @@ type clusterService struct {
 }
 
 // Status implements api.ClusterServiceServer from this node's local view.
-func (s *clusterService) Status(ctx context.Context, _ *api.StatusRequest) (*api.StatusResponse, error) {
+func (s *clusterService) Status(ctx context.Context, req *api.StatusRequest) (*api.StatusResponse, error) {
 	if _, _, err := s.n.authorize(ctx, permAny, ""); err != nil {
 		return nil, toStatus(err)
 	}
@@ -53,6 +53,11 @@ func (s *clusterService) Status(ctx context.Context, _ *api.StatusRequest) (*api
 		out.LiveLeases = uint64(st.Len())
 		out.ClusterTimeNs = st.Now()
 	})
+	if req.GetStateHash() {
+		if h, idx, err := n.sm.stateHash(); err == nil {
+			out.StateHash, out.StateHashIndex = h, idx
+		}
+	}
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return nil, toStatus(n.raftError(err))

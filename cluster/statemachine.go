@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -17,16 +18,25 @@ import (
 // reads, publishes events, tracks the applied index, and stops the node on
 // an entry it cannot apply.
 type stateMachine struct {
-	mu  sync.RWMutex
-	st  *fsm.State
-	hub *hub
-	log hclog.Logger
+	mu sync.RWMutex
+	st *fsm.State
+	// index is the last log entry applied to st (a command, or the
+	// snapshot restored), guarded by mu: st and index change together.
+	index uint64
+	hub   *hub
+	log   hclog.Logger
 
 	applied atomic.Uint64
 	// appliedCh is closed and replaced after every apply: waiters for an
 	// index select on it.
 	appliedMu sync.Mutex
 	appliedCh chan struct{}
+
+	// hash caches stateHash for one index; hashMu is taken under mu's read
+	// lock, never the other way round.
+	hashMu    sync.Mutex
+	hashIndex uint64
+	hash      []byte
 
 	failed  atomic.Pointer[error]
 	onFatal func(error)
@@ -49,6 +59,9 @@ func (m *stateMachine) Apply(l *raft.Log) interface{} {
 	}
 	m.mu.Lock()
 	a, err := m.st.Apply(l.Data)
+	if err == nil {
+		m.index = l.Index
+	}
 	m.mu.Unlock()
 	if err != nil {
 		err = fmt.Errorf("cluster: log entry %d: %w", l.Index, err)
@@ -89,6 +102,37 @@ func (m *stateMachine) read(f func(st *fsm.State)) {
 	f(m.st)
 }
 
+// stateHash returns the SHA-256 of the state's snapshot encoding, which is
+// deterministic (replicas with the same state hash alike), and the index of
+// the last entry applied to that state. It copies the state under the read
+// lock (O(n), as Snapshot does) and encodes outside it, at most once per
+// index: repeated calls at the same index return the cached hash.
+func (m *stateMachine) stateHash() ([]byte, uint64, error) {
+	m.mu.RLock()
+	idx := m.index
+	m.hashMu.Lock()
+	if m.hash != nil && m.hashIndex == idx {
+		h := m.hash
+		m.hashMu.Unlock()
+		m.mu.RUnlock()
+		return h, idx, nil
+	}
+	m.hashMu.Unlock()
+	sn := m.st.Snapshot()
+	m.mu.RUnlock()
+	h := sha256.New()
+	if _, err := sn.WriteTo(h); err != nil {
+		return nil, 0, err
+	}
+	sum := h.Sum(nil)
+	m.hashMu.Lock()
+	if m.hash == nil || idx >= m.hashIndex {
+		m.hash, m.hashIndex = sum, idx
+	}
+	m.hashMu.Unlock()
+	return sum, idx, nil
+}
+
 // Snapshot implements raft.FSM: an immutable copy, encoded in Persist.
 func (m *stateMachine) Snapshot() (raft.FSMSnapshot, error) {
 	if errp := m.failed.Load(); errp != nil {
@@ -118,7 +162,7 @@ func (m *stateMachine) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	m.mu.Lock()
-	m.st = st
+	m.st, m.index = st, index
 	m.mu.Unlock()
 	// Watchers connected now have missed everything up to index: cut them
 	// and refuse resumes from before it.

@@ -34,6 +34,11 @@ func EncodeBatch(b *fsmpb.Batch) ([]byte, error) {
 	return out, nil
 }
 
+// DecodeEntry parses log entry bytes without applying them, for tools that
+// read a log offline (leased dump-log). It returns (nil, nil) for an
+// unknown ignorable entry and the same errors Apply would.
+func DecodeEntry(data []byte) (*fsmpb.Batch, error) { return decodeEntry(data) }
+
 // decodeEntry parses entry bytes. It returns (nil, nil) for an unknown
 // ignorable entry, and ErrCorruptEntry or ErrUnknownEntry (wrapped) for
 // anything it cannot apply safely.

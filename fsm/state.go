@@ -400,3 +400,12 @@ func (s *State) CountHeld(match func(holder string) bool) int {
 	}
 	return n
 }
+
+// EachRequestID calls fn for every request id the state remembers (grants
+// not yet pruned), in grant order, with the cluster time of the grant and
+// the lease it produced.
+func (s *State) EachRequestID(fn func(requestID string, at int64, l Lease)) {
+	for _, d := range s.dedupQ[s.dedupHead:] {
+		fn(d.requestID, d.at, d.lease)
+	}
+}

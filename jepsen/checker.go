@@ -199,6 +199,9 @@ func CheckTokensUniqueMonotonic(h []Record) Result {
 				continue
 			}
 			g := grant{scope: r.Resource, lease: r.Lease, worker: r.Worker, op: r.Op, token: r.Token, invoke: inv.TimeNs, complete: r.TimeNs}
+			if r.ResolvedFrom != "" {
+				g.complete = neverReturned // took effect after its invocation, when is unknown
+			}
 			f.r.Checked++
 			acks = append(acks, g)
 			note(g)
@@ -381,8 +384,8 @@ func SafeWindows(h []Record) []window {
 	byLease := map[string]*window{}
 	var order []string
 	for _, r := range h {
-		if r.Lease == "" || r.Worker == "" || r.Type == OpEvent || r.Type == OpRead {
-			continue
+		if r.Lease == "" || r.Worker == "" || r.Type == OpEvent || r.Type == OpRead || r.ResolvedFrom != "" {
+			continue // a resolved acquire: the client never had the lease, so no window
 		}
 		// A lease is its id and its token (a broken server might reuse ids).
 		key := r.Lease + "#" + strconv.FormatUint(r.Token, 10)

@@ -62,6 +62,9 @@ type Record struct {
 	Resource string `json:"resource,omitempty"`
 	// Element is the unique element a write appends to the resource's key.
 	Element string `json:"element,omitempty"`
+	// RequestID is the idempotency key an acquire was sent with
+	// (RequestIDOf(Op)); it finds the acquire in the nodes' Raft logs.
+	RequestID string `json:"request_id,omitempty"`
 
 	// Outcome (completions).
 	Result string `json:"result,omitempty"`
@@ -74,6 +77,13 @@ type Record struct {
 	SafeUntilNs int64 `json:"safe_until_ns,omitempty"`
 	// Value is what a read returned.
 	Value string `json:"value,omitempty"`
+	// ResolvedFrom is set on a completion of resolved.jsonl whose outcome
+	// was unknown in history.jsonl and was decided afterwards ("raft-log":
+	// from the nodes' Raft logs; see Resolve). Its TimeNs is still when
+	// the client gave up, not when the operation took effect: checkers
+	// treat a resolved operation as one that never returned, with a known
+	// outcome.
+	ResolvedFrom string `json:"resolved_from,omitempty"`
 
 	// Lease events (Type OpEvent): the event, the cluster time it was
 	// applied at, and the lease's cluster-time interval.

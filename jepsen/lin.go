@@ -160,7 +160,9 @@ func LeaseModel() porcupine.Model {
 // LinOperations turns the linearizability workload's records (resources
 // under LinPrefix) into porcupine operations, one partition per resource.
 // An operation whose outcome is unknown never returns (Return = +inf):
-// its effect, if any, may land at any time after its call.
+// its effect, if any, may land at any time after its call. An acquire
+// resolved from the Raft logs (ResolvedFrom) keeps its known outcome but
+// never returns either; one resolved as not applied is left out.
 func LinOperations(h []Record) map[string][]porcupine.Operation {
 	inv := map[string]Record{}
 	clients := map[string]int{}
@@ -182,13 +184,16 @@ func LinOperations(h []Record) map[string][]porcupine.Operation {
 				continue
 			}
 			delete(inv, r.Op)
+			if r.ResolvedFrom != "" && r.Type == OpAcquire && r.Result == Fail {
+				continue // known not applied: no effect, nothing observed
+			}
 			in := linInput{kind: r.Type, op: r.Op, lease: i.Lease, token: i.Token}
 			o := linOutput{result: r.Result, held: strings.HasPrefix(r.Error, HeldPrefix), token: r.Token, lease: r.Lease}
 			if r.Type == OpRelease {
 				o.released = r.Value
 			}
 			ret := r.TimeNs
-			if r.Result == Unknown || (r.Type == OpAcquire && r.Result == Fail && !o.held) {
+			if r.Result == Unknown || r.ResolvedFrom != "" || (r.Type == OpAcquire && r.Result == Fail && !o.held) {
 				ret = math.MaxInt64
 			}
 			add(r.Resource, porcupine.Operation{ClientId: clients[r.Worker], Input: in, Call: i.TimeNs, Output: o, Return: ret})

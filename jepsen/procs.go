@@ -379,13 +379,23 @@ func (c *Cluster) conn(addr string) (*grpc.ClientConn, error) {
 
 // Status asks node id for its status (1 s timeout).
 func (c *Cluster) Status(ctx context.Context, id string) (*api.StatusResponse, error) {
+	return c.status(ctx, id, &api.StatusRequest{})
+}
+
+// StateStatus asks node id for its status with the state hash (1 s
+// timeout).
+func (c *Cluster) StateStatus(ctx context.Context, id string) (*api.StatusResponse, error) {
+	return c.status(ctx, id, &api.StatusRequest{StateHash: true})
+}
+
+func (c *Cluster) status(ctx context.Context, id string, req *api.StatusRequest) (*api.StatusResponse, error) {
 	cc, err := c.conn(c.addrs[c.byID[id]])
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	return api.NewClusterServiceClient(cc).Status(ctx, &api.StatusRequest{})
+	return api.NewClusterServiceClient(cc).Status(ctx, req)
 }
 
 // Leader implements NodeControl: a running, unpaused node that says it

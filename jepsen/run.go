@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -68,14 +69,18 @@ type Summary struct {
 	Ops map[string]map[string]int `json:"ops"`
 	// Faults counts faults started by kind; FaultsEffective those verified
 	// to have taken effect.
-	Faults          map[string]int    `json:"faults"`
-	FaultsEffective map[string]int    `json:"faults_effective"`
-	WatchEvents     int               `json:"watch_events"`
-	Results         []Result          `json:"results"`
-	Passed          int               `json:"passed"`
-	Failed          int               `json:"failed"`
-	Durations       map[string]string `json:"durations"`
-	HarnessError    string            `json:"harness_error,omitempty"`
+	Faults          map[string]int `json:"faults"`
+	FaultsEffective map[string]int `json:"faults_effective"`
+	WatchEvents     int            `json:"watch_events"`
+	// Resolution says how many unknown acquires the nodes' Raft logs
+	// decided; DumpErrors lists nodes whose log could not be read.
+	Resolution   *ResolveStats     `json:"resolution,omitempty"`
+	DumpErrors   []string          `json:"dump_errors,omitempty"`
+	Results      []Result          `json:"results"`
+	Passed       int               `json:"passed"`
+	Failed       int               `json:"failed"`
+	Durations    map[string]string `json:"durations"`
+	HarnessError string            `json:"harness_error,omitempty"`
 
 	// NotCounted counts results that are neither passed nor failed: not
 	// required (see Result.NotRequired) and not valid.
@@ -362,15 +367,44 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	}
 	writeJSON(filepath.Join(dir, "audit.json"), audit)
 
-	// Checkers, over the history as stored.
-	h, err := ReadHistoryFile(filepath.Join(dir, "history.jsonl"))
+	// Replicas converge: every node reaches one state index with one state
+	// hash (bounded by 20 s).
+	rounds, converge := PollConvergence(ctx, cl, 20*time.Second)
+	writeJSON(filepath.Join(dir, "convergence.json"), rounds)
+	say("%s", converge)
+
+	// The nodes stop; their Raft logs decide the acquires whose outcome
+	// the clients never learnt (resolved.jsonl; history.jsonl stays raw).
+	raw, err := ReadHistoryFile(filepath.Join(dir, "history.jsonl"))
 	if err != nil {
 		return sum, err
 	}
-	sum.Ops = countOps(h)
+	applied := map[string]uint64{}
+	for _, round := range rounds {
+		for _, s := range round {
+			if s.Err == "" && s.AppliedIndex > applied[s.Node] {
+				applied[s.Node] = s.AppliedIndex
+			}
+		}
+	}
+	cl.Stop()
+	logs, dumpErrs := DumpLogs(ctx, filepath.Join(binDir, "leased"), filepath.Join(dir, "logs"), cl.Nodes(), applied)
+	sum.DumpErrors = dumpErrs
+	h, stats := Resolve(raw, logs, cfg.Nodes, Now()-time.Now().UnixNano())
+	sum.Resolution = &stats
+	if err := writeHistory(filepath.Join(dir, "resolved.jsonl"), h); err != nil {
+		return sum, err
+	}
+	say("unknown acquires resolved from %d raft logs: %d of %d (ok %d, not applied %d); still unknown %d; other unknown ops (not resolvable) %d",
+		stats.Logs, stats.Resolved(), stats.Unknown, stats.ResolvedOK, stats.ResolvedNotApplied, stats.StillUnknown, stats.UnknownOther)
+	say("acknowledged acquires in the raft logs: %d found alike, %d with another lease or token, %d not found %s",
+		stats.AckedInLogs, stats.AckedMismatch, stats.AckedNotInLogs, stats.AckedMismatchExample)
+
+	// Checkers, over the resolved history.
+	sum.Ops = countOps(raw)
 	sum.Faults, sum.FaultsEffective = nem.Counts()
 	faults, _ := ReadFaults(mustRead(filepath.Join(dir, "nemesis.jsonl"), nlog))
-	sum.Results = append(CheckAll(h, audit, cfg.SkewMargin), serves.done("sentinel"),
+	sum.Results = append(CheckAll(h, audit, cfg.SkewMargin), serves.done("sentinel"), converge,
 		CheckMeaningful(cfg, h, faults))
 	MarkRequired(cfg.Nemeses, sum.Results)
 	sum.Passed, sum.Failed = Tally(sum.Results)
@@ -392,7 +426,8 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	for _, k := range sortedKeys(sum.Faults) {
 		fmt.Fprintf(cfg.Out, "%s %d (effective %d)  ", k, sum.Faults[k], sum.FaultsEffective[k])
 	}
-	fmt.Fprintf(cfg.Out, "\nlease events watched: %d\n\n", wt.events)
+	fmt.Fprintf(cfg.Out, "\nlease events watched: %d\nunknown acquires resolved from the raft logs: %d of %d (ok %d, not applied %d, still unknown %d)\n\n",
+		wt.events, stats.Resolved(), stats.Unknown, stats.ResolvedOK, stats.ResolvedNotApplied, stats.StillUnknown)
 	for _, r := range sum.Results {
 		fmt.Fprintln(cfg.Out, r)
 	}
@@ -492,8 +527,8 @@ func CheckMeaningful(cfg Config, h []Record, faults []Fault) Result {
 	}
 	before, writes, lin := 0, 0, 0
 	for _, r := range h {
-		if r.Kind != Complete || r.Result != OK {
-			continue
+		if r.Kind != Complete || r.Result != OK || r.ResolvedFrom != "" {
+			continue // resolved afterwards: never acknowledged to the client
 		}
 		if first == 0 || r.TimeNs < first {
 			before++
@@ -545,7 +580,7 @@ func writeJSON(path string, v any) error {
 }
 
 // Recheck runs the history checkers again over a stored results folder
-// (config.json, history.jsonl, audit.json) and prints them. serves-after-heal
+// (config.json, resolved.jsonl or else history.jsonl, audit.json) and prints them. serves-after-heal
 // is a live observation and is not re-derived.
 func Recheck(dir string, out io.Writer) ([]Result, error) {
 	var cfg Config
@@ -556,7 +591,11 @@ func Recheck(dir string, out io.Writer) ([]Result, error) {
 	if err := json.Unmarshal(b, &cfg); err != nil {
 		return nil, fmt.Errorf("config.json: %w", err)
 	}
-	h, err := ReadHistoryFile(filepath.Join(dir, "history.jsonl"))
+	// The resolved history when the run wrote one.
+	h, err := ReadHistoryFile(filepath.Join(dir, "resolved.jsonl"))
+	if errors.Is(err, os.ErrNotExist) {
+		h, err = ReadHistoryFile(filepath.Join(dir, "history.jsonl"))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -584,4 +623,64 @@ func notCounted(n int) string {
 		return ""
 	}
 	return fmt.Sprintf(", %d not required (invalid or unknown, not counted)", n)
+}
+
+// DumpLogs runs `leased dump-log` on each stopped node's data dir
+// (logsDir/<id>), keeps its output as logsDir/<id>.raftlog.jsonl and reads
+// it; applied is the highest index each node reported applied. A node
+// whose log cannot be read is left out and named in the returned errors
+// (resolution then has fewer logs to go on, never more certainty).
+func DumpLogs(ctx context.Context, leased, logsDir string, nodes []string, applied map[string]uint64) ([]*NodeLog, []string) {
+	var out []*NodeLog
+	var errs []string
+	for _, id := range nodes {
+		path := filepath.Join(logsDir, id+".raftlog.jsonl")
+		n, err := dumpOne(ctx, leased, filepath.Join(logsDir, id), path, id)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", id, err))
+			continue
+		}
+		n.Applied = applied[id]
+		out = append(out, n)
+	}
+	return out, errs
+}
+
+func dumpOne(ctx context.Context, leased, dataDir, path, id string) (*NodeLog, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var stderr strings.Builder
+	cmd := exec.CommandContext(dctx, leased, "dump-log", "--data-dir", dataDir)
+	cmd.Stdout, cmd.Stderr = f, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%v: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	return ReadLogDump(id, f)
+}
+
+func writeHistory(path string, h []Record) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := NewWriter(f)
+	for _, r := range h {
+		if err := w.Write(r); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -199,10 +199,10 @@ func (w *workerState) sleep(min, max time.Duration) {
 func (w *workerState) cycle() {
 	res := w.cfg.Resources[w.rng.IntN(len(w.cfg.Resources))]
 	base := fmt.Sprintf("%s-%d", w.cfg.ID, w.n)
-	acq := Record{Kind: Invoke, Op: base + "-a", Type: OpAcquire, Resource: res}
+	acq := Record{Kind: Invoke, Op: base + "-a", Type: OpAcquire, Resource: res, RequestID: RequestIDOf(base + "-a")}
 	w.emit(acq)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	lease, err := w.leases.Acquire(ctx, res, client.WithTTL(w.cfg.TTL), client.WithHolder(w.cfg.ID))
+	lease, err := w.leases.Acquire(ctx, res, client.WithTTL(w.cfg.TTL), client.WithHolder(w.cfg.ID), client.WithRequestID(acq.RequestID))
 	cancel()
 	done := acq
 	done.Kind, done.TimeNs = Complete, 0
@@ -309,6 +309,10 @@ func (w *workerState) write(op, res string, tok fence.Token, leaseID string, che
 	}
 }
 
+// RequestIDOf is the request id an acquire is sent with: its op id, which
+// is unique within a run (every run starts with empty data dirs).
+func RequestIDOf(op string) string { return "jepsen/" + op }
+
 // HeldPrefix starts the Error of an acquire refused because the resource
 // was held.
 const HeldPrefix = "held: "
@@ -326,10 +330,10 @@ func acquireError(err error) string {
 func (w *workerState) linCycle() {
 	res := w.cfg.Resources[w.rng.IntN(len(w.cfg.Resources))]
 	base := fmt.Sprintf("%s-%d", w.cfg.ID, w.n)
-	acq := Record{Kind: Invoke, Op: base + "-a", Type: OpAcquire, Resource: res}
+	acq := Record{Kind: Invoke, Op: base + "-a", Type: OpAcquire, Resource: res, RequestID: RequestIDOf(base + "-a")}
 	w.emit(acq)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	lease, err := w.leases.Acquire(ctx, res, client.WithTTL(w.cfg.TTL), client.WithHolder(w.cfg.ID))
+	lease, err := w.leases.Acquire(ctx, res, client.WithTTL(w.cfg.TTL), client.WithHolder(w.cfg.ID), client.WithRequestID(acq.RequestID))
 	cancel()
 	done := acq
 	done.Kind, done.TimeNs = Complete, 0
@@ -513,11 +517,11 @@ func (w *workerState) stallCycle() {
 // rawAcquire acquires res through the API (no keep-alive), trying the
 // nodes in turn with one request id, and records it.
 func (w *workerState) rawAcquire(op, res string, ttl time.Duration) (*api.Lease, bool) {
-	inv := Record{Kind: Invoke, Op: op, Type: OpAcquire, Resource: res}
+	inv := Record{Kind: Invoke, Op: op, Type: OpAcquire, Resource: res, RequestID: RequestIDOf(op)}
 	w.emit(inv)
 	done := inv
 	done.Kind, done.TimeNs, done.Result = Complete, 0, Unknown
-	req := &api.AcquireRequest{Resource: res, Holder: w.cfg.ID, Ttl: durationpb.New(ttl), RequestId: "jepsen-" + op}
+	req := &api.AcquireRequest{Resource: res, Holder: w.cfg.ID, Ttl: durationpb.New(ttl), RequestId: inv.RequestID}
 	var lease *api.Lease
 	deadline := time.Now().Add(5 * time.Second)
 	start := w.rng.IntN(len(w.cfg.Endpoints))

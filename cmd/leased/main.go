@@ -32,6 +32,9 @@ import (
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "dump-log" {
+		return dumpLog(args[1:], stdout, stderr)
+	}
 	cfg, err := parse(args, stdout, stderr)
 	if err == flag.ErrHelp || err == errPrinted {
 		return 0
@@ -63,6 +66,27 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "leased: stop:", err)
 	}
 	if err := node.Err(); err != nil {
+		fmt.Fprintln(stderr, "leased:", err)
+		return 1
+	}
+	return 0
+}
+
+// dumpLog is the hidden "leased dump-log --data-dir DIR" subcommand: the
+// applied commands of a stopped node's log as JSON lines
+// (cluster.DumpLog), for the jepsen harness.
+func dumpLog(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("leased dump-log", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("data-dir", "", "data dir of a stopped node")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *dir == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "leased dump-log: --data-dir DIR, nothing else")
+		return 2
+	}
+	if err := cluster.DumpLog(*dir, stdout); err != nil {
 		fmt.Fprintln(stderr, "leased:", err)
 		return 1
 	}

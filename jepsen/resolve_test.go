@@ -1,0 +1,57 @@
+package jepsen
+
+import (
+	"testing"
+	"time"
+)
+
+// resolved marks the completion of op as decided from the Raft logs.
+func resolved(recs []Record, op string) []Record {
+	for i := range recs {
+		if recs[i].Op == op && recs[i].Kind == Complete {
+			recs[i].ResolvedFrom = ResolvedFromRaftLog
+		}
+	}
+	return recs
+}
+
+func TestCheckersTreatAResolvedAcquireAsNeverReturned(t *testing.T) {
+	// a1 gave up at 10 ms; the logs say it was granted token 5, applied at
+	// some unknown time after its invocation. a2, invoked at 500 ms, got
+	// token 3 from an entry before a1's: no regression, since a1's
+	// acknowledgement was never seen.
+	b := &hb{}
+	b.acquire("w1", "a1", "r", 5, "L5", 0, 10*ms, 0).
+		acquire("w2", "a2", "r", 3, "L3", 500*ms, 510*ms, 2500*ms)
+	expect(t, CheckTokensUniqueMonotonic(resolved(b.recs, "a1")), Valid, "")
+	// Token reuse is still caught with a resolved grant.
+	c := &hb{}
+	c.acquire("w1", "a1", "r", 3, "L5", 0, 10*ms, 0).
+		acquire("w2", "a2", "r", 3, "L3", 500*ms, 510*ms, 2500*ms)
+	expect(t, CheckTokensUniqueMonotonic(resolved(c.recs, "a1")), Invalid, AnomalyTokenReused)
+	// The client never had the lease: no safe window.
+	if ws := SafeWindows(resolved((&hb{}).acquire("w1", "a1", "r", 5, "L5", 0, 10*ms, 0).recs, "a1")); len(ws) != 0 {
+		t.Fatalf("windows of a resolved acquire: %+v", ws)
+	}
+
+	// Linearizability: l2's acquire was granted token 1 (resolved) and
+	// never released; a read after its give-up time sees it as the holder.
+	l := &lin{}
+	l.acquire("l2", "l2-a", 0, 10*ms, 1, "K1").
+		read("l1", "l1-g", 5*ms, 8*ms, "", 0).
+		read("l1", "l1-h", 20*ms, 30*ms, "K1", 1)
+	expect(t, CheckLinearizable(resolved(l.recs, "l2-a"), time.Minute), Valid, "")
+	// The resolved outcome is still checked: a read that sees the counter
+	// at 1 with no holder contradicts the grant of token 1 to K1, which
+	// nothing released.
+	m := &lin{}
+	m.acquire("l2", "l2-a", 0, 10*ms, 1, "K1").
+		read("l1", "l1-g", 20*ms, 30*ms, "", 1).
+		read("l1", "l1-h", 40*ms, 50*ms, "K1", 1)
+	expect(t, CheckLinearizable(resolved(m.recs, "l2-a"), time.Minute), Invalid, AnomalyNotLinearizable)
+	// Resolved as not applied: left out, it constrains nothing.
+	n := &lin{}
+	n.op("l2", "l2-a", OpAcquire, 0, 10*ms, Fail, 0, "", "resolved from the raft logs: not applied", "").
+		read("l1", "l1-g", 20*ms, 30*ms, "", 0)
+	expect(t, CheckLinearizable(resolved(n.recs, "l2-a"), time.Minute), Valid, "")
+}
