@@ -253,7 +253,8 @@ func recoverStream(log hclog.Logger) grpc.StreamServerInterceptor {
 }
 
 // unsafeFeatures lists what weakens this node, each turned on only by an
-// explicit setting: plaintext gRPC (no TLS) and profiling endpoints.
+// explicit setting: plaintext gRPC (no TLS), profiling endpoints, and
+// peer routes (fault injection: another process relays peer traffic).
 func (n *Node) unsafeFeatures() []string {
 	var out []string
 	if !n.cfg.TLS.Enabled() {
@@ -261,6 +262,9 @@ func (n *Node) unsafeFeatures() []string {
 	}
 	if n.cfg.Pprof {
 		out = append(out, "pprof")
+	}
+	if len(n.cfg.UnsafePeerRoutes) > 0 {
+		out = append(out, "peer-route")
 	}
 	return out
 }
