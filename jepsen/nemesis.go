@@ -23,9 +23,10 @@ const (
 	NemClientPause = "client-pause" // SIGSTOP a worker between its grant and its write
 )
 
-// AllNemeses lists every kind implemented. Partitions (proxy or
-// namespaces), clock faults, membership and snapshot pressure are not yet.
-var AllNemeses = []string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause}
+// AllNemeses lists every kind implemented: the process nemeses above and
+// the network ones (NetNemeses, nemesis_net.go). Clock faults, membership
+// and snapshot pressure are not yet.
+var AllNemeses = append([]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause}, NetNemeses...)
 
 // ParseNemeses parses a comma-separated list ("all" and "none" allowed).
 func ParseNemeses(s string) ([]string, error) {
@@ -56,6 +57,7 @@ type nemesis struct {
 	kinds    []string
 	rng      *rand.Rand
 	nodes    NodeControl
+	net      Net // network faults (nemesis_net.go); nil: none
 	workers  []*workerProc
 	kv       *fencekv.Client
 	ttl      time.Duration
@@ -108,6 +110,10 @@ func (n *nemesis) run(ctx context.Context) {
 			n.pause(ctx, kind, hold)
 		case NemClientPause:
 			n.clientPause(ctx)
+		default:
+			if isNetNemesis(kind) {
+				n.netFault(ctx, kind, hold)
+			}
 		}
 	}
 }

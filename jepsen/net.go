@@ -33,8 +33,34 @@ type Net interface {
 	Heal() error
 	// Describe says how the current faults are realised.
 	Describe() string
+	// Stats says what the faults did to traffic so far: each counter
+	// starts from zero when the fault it counts is set (Partition, Slow,
+	// Flaky), so nemeses read it before Heal to see the fault bite.
+	Stats() NetStats
 	// Close heals and releases everything the mode set up.
 	Close() error
+}
+
+// NetStats counts traffic a fault acted on. Units depend on the mode:
+// bytes and chunks in proxy mode, packets in namespace mode.
+type NetStats struct {
+	// Held maps "a->b" to the traffic from a to b held back (stalled
+	// bytes, proxy) or dropped (packets, netns) by the partition.
+	Held map[string]int64 `json:"held,omitempty"`
+	// Delayed counts chunks delivered late by Slow (proxy mode only).
+	Delayed int64 `json:"delayed,omitempty"`
+	// Reset counts connections reset or refused by Flaky (proxy), or
+	// packets answered with a reset (netns).
+	Reset int64 `json:"reset,omitempty"`
+}
+
+// HeldTotal sums Held.
+func (s NetStats) HeldTotal() int64 {
+	var t int64
+	for _, v := range s.Held {
+		t += v
+	}
+	return t
 }
 
 // grudgeString renders a grudge deterministically: "n1<-n2,n3; n2<-n1".

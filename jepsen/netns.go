@@ -298,6 +298,38 @@ func (n *NSNet) Describe() string {
 	return s
 }
 
+// Stats implements Net from the packet counters of the iptables rules.
+func (n *NSNet) Stats() NetStats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := NetStats{Held: map[string]int64{}}
+	byIP := map[string]string{}
+	for id, ip := range n.ip {
+		byIP[ip] = id
+	}
+	for _, b := range n.ids {
+		for _, chain := range []string{"LFJ-PART", "LFJ-FLAKY"} {
+			out := nsOutput(ipBin, "netns", "exec", n.ns[b], iptablesBin, "-L", chain, "-v", "-x", "-n")
+			for _, l := range strings.Split(out, "\n") {
+				f := strings.Fields(l) // pkts bytes target prot opt in out source destination ...
+				if len(f) < 9 {
+					continue
+				}
+				pkts, err := strconv.ParseInt(f[0], 10, 64)
+				if err != nil {
+					continue
+				}
+				if chain == "LFJ-PART" {
+					s.Held[byIP[f[7]]+"->"+b] += pkts
+				} else {
+					s.Reset += pkts
+				}
+			}
+		}
+	}
+	return s
+}
+
 // Close implements Net: it deletes the namespaces (with their rules and
 // veths), the bridge and the FORWARD rule. The nodes must have exited:
 // a namespace lives on while a process is in it.

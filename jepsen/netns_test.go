@@ -98,6 +98,9 @@ func TestNamespaceModeCutsOnlyNodeToNodeTraffic(t *testing.T) {
 	if err := dialFrom(n.ns["a"]); err == nil {
 		t.Fatal("a reached b across the partition")
 	}
+	if st := n.Stats(); st.Held["a->b"] == 0 {
+		t.Fatalf("stats: no packet from a to b dropped: %+v", st)
+	}
 	if err := dialFrom(""); err != nil {
 		t.Fatalf("a client in the root namespace lost b during the partition: %v", err)
 	}
@@ -112,6 +115,9 @@ func TestNamespaceModeCutsOnlyNodeToNodeTraffic(t *testing.T) {
 	}
 	if err := dialFrom(n.ns["a"]); err == nil {
 		t.Fatal("flaky with p=1 let a connection through")
+	}
+	if st := n.Stats(); st.Reset == 0 {
+		t.Fatalf("stats: no packet reset: %+v", st)
 	}
 	if err := n.Heal(); err != nil {
 		t.Fatal(err)

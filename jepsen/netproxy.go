@@ -56,6 +56,7 @@ type ProxyNet struct {
 	rng     *rand.Rand
 	conns   map[*proxyConn]struct{}
 	closed  bool
+	stats   NetStats
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -143,6 +144,7 @@ func (p *ProxyNet) Partition(grudge map[string][]string) error {
 	defer p.mu.Unlock()
 	p.blocked = map[[2]string]bool{}
 	p.grudge = map[string][]string{}
+	p.stats.Held = map[string]int64{}
 	for b, froms := range grudge {
 		for _, a := range froms {
 			if a != b {
@@ -163,6 +165,7 @@ func (p *ProxyNet) Slow(delay, jitter time.Duration) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.delay, p.jitter = delay, jitter
+	p.stats.Delayed = 0
 	p.broadcastLocked()
 	return nil
 }
@@ -175,6 +178,7 @@ func (p *ProxyNet) Flaky(prob float64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.flaky = prob
+	p.stats.Reset = 0
 	return nil
 }
 
@@ -192,7 +196,10 @@ func (p *ProxyNet) Heal() error {
 func (p *ProxyNet) Describe() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := fmt.Sprintf("proxy mode, %d link proxies, open connections %d; %s (stalled, delivered on heal)", len(p.links), len(p.conns), grudgeString(p.grudge))
+	s := fmt.Sprintf("proxy mode, %d link proxies, open connections %d; %s", len(p.links), len(p.conns), grudgeString(p.grudge))
+	if len(p.grudge) > 0 {
+		s += " (bytes stalled, delivered on heal)"
+	}
 	if p.delay > 0 || p.jitter > 0 {
 		s += fmt.Sprintf("; delay %v + jitter [0,%v) per chunk, order kept", p.delay, p.jitter)
 	}
@@ -200,6 +207,24 @@ func (p *ProxyNet) Describe() string {
 		s += fmt.Sprintf("; flaky: new connections refused with p=%.2f, open ones reset with p=%.2f per second", p.flaky, p.flaky)
 	}
 	return s
+}
+
+// Stats implements Net.
+func (p *ProxyNet) Stats() NetStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stats
+	s.Held = map[string]int64{}
+	for k, v := range p.stats.Held {
+		s.Held[k] = v
+	}
+	return s
+}
+
+func (p *ProxyNet) count(f func(*NetStats)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f(&p.stats)
 }
 
 // Close implements Net: it stops every proxy and closes every connection.
@@ -246,6 +271,9 @@ func (p *ProxyNet) serve(from, to string, ln net.Listener) {
 		p.mu.Unlock()
 		if closed || p.chance(prob) {
 			resetClose(c)
+			if !closed {
+				p.count(func(s *NetStats) { s.Reset++ })
+			}
 			continue
 		}
 		u, err := net.DialTimeout("tcp", p.addrs[to], 2*time.Second)
@@ -293,6 +321,7 @@ func (p *ProxyNet) resetter() {
 		for _, c := range victims {
 			c.close(true)
 		}
+		p.count(func(s *NetStats) { s.Reset += int64(len(victims)) })
 	}
 }
 
@@ -380,9 +409,19 @@ func (c *proxyConn) pump(a, b string, src, dst net.Conn) {
 	defer c.p.wg.Done()
 	defer c.close(false)
 	for ck := range ch {
+		counted, late := false, false
 		for {
 			stalled, changed := c.p.state(a, b)
 			if stalled {
+				if !counted {
+					counted = true
+					c.p.count(func(s *NetStats) {
+						if s.Held == nil {
+							s.Held = map[string]int64{}
+						}
+						s.Held[a+"->"+b] += int64(len(ck.data))
+					})
+				}
 				select {
 				case <-changed:
 					continue
@@ -391,6 +430,7 @@ func (c *proxyConn) pump(a, b string, src, dst net.Conn) {
 				}
 			}
 			if wait := time.Until(ck.due); wait > 0 {
+				late = true
 				t := time.NewTimer(wait)
 				select {
 				case <-t.C:
@@ -401,6 +441,9 @@ func (c *proxyConn) pump(a, b string, src, dst net.Conn) {
 				continue // a partition may have begun meanwhile
 			}
 			break
+		}
+		if late {
+			c.p.count(func(s *NetStats) { s.Delayed++ })
 		}
 		if _, err := dst.Write(ck.data); err != nil {
 			return

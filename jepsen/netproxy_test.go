@@ -77,6 +77,9 @@ func TestProxyCutStallsOneDirectionAndHealDeliversInOrder(t *testing.T) {
 	if got, err := readWithin(a, 4, 2*time.Second); err != nil || got != "pong" {
 		t.Fatalf("a got %q, %v from b; want pong", got, err)
 	}
+	if held := p.Stats().Held["a->b"]; held != 12 {
+		t.Fatalf("stats: %d bytes held a->b, want 12", held)
+	}
 	if err := p.Heal(); err != nil {
 		t.Fatal(err)
 	}
@@ -102,6 +105,9 @@ func TestProxyDelayIsApplied(t *testing.T) {
 	if took < 200*time.Millisecond {
 		t.Fatalf("delivered after %v, want at least the 200ms delay", took)
 	}
+	if p.Stats().Delayed == 0 {
+		t.Fatal("stats count no delayed chunk")
+	}
 	p.Slow(0, 0)
 	start = time.Now()
 	a.Write([]byte("4"))
@@ -126,6 +132,9 @@ func TestProxyFlakyResetsAndRefuses(t *testing.T) {
 		if _, err = readWithin(c, 1, 2*time.Second); err == nil || isTimeout(err) {
 			t.Fatalf("new connection not refused: %v", err)
 		}
+	}
+	if p.Stats().Reset < 2 {
+		t.Fatalf("stats: %d resets, want the open one and the refused one", p.Stats().Reset)
 	}
 	if d := p.Describe(); d == "" {
 		t.Fatal("no description")

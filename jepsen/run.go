@@ -36,6 +36,9 @@ type Config struct {
 	SkewMargin time.Duration `json:"skew_margin"`
 	Seed       uint64        `json:"seed"`
 	Nemeses    []string      `json:"nemeses"`
+	// NetMode realises the network nemeses: NetProxy (default; "" means
+	// it) or NetNS (root).
+	NetMode string `json:"net_mode"`
 	// Unfenced runs fencedkv with enforcement off: the control run.
 	Unfenced bool `json:"unfenced"`
 	// ResultsDir receives one folder per run.
@@ -52,7 +55,7 @@ type Config struct {
 // DefaultConfig is the quick configuration.
 func DefaultConfig() Config {
 	return Config{Nodes: 3, Workers: 6, Resources: 3, LinWorkers: 3, LinResources: 2, Duration: 60 * time.Second, Quiet: 5 * time.Second,
-		TTL: 2 * time.Second, SkewMargin: 300 * time.Millisecond, Seed: 1, Nemeses: append([]string(nil), AllNemeses...),
+		TTL: 2 * time.Second, SkewMargin: 300 * time.Millisecond, Seed: 1, Nemeses: append([]string(nil), AllNemeses...), NetMode: NetProxy,
 		ResultsDir: filepath.Join("results", "jepsen")}
 }
 
@@ -170,7 +173,10 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	// Cluster and resource.
 	ts := time.Now()
 	extra := []string{"--min-ttl", "1s", "--skew-margin", cfg.SkewMargin.String(), "--tick", "250ms"}
-	cl, err := StartCluster(ctx, filepath.Join(binDir, "leased"), filepath.Join(dir, "logs"), cfg.Nodes, extra)
+	if cfg.NetMode == "" {
+		cfg.NetMode = NetProxy
+	}
+	cl, err := StartClusterNet(ctx, filepath.Join(binDir, "leased"), filepath.Join(dir, "logs"), cfg.Nodes, extra, cfg.NetMode, cfg.Seed)
 	if err != nil {
 		return sum, err
 	}
@@ -182,7 +188,7 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	defer kvProc.Kill(syscall.SIGKILL, 5*time.Second)
 	kv := &fencekv.Client{BaseURL: kvURL}
 	phase("start", ts)
-	say("%d leased nodes at %s, fencedkv (%s) at %s", cfg.Nodes, strings.Join(cl.Endpoints(), ","), mode, kvURL)
+	say("%d leased nodes at %s (net %s), fencedkv (%s) at %s", cfg.Nodes, strings.Join(cl.Endpoints(), ","), cfg.NetMode, mode, kvURL)
 
 	// History and nemesis log.
 	hf, err := os.Create(filepath.Join(dir, "history.jsonl"))
@@ -274,7 +280,7 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 
 	// Nemesis, then the quiet phase.
 	tw := time.Now()
-	nem := &nemesis{kinds: append([]string(nil), cfg.Nemeses...), rng: rng, nodes: cl, workers: fencedWorkers, kv: kv, ttl: cfg.TTL, log: nlog,
+	nem := &nemesis{kinds: append([]string(nil), cfg.Nemeses...), rng: rng, nodes: cl, net: cl.Net(), workers: fencedWorkers, kv: kv, ttl: cfg.TTL, log: nlog,
 		counts: map[string]int{}, effect: map[string]int{}, progress: func(s string) { say("%s", s) }}
 	nctx, stopNem := context.WithTimeout(ctx, cfg.Duration)
 	progressDone := make(chan struct{})
