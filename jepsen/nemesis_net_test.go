@@ -63,7 +63,7 @@ func TestPartitionShapes(t *testing.T) {
 				seen[h[id]] = true
 			}
 			// Bridge: one node hears everyone, the two halves do not hear each other.
-			g, desc, _ = n.grudge(NemPartitionBridge, "", ids)
+			g, desc, _ = n.grudge(NemPartitionBridge, "n2", ids)
 			h = hears(ids, g)
 			full := 0
 			for _, id := range ids {
@@ -72,6 +72,9 @@ func TestPartitionShapes(t *testing.T) {
 				} else if len(strings.Split(h[id], ",")) >= size {
 					t.Fatalf("partition-bridge %s: %v", desc, h)
 				}
+			}
+			if h["n2"] == strings.Join(ids, ",") {
+				t.Fatalf("partition-bridge %s: the leader n2 is the bridge", desc)
 			}
 			if full != 1 {
 				t.Fatalf("partition-bridge %s: %d nodes hear everyone, want the bridge only: %v", desc, full, h)

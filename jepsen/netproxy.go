@@ -227,6 +227,16 @@ func (p *ProxyNet) count(f func(*NetStats)) {
 	f(&p.stats)
 }
 
+// countHeld adds n bytes held back from a to b.
+func (p *ProxyNet) countHeld(a, b string, n int) {
+	p.count(func(s *NetStats) {
+		if s.Held == nil {
+			s.Held = map[string]int64{}
+		}
+		s.Held[a+"->"+b] += int64(n)
+	})
+}
+
 // Close implements Net: it stops every proxy and closes every connection.
 func (p *ProxyNet) Close() error {
 	p.mu.Lock()
@@ -270,10 +280,10 @@ func (p *ProxyNet) serve(from, to string, ln net.Listener) {
 		prob, closed := p.flaky, p.closed
 		p.mu.Unlock()
 		if closed || p.chance(prob) {
-			resetClose(c)
 			if !closed {
-				p.count(func(s *NetStats) { s.Reset++ })
+				p.count(func(s *NetStats) { s.Reset++ }) // before the peer can see it
 			}
+			resetClose(c)
 			continue
 		}
 		u, err := net.DialTimeout("tcp", p.addrs[to], 2*time.Second)
@@ -318,10 +328,10 @@ func (p *ProxyNet) resetter() {
 			}
 		}
 		p.mu.Unlock()
+		p.count(func(s *NetStats) { s.Reset += int64(len(victims)) })
 		for _, c := range victims {
 			c.close(true)
 		}
-		p.count(func(s *NetStats) { s.Reset += int64(len(victims)) })
 	}
 }
 
@@ -373,6 +383,7 @@ func (c *proxyConn) close(reset bool) {
 type chunk struct {
 	data []byte
 	due  time.Time
+	held bool // counted in NetStats.Held
 }
 
 // pump copies the bytes from a to b (src to dst): a reader that stamps
@@ -395,8 +406,13 @@ func (c *proxyConn) pump(a, b string, src, dst net.Conn) {
 					due = last // order kept: never before the previous chunk
 				}
 				last = due
+				ck := chunk{data: buf[:n], due: due}
+				if stalled, _ := c.p.state(a, b); stalled {
+					ck.held = true
+					c.p.countHeld(a, b, n)
+				}
 				select {
-				case ch <- chunk{buf[:n], due}:
+				case ch <- ck:
 				case <-c.done:
 					return
 				}
@@ -409,18 +425,13 @@ func (c *proxyConn) pump(a, b string, src, dst net.Conn) {
 	defer c.p.wg.Done()
 	defer c.close(false)
 	for ck := range ch {
-		counted, late := false, false
+		late := false
 		for {
 			stalled, changed := c.p.state(a, b)
 			if stalled {
-				if !counted {
-					counted = true
-					c.p.count(func(s *NetStats) {
-						if s.Held == nil {
-							s.Held = map[string]int64{}
-						}
-						s.Held[a+"->"+b] += int64(len(ck.data))
-					})
+				if !ck.held {
+					ck.held = true
+					c.p.countHeld(a, b, len(ck.data))
 				}
 				select {
 				case <-changed:

@@ -90,7 +90,7 @@ func TestProxyCutStallsOneDirectionAndHealDeliversInOrder(t *testing.T) {
 
 func TestProxyDelayIsApplied(t *testing.T) {
 	p, a, b := proxyPair(t)
-	if err := p.Slow(200*time.Millisecond, 50*time.Millisecond); err != nil {
+	if err := p.Slow(500*time.Millisecond, 50*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -102,8 +102,8 @@ func TestProxyDelayIsApplied(t *testing.T) {
 	if err != nil || got != "123" {
 		t.Fatalf("got %q, %v", got, err)
 	}
-	if took < 200*time.Millisecond {
-		t.Fatalf("delivered after %v, want at least the 200ms delay", took)
+	if took < 500*time.Millisecond {
+		t.Fatalf("delivered after %v, want at least the 500ms delay", took)
 	}
 	if p.Stats().Delayed == 0 {
 		t.Fatal("stats count no delayed chunk")
@@ -111,7 +111,7 @@ func TestProxyDelayIsApplied(t *testing.T) {
 	p.Slow(0, 0)
 	start = time.Now()
 	a.Write([]byte("4"))
-	if got, err := readWithin(b, 1, 2*time.Second); err != nil || got != "4" || time.Since(start) > 150*time.Millisecond {
+	if got, err := readWithin(b, 1, 2*time.Second); err != nil || got != "4" || time.Since(start) > 400*time.Millisecond {
 		t.Fatalf("after the delay ended: %q, %v after %v", got, err, time.Since(start))
 	}
 }
