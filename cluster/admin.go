@@ -261,8 +261,9 @@ func recoverStream(log hclog.Logger) grpc.StreamServerInterceptor {
 }
 
 // unsafeFeatures lists what weakens this node, each turned on only by an
-// explicit setting: plaintext gRPC (no TLS), profiling endpoints and the
-// fault-injection clock.
+// explicit setting: plaintext gRPC (no TLS), profiling endpoints, peer
+// routes and the fault-injection clock (fault injection), and planted bugs
+// (a test build).
 func (n *Node) unsafeFeatures() []string {
 	var out []string
 	if !n.cfg.TLS.Enabled() {
@@ -270,6 +271,9 @@ func (n *Node) unsafeFeatures() []string {
 	}
 	if n.cfg.Pprof {
 		out = append(out, "pprof")
+	}
+	if len(n.cfg.UnsafePeerRoutes) > 0 {
+		out = append(out, "peer-route")
 	}
 	if n.faultClock != nil {
 		out = append(out, "fault-clock")

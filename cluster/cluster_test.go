@@ -285,6 +285,9 @@ func TestUnsafeFeaturesNeedTheirFlagAndAreReported(t *testing.T) {
 		if c.ID == "n1" {
 			c.Pprof = true
 		}
+		if c.ID == "n2" {
+			c.UnsafePeerRoutes = map[string]string{"127.0.0.1:1": "127.0.0.1:2"} // no member: harmless
+		}
 	})
 	ctx := ctxT(t)
 	for i, n := range tc.nodes {
@@ -295,6 +298,9 @@ func TestUnsafeFeaturesNeedTheirFlagAndAreReported(t *testing.T) {
 		want := "insecure"
 		if i == 0 {
 			want = "insecure,pprof"
+		}
+		if i == 1 {
+			want = "insecure,peer-route"
 		}
 		if got := strings.Join(st.Unsafe, ","); got != want {
 			t.Fatalf("%s reports unsafe %q, want %q", n.ID(), got, want)

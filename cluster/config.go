@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"strings"
 	"time"
@@ -88,6 +89,15 @@ type Config struct {
 	// transport.DefaultPeerIdentity. With TLS, only a caller whose
 	// certificate carries it may call the Raft transport service.
 	PeerIdentity string
+
+	// UnsafePeerRoutes is for fault injection only (leased
+	// --unsafe-peer-route, used by jepsen's proxy mode): when this node
+	// dials peer address A (Raft transport, forwarding to the leader,
+	// joining), it dials UnsafePeerRoutes[A] instead. Whoever owns the
+	// substitute address sees and can delay or cut this node's traffic to
+	// A. Reported in Status.unsafe as "peer-route". Keys and values are
+	// host:port.
+	UnsafePeerRoutes map[string]string
 
 	// WatchBuffer is how many recent events each node keeps so that
 	// watchers can resume from a position.
@@ -274,6 +284,13 @@ func (c Config) Validate() error {
 	}
 	if c.Pprof && c.MetricsListen == "" {
 		bad("pprof needs a metrics listen address")
+	}
+	for from, via := range c.UnsafePeerRoutes {
+		_, _, err1 := net.SplitHostPort(from)
+		_, _, err2 := net.SplitHostPort(via)
+		if err1 != nil || err2 != nil {
+			bad("peer route %q=%q: both sides must be host:port", from, via)
+		}
 	}
 	if err := c.TLS.Check(); err != nil {
 		errs = append(errs, err)

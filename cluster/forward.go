@@ -13,15 +13,18 @@ import (
 // not the leader either answers NotLeader instead of forwarding again.
 const forwardedKey = "leasefence-forwarded"
 
-// forwarder keeps one client connection per peer address.
+// forwarder keeps one client connection per peer address. routes
+// (Config.UnsafePeerRoutes, fault injection only) substitutes the address
+// dialled for a peer's.
 type forwarder struct {
-	opts  []grpc.DialOption
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	opts   []grpc.DialOption
+	routes map[string]string
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn
 }
 
-func newForwarder(opts []grpc.DialOption) *forwarder {
-	return &forwarder{opts: opts, conns: map[string]*grpc.ClientConn{}}
+func newForwarder(opts []grpc.DialOption, routes map[string]string) *forwarder {
+	return &forwarder{opts: opts, routes: routes, conns: map[string]*grpc.ClientConn{}}
 }
 
 func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
@@ -30,7 +33,11 @@ func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := f.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, f.opts...)
+	dial := addr
+	if via, ok := f.routes[addr]; ok {
+		dial = via
+	}
+	c, err := grpc.NewClient(dial, f.opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -183,15 +183,23 @@ func (n *Node) open() error {
 		unaryInts = append(unaryInts, pu)
 		streamInts = append(streamInts, ps)
 	}
+	var routes map[raft.ServerAddress]string
+	for from, via := range cfg.UnsafePeerRoutes {
+		if routes == nil {
+			routes = map[raft.ServerAddress]string{}
+		}
+		routes[raft.ServerAddress(from)] = via
+	}
 	n.tr, err = transport.New(transport.Config{
 		LocalAddr:   raft.ServerAddress(n.addr),
 		Logger:      cfg.Logger,
 		DialOptions: dial,
+		PeerRoutes:  routes,
 	})
 	if err != nil {
 		return err
 	}
-	n.fwd = newForwarder(dial)
+	n.fwd = newForwarder(dial, cfg.UnsafePeerRoutes)
 	n.leases = &leaseService{n: n}
 	n.admin = &clusterService{n: n}
 	n.server = grpc.NewServer(append(srvOpts,

@@ -281,6 +281,7 @@ type Cluster struct {
 	byID      map[string]int
 	startedAt time.Time
 	dir       string // holds each node's data dir and log
+	net       Net // nil without network faults
 }
 
 var _ NodeControl = (*Cluster)(nil)
@@ -307,24 +308,71 @@ func FreeAddrs(n int) ([]string, error) {
 }
 
 // StartCluster starts n leased nodes bootstrapping one cluster, data and
-// logs under dir, and waits up to 30 s for a leader. In extra, "{id}" is
-// replaced by each node's id; env is added to each node's environment.
+// logs under dir, and waits up to 30 s for a leader. The nodes talk to
+// each other directly on loopback (no Net). In extra, "{id}" is replaced by
+// each node's id; env is added to each node's environment.
 func StartCluster(ctx context.Context, bin, dir string, n int, extra, env []string) (*Cluster, error) {
-	addrs, err := FreeAddrs(n)
-	if err != nil {
-		return nil, err
+	return StartClusterNet(ctx, bin, dir, n, extra, env, "", 0)
+}
+
+// StartClusterNet is StartCluster with network faults in mode netMode:
+// NetProxy (each node's peer traffic goes through the harness's link
+// proxies, --unsafe-peer-route), NetNS (each node in its own network
+// namespace, listening on its namespace address) or "" (none). Cluster.Net
+// returns the Net; Stop closes it.
+func StartClusterNet(ctx context.Context, bin, dir string, n int, extra, env []string, netMode string, seed uint64) (*Cluster, error) {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("n%d", i+1)
+	}
+	var addrs []string
+	var err error
+	var nsnet *NSNet
+	var pnet *ProxyNet
+	switch netMode {
+	case NetNS:
+		if nsnet, err = NewNSNet(ids); err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			addrs = append(addrs, nsnet.Addr(id))
+		}
+	case NetProxy, "":
+		if addrs, err = FreeAddrs(n); err != nil {
+			return nil, err
+		}
+		if netMode == NetProxy {
+			if pnet, err = NewProxyNet(ids, addrs, seed); err != nil {
+				return nil, err
+			}
+		}
+	default:
+		return nil, fmt.Errorf("unknown net mode %q (have %s, %s)", netMode, NetProxy, NetNS)
 	}
 	c := &Cluster{conns: map[string]*grpc.ClientConn{}, byID: map[string]int{}, addrs: addrs, dir: dir}
+	switch {
+	case nsnet != nil:
+		c.net = nsnet
+	case pnet != nil:
+		c.net = pnet
+	}
 	var peers []string
 	for i, a := range addrs {
-		peers = append(peers, fmt.Sprintf("n%d=%s", i+1, a))
+		peers = append(peers, fmt.Sprintf("%s=%s", ids[i], a))
 	}
 	for i, a := range addrs {
-		id := fmt.Sprintf("n%d", i+1)
-		p := &Proc{Name: id, Bin: bin, Log: filepath.Join(dir, id+".log"), Args: append([]string{
+		id := ids[i]
+		args := append([]string{
 			"--insecure", "--id", id, "--listen", a, "--data-dir", filepath.Join(dir, id),
 			"--bootstrap", strings.Join(peers, ","),
-		}, expandID(extra, id)...), Env: env}
+		}, expandID(extra, id)...)
+		if pnet != nil {
+			args = append(args, "--unsafe-peer-route", pnet.Routes(id))
+		}
+		p := &Proc{Name: id, Bin: bin, Log: filepath.Join(dir, id+".log"), Args: args, Env: env}
+		if nsnet != nil {
+			p.Bin, p.Args = nsnet.Command(id, bin, args)
+		}
 		c.procs = append(c.procs, p)
 		c.ids = append(c.ids, id)
 		c.byID[id] = i
@@ -353,6 +401,9 @@ func expandID(args []string, id string) []string {
 	}
 	return out
 }
+
+// Net returns the cluster's network faults, nil when started without.
+func (c *Cluster) Net() Net { return c.net }
 
 // Endpoints returns every node's address.
 func (c *Cluster) Endpoints() []string { return append([]string(nil), c.addrs...) }
@@ -438,10 +489,14 @@ func (c *Cluster) Pause(id string) (bool, error) {
 // Resume implements NodeControl.
 func (c *Cluster) Resume(id string) error { return c.Proc(id).Signal(syscall.SIGCONT) }
 
-// Stop kills every node and closes the connections.
+// Stop kills every node, closes the connections and then the Net (its
+// namespaces can go only once the nodes are gone). It may be called twice.
 func (c *Cluster) Stop() {
 	for _, p := range c.procs {
 		p.Kill(syscall.SIGKILL, 10*time.Second)
+	}
+	if c.net != nil {
+		_ = c.net.Close()
 	}
 	c.mu.Lock()
 	for _, cc := range c.conns {

@@ -81,6 +81,13 @@ type Config struct {
 	// MaxReconnectDelay caps the backoff between reconnect attempts to an
 	// unreachable peer. Zero means DefaultMaxReconnectDelay.
 	MaxReconnectDelay time.Duration
+
+	// PeerRoutes is UNSAFE, for fault injection only (leased
+	// --unsafe-peer-route): when the client half dials peer address A, it
+	// dials PeerRoutes[A] instead. Connections stay keyed by A; raft never
+	// sees the substitute. Nil or empty means every peer is dialled at its
+	// own address.
+	PeerRoutes map[raft.ServerAddress]string
 }
 
 // DefaultConfig returns a Config with every default filled in; the caller
@@ -129,6 +136,11 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: MaxPipelineInFlight %d is negative", ErrInvalidConfig, d.MaxPipelineInFlight)
 	case d.MaxReconnectDelay < 0:
 		return fmt.Errorf("%w: MaxReconnectDelay %v is negative", ErrInvalidConfig, d.MaxReconnectDelay)
+	}
+	for from, via := range d.PeerRoutes {
+		if from == "" || via == "" {
+			return fmt.Errorf("%w: PeerRoutes %q=%q has an empty side", ErrInvalidConfig, from, via)
+		}
 	}
 	return nil
 }

@@ -199,13 +199,17 @@ func (t *Transport) client(target raft.ServerAddress) (transportpb.RaftTransport
 		MinConnectTimeout: t.cfg.Timeout,
 	}))
 	opts = append(opts, t.cfg.DialOptions...)
-	conn, err := grpc.NewClient(string(target), opts...)
+	dial := string(target)
+	if via, ok := t.cfg.PeerRoutes[target]; ok {
+		dial = via // unsafe fault injection: see Config.PeerRoutes
+	}
+	conn, err := grpc.NewClient(dial, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("transport: client for %s: %w", target, err)
 	}
 	pc := &peerConn{conn: conn, client: transportpb.NewRaftTransportClient(conn)}
 	t.conns[target] = pc
-	t.logger.Debug("created peer connection", "peer-address", target)
+	t.logger.Debug("created peer connection", "peer-address", target, "dial", dial)
 	return pc.client, nil
 }
 

@@ -4,7 +4,10 @@
 // history. See jepsen/README.md.
 //
 //	jepsen [--nodes 3] [--workers 6] [--resources 3] [--time 60s] [--quiet 5s]
-//	       [--nemesis all|kill,kill-leader,pause,pause-leader,client-pause,clock-bump,clock-strobe,clock-rate]
+//	       [--nemesis all|none|kill,kill-leader,pause,pause-leader,client-pause,snapshot,member,
+//	                  partition-leader,partition-halves,partition-ring,partition-bridge,partition-oneway,
+//	                  net-slow,net-flaky,clock-bump,clock-strobe,clock-rate]
+//	       [--net proxy|netns] [--bug NAME]
 //	       [--seed N] [--unfenced] [--expect-anomaly] [--results DIR] [--bin-dir DIR]
 //	jepsen check RESULTS_DIR    # run the checkers again over a stored run
 //
@@ -72,6 +75,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.SkewMargin, "skew-margin", cfg.SkewMargin, "the nodes' --skew-margin")
 	fs.Uint64Var(&cfg.Seed, "seed", uint64(time.Now().UnixNano()%1e6), "seed of the schedule and the workers")
 	fs.StringVar(&nemeses, "nemesis", "all", "comma-separated nemeses, all or none")
+	fs.StringVar(&cfg.NetMode, "net", cfg.NetMode, "how network nemeses are realised: proxy (per-link TCP proxies, no root) or netns (a network namespace per node, iptables; root)")
 	fs.BoolVar(&cfg.Unfenced, "unfenced", false, "run fencedkv with --unfenced (the control run)")
 	fs.BoolVar(&expectAnomaly, "expect-anomaly", false, "exit 0 only if a checker finds an anomaly (for the control run)")
 	fs.StringVar(&cfg.ResultsDir, "results", cfg.ResultsDir, "parent folder of the results folders")

@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -111,6 +112,7 @@ func parse(args []string, stdout, stderr io.Writer) (cluster.Config, error) {
 	cfg := cluster.DefaultConfig()
 	fs := flag.NewFlagSet("leased", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() { usage(fs, stderr) }
 	var bootstrap, logLevel string
 	var logJSON bool
 	fs.StringVar(&cfg.ID, "id", "", "node id, stable for the life of the data dir (required)")
@@ -146,6 +148,9 @@ func parse(args []string, stdout, stderr io.Writer) (cluster.Config, error) {
 	fs.StringVar(&cfg.TLS.KeyFile, "tls-key", "", "PEM private key of --tls-cert")
 	fs.StringVar(&cfg.TLS.CAFile, "tls-ca", "", "PEM CA certificate(s) that sign node and client certificates; callers must present one")
 	fs.StringVar(&cfg.PeerIdentity, "peer-identity", transport.DefaultPeerIdentity, "URI SAN that marks node certificates; only they may call the Raft transport (with TLS)")
+	// Hidden (left out of -help): fault injection for the jepsen harness.
+	var peerRoutes string
+	fs.StringVar(&peerRoutes, unsafePeerRouteFlag, "", "UNSAFE, fault injection only: ADDR=VIA,... dial VIA whenever this node dials peer ADDR (reported in status as unsafe peer-route)")
 	fs.StringVar(&logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.BoolVar(&logJSON, "log-json", false, "log as JSON lines")
 	// Environment first, so that flags given on the command line win.
@@ -170,12 +175,15 @@ func parse(args []string, stdout, stderr io.Writer) (cluster.Config, error) {
 	// config file were applied, left out of --help and --print-config): the
 	// jepsen harness's fault-injection clock. Status lists it as unsafe.
 	fs.StringVar(&cfg.FaultClockFile, flagFaultClock, "", "UNSAFE, fault injection only: take this node's clock rate and wall offset from this JSON control file")
-	fs.Usage = func() { usage(fs, stderr, flagFaultClock) }
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	if printConfig {
-		flagenv.Print(stdout, fs, "config", "print-config", flagFaultClock)
+		skip := []string{"config", "print-config", flagFaultClock}
+		if peerRoutes == "" {
+			skip = append(skip, unsafePeerRouteFlag)
+		}
+		flagenv.Print(stdout, fs, skip...)
 		return cfg, errPrinted
 	}
 	if fs.NArg() > 0 {
@@ -187,6 +195,9 @@ func parse(args []string, stdout, stderr io.Writer) (cluster.Config, error) {
 	}
 	if len(peers) > 0 {
 		cfg.Bootstrap = peers
+	}
+	if cfg.UnsafePeerRoutes, err = parsePeerRoutes(peerRoutes); err != nil {
+		return cfg, err
 	}
 	level := hclog.LevelFromString(logLevel)
 	if level == hclog.NoLevel {
@@ -213,21 +224,49 @@ func parse(args []string, stdout, stderr io.Writer) (cluster.Config, error) {
 // (cluster.Config.FaultClockFile; see jepsen/README.md).
 const flagFaultClock = "unsafe-fault-clock"
 
-// usage prints the flags of fs except the hidden ones.
-func usage(fs *flag.FlagSet, w io.Writer, hidden ...string) {
-	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+// unsafePeerRouteFlag is hidden from -help and from --print-config while
+// unset.
+const unsafePeerRouteFlag = "unsafe-peer-route"
+
+// usage prints the flags but the hidden unsafe ones.
+func usage(fs *flag.FlagSet, w io.Writer) {
+	fmt.Fprintf(w, "Usage of leased:\n")
 	fs.VisitAll(func(f *flag.Flag) {
-		for _, h := range hidden {
-			if f.Name == h {
-				return
+		if strings.HasPrefix(f.Name, "unsafe-") {
+			return
+		}
+		name, help := flag.UnquoteUsage(f)
+		fmt.Fprintf(w, "  -%s %s\n    \t%s", f.Name, name, help)
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			fmt.Fprintf(w, " (default %v)", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
+}
+
+// parsePeerRoutes parses --unsafe-peer-route: ADDR=VIA pairs, both
+// host:port, each ADDR at most once. Empty means no routes (nil).
+func parsePeerRoutes(s string) (map[string]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, part := range strings.Split(s, ",") {
+		from, via, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			return nil, fmt.Errorf("--%s: %q is not ADDR=VIA", unsafePeerRouteFlag, part)
+		}
+		for _, a := range []string{from, via} {
+			if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+				return nil, fmt.Errorf("--%s: %q in %q is not host:port", unsafePeerRouteFlag, a, part)
 			}
 		}
-		shown.Var(f.Value, f.Name, f.Usage)
-		shown.Lookup(f.Name).DefValue = f.DefValue
-	})
-	shown.SetOutput(w)
-	fmt.Fprintf(w, "Usage of %s:\n", fs.Name())
-	shown.PrintDefaults()
+		if _, dup := out[from]; dup {
+			return nil, fmt.Errorf("--%s: %s routed twice", unsafePeerRouteFlag, from)
+		}
+		out[from] = via
+	}
+	return out, nil
 }
 
 func hasState(dir string) bool {

@@ -133,3 +133,30 @@ func TestFaultClockFlagIsHiddenAndCommandLineOnly(t *testing.T) {
 		t.Fatalf("--print-config:\n%s", printed.String())
 	}
 }
+
+func TestUnsafePeerRouteIsParsedHiddenAndChecked(t *testing.T) {
+	t.Setenv("LEASEFENCE_INSECURE", "true")
+	base := []string{"--id", "n1", "--data-dir", t.TempDir(), "--bootstrap", "n1=127.0.0.1:7001,n2=127.0.0.1:7002"}
+	cfg, err := parse(append(base, "--unsafe-peer-route", "127.0.0.1:7002=127.0.0.1:9002, 127.0.0.1:7003=127.0.0.1:9003"), io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.UnsafePeerRoutes) != 2 || cfg.UnsafePeerRoutes["127.0.0.1:7002"] != "127.0.0.1:9002" || cfg.UnsafePeerRoutes["127.0.0.1:7003"] != "127.0.0.1:9003" {
+		t.Fatalf("routes %v", cfg.UnsafePeerRoutes)
+	}
+	if cfg, err = parse(base, io.Discard, io.Discard); err != nil || cfg.UnsafePeerRoutes != nil {
+		t.Fatalf("without the flag: %v %v", cfg.UnsafePeerRoutes, err)
+	}
+	for _, bad := range []string{"127.0.0.1:7002", "127.0.0.1:7002=", "=127.0.0.1:9002", "127.0.0.1=127.0.0.1:9002",
+		"127.0.0.1:7002=nohost", "127.0.0.1:7002=127.0.0.1:9002,127.0.0.1:7002=127.0.0.1:9003"} {
+		_, err := parse(append(base, "--unsafe-peer-route", bad), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "unsafe-peer-route") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+	var help bytes.Buffer
+	parse([]string{"-help"}, io.Discard, &help)
+	if !strings.Contains(help.String(), "-skew-margin") || strings.Contains(help.String(), "unsafe") {
+		t.Fatalf("help shows the hidden flag or lost the others:\n%s", help.String())
+	}
+}

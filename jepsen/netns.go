@@ -1,0 +1,363 @@
+package jepsen
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// NSNet is the namespace mode of Net (root only): one Linux network
+// namespace per node, named lfj-<harness pid>-<node id>, each joined by a
+// veth pair to a bridge lfjbr<pid> in the root namespace. The bridge has
+// the subnet's .1 address, so clients in the root namespace (workers,
+// watcher, harness) reach every node directly; nodes reach each other
+// through the bridge. Faults are iptables rules inside the victim's
+// namespace, on node addresses only, so they never touch clients:
+//
+//   - Partition: DROP in chain LFJ-PART of b's INPUT for each a that b does
+//     not receive from (packets lost, TCP retransmits until heal);
+//   - Flaky(p): in chain LFJ-FLAKY, a SYN from a peer is answered with a
+//     reset with probability p (connection refused), and any other peer
+//     packet with probability p/100 (an open connection reset);
+//   - Slow: needs the netem qdisc (tc); where the kernel lacks it, Slow
+//     returns an error saying so.
+//
+// Because the hosts run with br_netfilter (bridged frames pass the root
+// namespace's FORWARD chain, whose policy may be DROP), the root namespace
+// gets one rule `FORWARD -i BR -o BR -j ACCEPT`, removed on Close.
+// NewNSNet first removes what an earlier, killed harness left behind
+// (namespaces, bridges, veths and that rule whose pid no longer runs).
+type NSNet struct {
+	pid    int
+	bridge string
+	prefix string // "10.213.K."
+	ids    []string
+	ns     map[string]string // node id -> namespace
+	ip     map[string]string // node id -> address
+
+	mu     sync.Mutex
+	grudge map[string][]string
+	delay  time.Duration
+	jitter time.Duration
+	flaky  float64
+	closed bool
+}
+
+var _ Net = (*NSNet)(nil)
+
+// NSPort is the port every node listens on inside its namespace.
+const NSPort = 7001
+
+var (
+	ipBin       = "/usr/sbin/ip"
+	iptablesBin = "/usr/sbin/iptables"
+	tcBin       = "/usr/sbin/tc"
+)
+
+// ErrNotRoot is returned by NewNSNet when the harness is not root.
+var ErrNotRoot = errors.New("jepsen: namespace mode needs root")
+
+func nsRun(bin string, args ...string) error {
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %v: %s", bin, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+func nsOutput(bin string, args ...string) string {
+	out, _ := exec.Command(bin, args...).Output()
+	return string(out)
+}
+
+// NewNSNet creates the namespaces, veths and bridge for ids. The caller
+// starts node i with Command(ids[i], ...) listening on Addr(ids[i]).
+func NewNSNet(ids []string) (*NSNet, error) {
+	if os.Geteuid() != 0 {
+		return nil, ErrNotRoot
+	}
+	CleanupStaleNS()
+	n := &NSNet{pid: os.Getpid(), ids: append([]string(nil), ids...), ns: map[string]string{}, ip: map[string]string{}}
+	n.bridge = fmt.Sprintf("lfjbr%d", n.pid)
+	k, err := freeSubnet()
+	if err != nil {
+		return nil, err
+	}
+	n.prefix = fmt.Sprintf("10.213.%d.", k)
+	fail := func(err error) (*NSNet, error) {
+		n.Close()
+		return nil, fmt.Errorf("namespace mode: %w", err)
+	}
+	steps := [][]string{
+		{ipBin, "link", "add", n.bridge, "type", "bridge"},
+		{ipBin, "addr", "add", n.prefix + "1/24", "dev", n.bridge},
+		{ipBin, "link", "set", n.bridge, "up"},
+		{iptablesBin, "-I", "FORWARD", "1", "-i", n.bridge, "-o", n.bridge, "-j", "ACCEPT"},
+	}
+	for i, id := range ids {
+		ns := fmt.Sprintf("lfj-%d-%s", n.pid, id)
+		host, peer := fmt.Sprintf("lfj%dh%d", n.pid, i), fmt.Sprintf("lfj%dp%d", n.pid, i)
+		n.ns[id], n.ip[id] = ns, fmt.Sprintf("%s%d", n.prefix, 11+i)
+		in := func(args ...string) []string { return append([]string{ipBin, "netns", "exec", ns}, args...) }
+		steps = append(steps,
+			[]string{ipBin, "netns", "add", ns},
+			[]string{ipBin, "link", "add", host, "type", "veth", "peer", "name", peer},
+			[]string{ipBin, "link", "set", peer, "netns", ns},
+			[]string{ipBin, "link", "set", host, "master", n.bridge, "up"},
+			in(ipBin, "link", "set", peer, "name", "eth0"),
+			in(ipBin, "addr", "add", n.ip[id]+"/24", "dev", "eth0"),
+			in(ipBin, "link", "set", "eth0", "up"),
+			in(ipBin, "link", "set", "lo", "up"),
+			in(iptablesBin, "-N", "LFJ-PART"),
+			in(iptablesBin, "-N", "LFJ-FLAKY"),
+			in(iptablesBin, "-A", "INPUT", "-j", "LFJ-PART"),
+			in(iptablesBin, "-A", "INPUT", "-j", "LFJ-FLAKY"),
+		)
+	}
+	for _, s := range steps {
+		if err := nsRun(s[0], s[1:]...); err != nil {
+			return fail(err)
+		}
+	}
+	return n, nil
+}
+
+// freeSubnet picks K such that 10.213.K.0/24 appears in no address or
+// route of the root namespace.
+func freeSubnet() (int, error) {
+	used := nsOutput(ipBin, "-4", "-o", "addr") + nsOutput(ipBin, "-4", "route")
+	for k := 0; k < 256; k++ {
+		if !strings.Contains(used, fmt.Sprintf("10.213.%d.", k)) {
+			return k, nil
+		}
+	}
+	return 0, errors.New("namespace mode: every 10.213.K.0/24 is in use")
+}
+
+var staleRe = regexp.MustCompile(`lfj(?:-|br)?(\d+)`)
+
+func alive(pid int) bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	return err == nil
+}
+
+// CleanupStaleNS removes namespaces, bridges, veths and FORWARD rules that
+// a harness which is no longer running left behind (names carry its pid).
+// It never touches those of a running harness.
+func CleanupStaleNS() {
+	stale := func(name string) bool {
+		m := staleRe.FindStringSubmatch(name)
+		if m == nil {
+			return false
+		}
+		pid, err := strconv.Atoi(m[1])
+		return err == nil && !alive(pid)
+	}
+	for _, l := range strings.Split(nsOutput(ipBin, "netns", "list"), "\n") {
+		f := strings.Fields(l)
+		if len(f) > 0 && strings.HasPrefix(f[0], "lfj-") && stale(f[0]) {
+			_ = nsRun(ipBin, "netns", "del", f[0])
+		}
+	}
+	for _, l := range strings.Split(nsOutput(ipBin, "-o", "link"), "\n") {
+		f := strings.Fields(l) // "7: lfjbr123: <...>" or "8: lfj123h0@if2: ..."
+		if len(f) < 2 {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
+		if strings.HasPrefix(name, "lfj") && stale(name) {
+			_ = nsRun(ipBin, "link", "del", name)
+		}
+	}
+	for _, l := range strings.Split(nsOutput(iptablesBin, "-S", "FORWARD"), "\n") {
+		if !strings.HasPrefix(l, "-A FORWARD -i lfjbr") {
+			continue
+		}
+		f := strings.Fields(l)
+		if stale(f[3]) {
+			_ = nsRun(iptablesBin, append([]string{"-D"}, f[1:]...)...)
+		}
+	}
+}
+
+// Addr returns the address node id listens on (its namespace's).
+func (n *NSNet) Addr(id string) string { return fmt.Sprintf("%s:%d", n.ip[id], NSPort) }
+
+// Command returns the program and arguments that run bin args inside id's
+// namespace. `ip netns exec` execs bin, so the process is bin's own:
+// signals, /proc and Pdeathsig apply to it.
+func (n *NSNet) Command(id, bin string, args []string) (string, []string) {
+	return ipBin, append([]string{"netns", "exec", n.ns[id], bin}, args...)
+}
+
+func (n *NSNet) known(id string) bool { _, ok := n.ns[id]; return ok }
+
+func (n *NSNet) in(id string, args ...string) error {
+	return nsRun(ipBin, append([]string{"netns", "exec", n.ns[id], iptablesBin}, args...)...)
+}
+
+// Partition implements Net.
+func (n *NSNet) Partition(grudge map[string][]string) error {
+	if err := checkGrudge(grudge, n.known); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var errs []error
+	for _, b := range n.ids {
+		errs = append(errs, n.in(b, "-F", "LFJ-PART"))
+	}
+	n.grudge = map[string][]string{}
+	for b, froms := range grudge {
+		for _, a := range froms {
+			if a == b {
+				continue
+			}
+			errs = append(errs, n.in(b, "-A", "LFJ-PART", "-s", n.ip[a], "-j", "DROP"))
+			n.grudge[b] = append(n.grudge[b], a)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Slow implements Net with netem, if the kernel has it.
+func (n *NSNet) Slow(delay, jitter time.Duration) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var errs []error
+	for _, id := range n.ids {
+		_ = nsRun(ipBin, "netns", "exec", n.ns[id], tcBin, "qdisc", "del", "dev", "eth0", "root")
+		if delay == 0 && jitter == 0 {
+			continue
+		}
+		err := nsRun(ipBin, "netns", "exec", n.ns[id], tcBin, "qdisc", "add", "dev", "eth0", "root", "netem",
+			"delay", fmt.Sprintf("%dus", delay.Microseconds()), fmt.Sprintf("%dus", jitter.Microseconds()))
+		if err != nil {
+			return fmt.Errorf("namespace mode cannot delay packets (the kernel has no netem qdisc?): %w", err)
+		}
+	}
+	n.delay, n.jitter = delay, jitter
+	return errors.Join(errs...)
+}
+
+// Flaky implements Net.
+func (n *NSNet) Flaky(p float64) error {
+	if p < 0 || p > 1 {
+		return fmt.Errorf("namespace mode: probability %v outside [0, 1]", p)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var errs []error
+	for _, b := range n.ids {
+		errs = append(errs, n.in(b, "-F", "LFJ-FLAKY"))
+		if p == 0 {
+			continue
+		}
+		for _, a := range n.ids {
+			if a == b {
+				continue
+			}
+			errs = append(errs,
+				n.in(b, "-A", "LFJ-FLAKY", "-s", n.ip[a], "-p", "tcp", "--syn", "-m", "statistic", "--mode", "random",
+					"--probability", strconv.FormatFloat(p, 'f', 4, 64), "-j", "REJECT", "--reject-with", "tcp-reset"),
+				n.in(b, "-A", "LFJ-FLAKY", "-s", n.ip[a], "-p", "tcp", "-m", "statistic", "--mode", "random",
+					"--probability", strconv.FormatFloat(p/100, 'f', 5, 64), "-j", "REJECT", "--reject-with", "tcp-reset"))
+		}
+	}
+	n.flaky = p
+	return errors.Join(errs...)
+}
+
+// Heal implements Net.
+func (n *NSNet) Heal() error {
+	err := errors.Join(n.Partition(nil), n.Flaky(0))
+	if n.delay > 0 || n.jitter > 0 {
+		err = errors.Join(err, n.Slow(0, 0))
+	}
+	return err
+}
+
+// Describe implements Net.
+func (n *NSNet) Describe() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := fmt.Sprintf("namespace mode (bridge %s, %s0/24); %s (iptables DROP in the receiver's namespace)", n.bridge, n.prefix, grudgeString(n.grudge))
+	if n.delay > 0 || n.jitter > 0 {
+		s += fmt.Sprintf("; netem delay %v jitter %v", n.delay, n.jitter)
+	}
+	if n.flaky > 0 {
+		s += fmt.Sprintf("; flaky: peer SYNs reset with p=%.2f, other peer packets with p=%.4f", n.flaky, n.flaky/100)
+	}
+	return s
+}
+
+// Stats implements Net from the packet counters of the iptables rules.
+func (n *NSNet) Stats() NetStats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := NetStats{Held: map[string]int64{}}
+	byIP := map[string]string{}
+	for id, ip := range n.ip {
+		byIP[ip] = id
+	}
+	for _, b := range n.ids {
+		for _, chain := range []string{"LFJ-PART", "LFJ-FLAKY"} {
+			out := nsOutput(ipBin, "netns", "exec", n.ns[b], iptablesBin, "-L", chain, "-v", "-x", "-n")
+			for _, l := range strings.Split(out, "\n") {
+				f := strings.Fields(l) // pkts bytes target prot opt in out source destination ...
+				if len(f) < 9 {
+					continue
+				}
+				pkts, err := strconv.ParseInt(f[0], 10, 64)
+				if err != nil {
+					continue
+				}
+				if chain == "LFJ-PART" {
+					s.Held[byIP[f[7]]+"->"+b] += pkts
+				} else {
+					s.Reset += pkts
+				}
+			}
+		}
+	}
+	return s
+}
+
+// Close implements Net: it deletes the namespaces (with their rules and
+// veths), the bridge and the FORWARD rule. The nodes must have exited:
+// a namespace lives on while a process is in it.
+func (n *NSNet) Close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	n.mu.Unlock()
+	var errs []error
+	for i, id := range n.ids {
+		if ns, ok := n.ns[id]; ok {
+			_ = nsRun(ipBin, "netns", "del", ns)
+		}
+		// The veth goes with the namespace once its last process is gone;
+		// delete the host side in case it is still there.
+		host := fmt.Sprintf("lfj%dh%d", n.pid, i)
+		if strings.Contains(nsOutput(ipBin, "-o", "link", "show", host), host) {
+			_ = nsRun(ipBin, "link", "del", host)
+		}
+	}
+	if strings.Contains(nsOutput(iptablesBin, "-S", "FORWARD"), "-i "+n.bridge+" ") {
+		errs = append(errs, nsRun(iptablesBin, "-D", "FORWARD", "-i", n.bridge, "-o", n.bridge, "-j", "ACCEPT"))
+	}
+	if strings.Contains(nsOutput(ipBin, "-o", "link", "show", n.bridge), n.bridge) {
+		errs = append(errs, nsRun(ipBin, "link", "del", n.bridge))
+	}
+	return errors.Join(errs...)
+}
