@@ -71,7 +71,7 @@ type nemesis struct {
 	rng      *rand.Rand
 	nodes    NodeControl
 	clocks   ClockControl // nil unless a clock nemesis is enabled (clock.go)
-	net      Net // network faults (nemesis_net.go); nil: none
+	net      Net          // network faults (nemesis_net.go); nil: none
 	workers  []*workerProc
 	kv       *fencekv.Client
 	ttl      time.Duration

@@ -96,7 +96,6 @@ func sortedKeys64(m map[string]uint64) []string {
 	return ks
 }
 
-
 // observe polls every node's status every 100 ms for d.
 func (n *nemesis) observe(ctx context.Context, d time.Duration) *observation {
 	o := &observation{leaders: map[string]uint64{}, notLeader: map[string]bool{}, terms: map[string]uint64{}}

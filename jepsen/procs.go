@@ -281,7 +281,7 @@ type Cluster struct {
 	byID      map[string]int
 	startedAt time.Time
 	dir       string // holds each node's data dir and log
-	net       Net // nil without network faults
+	net       Net    // nil without network faults
 }
 
 var _ NodeControl = (*Cluster)(nil)
