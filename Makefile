@@ -111,21 +111,27 @@ jepsen-bin:
 # JEPSEN_NET mode (proxy, or netns as root). Exit 0 only if every checker is
 # valid.
 jepsen: jepsen-bin
+	@if [ "$(JEPSEN_NET)" = netns ] && ! { command -v ip && command -v iptables; } >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 iptables; fi
 	$(BIN)/jepsen --bin-dir $(BIN) --seed $(JEPSEN_SEED) --time $(JEPSEN_TIME) \
 		--nemesis $(JEPSEN_NEMESIS) --net $(JEPSEN_NET) $(JEPSEN_ARGS)
 
-# jepsen-quick is the suite .ci/run runs: a fenced run with every nemesis
-# that must pass every checker, the --unfenced control that must be caught,
-# and one short run per planted bug (a plantedbugs build), each of which must
-# be caught by the checker the README's table names, within three seeds.
+# jepsen-quick is the suite .ci/run runs, on 3 nodes, 6 workers and 3
+# resources to keep it short: three fenced runs (process, network and clock
+# faults, every in-spec nemesis) that must pass every checker, the
+# --unfenced control that must be caught, and one short run per planted bug
+# (a plantedbugs build), each of which must be caught by a checker the
+# README's table names, within three seeds. About 10 minutes.
 jepsen-quick: jepsen-bin
-	$(BIN)/jepsen suite --bin-dir $(BIN) --seed $(JEPSEN_SEED) $(JEPSEN_ARGS)
+	$(BIN)/jepsen suite --bin-dir $(BIN) --seed $(JEPSEN_SEED) --nodes 3 --workers 6 --resources 3 $(JEPSEN_ARGS)
 
 # jepsen-soak runs SOAK_RUNS fenced runs of SOAK_TIME with every nemesis,
 # seeds JEPSEN_SEED, JEPSEN_SEED+1, ..., and stops at the first that fails.
 SOAK_RUNS ?= 10
 SOAK_TIME ?= 3m
 jepsen-soak: jepsen-bin
+	@if [ "$(JEPSEN_NET)" = netns ] && ! { command -v ip && command -v iptables; } >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 iptables; fi
 	for i in $$(seq 0 $$(($(SOAK_RUNS) - 1))); do \
 		$(BIN)/jepsen --bin-dir $(BIN) --seed $$(($(JEPSEN_SEED) + i)) --time $(SOAK_TIME) \
 			--nemesis $(JEPSEN_NEMESIS) --net $(JEPSEN_NET) $(JEPSEN_ARGS) || exit $$?; \

@@ -56,9 +56,10 @@ type Config struct {
 	Out io.Writer `json:"-"`
 }
 
-// DefaultConfig is the quick configuration.
+// DefaultConfig is a full run's configuration: 5 nodes, 10 workers over 5
+// resources, every in-spec nemesis in proxy mode.
 func DefaultConfig() Config {
-	return Config{Nodes: 3, Workers: 6, Resources: 3, LinWorkers: 3, LinResources: 2, Duration: 60 * time.Second, Quiet: 5 * time.Second,
+	return Config{Nodes: 5, Workers: 10, Resources: 5, LinWorkers: 3, LinResources: 2, Duration: 60 * time.Second, Quiet: 5 * time.Second,
 		TTL: 2 * time.Second, SkewMargin: 300 * time.Millisecond, Seed: 1, Nemeses: InSpecNemeses(), NetMode: NetProxy,
 		ResultsDir: filepath.Join("results", "jepsen")}
 }

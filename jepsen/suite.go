@@ -37,8 +37,12 @@ type ScenarioResult struct {
 // the unfenced control, and one short run per planted bug (up to three
 // seeds each), all on base's settings.
 func QuickSuite(base Config, bugs []string) []Scenario {
-	fenced := base
-	out := []Scenario{{Name: "fenced, nemeses " + strings.Join(fenced.Nemeses, ","), Cfg: fenced}}
+	var out []Scenario
+	for _, g := range FencedGroups {
+		c := base
+		c.Nemeses, c.Duration = g.Nemeses, g.Time
+		out = append(out, Scenario{Name: "fenced, " + g.Name, Cfg: c})
+	}
 	ctl := base
 	ctl.Unfenced, ctl.Nemeses, ctl.Duration, ctl.LinWorkers = true, []string{NemClientPause}, 20*time.Second, 0
 	out = append(out, Scenario{Name: "unfenced control", Cfg: ctl, Catch: []string{NameFencedTokens, NameFinalRead}, Attempts: 3})
@@ -52,6 +56,18 @@ func QuickSuite(base Config, bugs []string) []Scenario {
 		out = append(out, Scenario{Name: "planted bug " + b.Name, Cfg: c, Catch: b.Catch, Attempts: 3})
 	}
 	return out
+}
+
+// FencedGroups are the quick suite's fenced runs: every in-spec nemesis,
+// in three groups so that each gets injected within a short run.
+var FencedGroups = []struct {
+	Name    string
+	Nemeses []string
+	Time    time.Duration
+}{
+	{"process faults", []string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemSnapshot, NemMember}, 60 * time.Second},
+	{"network faults", NetNemeses, 60 * time.Second},
+	{"clock faults", []string{NemClockBump, NemClockStrobe}, 25 * time.Second},
 }
 
 // RunSuite runs each scenario in turn and returns its results; the
