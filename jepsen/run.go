@@ -145,10 +145,9 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 		}
 		cfg.Nemeses = kept
 	}
-	linTTL := cfg.Duration + cfg.Quiet + 2*time.Minute
-	if linTTL > 9*time.Minute {
-		linTTL = 9 * time.Minute // under leased's --max-ttl (10m)
-	}
+	// The lin workload's leases outlive the run (the nodes' --max-ttl is
+	// raised to allow it), up to runs of about two hours.
+	linTTL := min(cfg.Duration+cfg.Quiet+2*time.Minute, 2*time.Hour)
 	if cfg.Duration+cfg.Quiet+time.Minute > linTTL || cfg.LinResources == 0 {
 		cfg.LinWorkers = 0 // leases would expire within the run: expiry is not in the model
 	}
@@ -211,7 +210,8 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 
 	// Cluster and resource.
 	ts := time.Now()
-	extra := append([]string{"--min-ttl", "1s", "--skew-margin", cfg.SkewMargin.String(), "--tick", "250ms"}, SnapshotArgs...)
+	extra := append([]string{"--min-ttl", "1s", "--max-ttl", max(linTTL+time.Minute, 10*time.Minute).String(),
+		"--skew-margin", cfg.SkewMargin.String(), "--tick", "250ms"}, SnapshotArgs...)
 	if UsesClock(cfg.Nemeses) {
 		extra = append(extra, ClockArgs(filepath.Join(dir, "logs"))...)
 	}
