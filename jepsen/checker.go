@@ -25,6 +25,7 @@ const (
 	NameGrantIntervals = "grant-intervals-exclusive"
 	NameSafeWindows    = "safe-windows-disjoint"
 	NameFinalRead      = "fenced-updates-intact"
+	NameDurable        = "acknowledged-ops-durable" // 3
 )
 
 // Anomalies a checker names in an invalid Result.
@@ -37,6 +38,8 @@ const (
 	AnomalyRenewAfterExpiry      = "renew-after-expiry"
 	AnomalyEarlyExpiry           = "early-expiry"
 	AnomalyAckedGrantMissing     = "acknowledged-grant-missing"
+	AnomalyAckedRenewLost        = "acknowledged-renew-lost"
+	AnomalyAckedReleaseLost      = "acknowledged-release-lost"
 	AnomalyOverlappingSafeWindow = "overlapping-safe-windows"
 	AnomalyLostUpdate            = "lost-update"
 	AnomalyDuplicatedUpdate      = "duplicated-update"
@@ -547,8 +550,67 @@ func CheckAll(h []Record, audit []fencekv.AuditRecord, skewMargin time.Duration)
 		CheckGrantIntervals(h, skewMargin),
 		CheckSafeWindowsDisjoint(h),
 		CheckFinalRead(h),
+		CheckAcknowledgedDurable(h),
 		CheckLinearizable(h, 60*time.Second),
 	}
+}
+
+// CheckAcknowledgedDurable is property 3 for renewals and releases (the
+// grants are checked by CheckGrantIntervals): every renewal acknowledged
+// to an explicit Renew, and every release acknowledged as done, appears in
+// the replicated log as a renewed / released event of that lease (id and
+// token). A release through the client library counts only on the
+// linearizability workload, whose leases never expire (the library's
+// Release also succeeds on a lease that is already gone).
+func CheckAcknowledgedDurable(h []Record) Result {
+	f := newFinding(NameDurable)
+	seen := map[string]bool{} // event + lease + token
+	gaps := 0
+	invokes := map[string]Record{}
+	for _, r := range h {
+		switch {
+		case r.Type == OpWatchGap:
+			gaps++
+		case r.Type == OpEvent:
+			seen[r.Event+"/"+r.Lease+"/"+strconv.FormatUint(r.Token, 10)] = true
+			seen[r.Event+"/"+r.Lease+"/"] = true // for an invocation that names no token
+		case r.Kind == Invoke:
+			invokes[r.Op] = r
+		}
+	}
+	for _, r := range h {
+		if r.Kind != Complete || r.Result != OK || r.ResolvedFrom != "" {
+			continue
+		}
+		inv, ok := invokes[r.Op]
+		if !ok || inv.Lease == "" {
+			continue
+		}
+		var event, anomaly string
+		switch {
+		case r.Type == OpRenew:
+			event, anomaly = "renewed", AnomalyAckedRenewLost
+		case r.Type == OpRelease && (r.Value == Released || (r.Value == "" && strings.HasPrefix(r.Resource, LinPrefix))):
+			event, anomaly = "released", AnomalyAckedReleaseLost
+		default:
+			continue
+		}
+		f.r.Checked++
+		tok := ""
+		if inv.Token != 0 {
+			tok = strconv.FormatUint(inv.Token, 10)
+		}
+		if seen[event+"/"+inv.Lease+"/"+tok] {
+			continue
+		}
+		if gaps > 0 {
+			f.unknown("%s %s (lease %s) not seen as %s, but the watch stream had %d gap(s)", r.Type, r.Op, short(inv.Lease), event, gaps)
+			continue
+		}
+		f.invalid(anomaly, "%s %s by %s of lease %s (token %d) on %q was acknowledged, but no %s event exists for it",
+			r.Type, r.Op, r.Worker, short(inv.Lease), inv.Token, r.Resource, event)
+	}
+	return f.done("acknowledged renewal or release")
 }
 
 // Tally counts passes (valid) and failures (invalid or unknown). A result

@@ -68,7 +68,8 @@ func valid() *hb {
 	b.recs = append(b.recs, linValid()...)
 	long := int64(5 * time.Minute)
 	b.event("10.0", "granted", "jl/0", 1, "K1", 5*ms, 5*ms, long).
-		event("11.0", "released", "jl/0", 1, "K1", 55*ms, 5*ms, long).
+		event("10.1", "renewed", "jl/0", 1, "K1", 43*ms, 5*ms, long+38*ms).
+		event("11.0", "released", "jl/0", 1, "K1", 55*ms, 5*ms, long+38*ms).
 		event("12.0", "granted", "jl/0", 2, "K2", 75*ms, 75*ms, long).
 		event("13.0", "released", "jl/0", 2, "K2", 115*ms, 75*ms, long)
 	return b
@@ -142,7 +143,7 @@ func TestValidHistoryPassesEveryChecker(t *testing.T) {
 	for _, r := range rs {
 		expect(t, r, Valid, "")
 	}
-	if p, f := Tally(rs); p != 6 || f != 0 {
+	if p, f := Tally(rs); p != 7 || f != 0 {
 		t.Fatalf("tally %d passed %d failed", p, f)
 	}
 }
@@ -432,4 +433,31 @@ func TestLeaseIDNamingTwoLeasesIsCaught(t *testing.T) {
 	// A later grant in the scope that reuses the first lease's id.
 	b.event("10.0", "granted", "r", 3, "L1", 400*ms, 400*ms, 2400*ms)
 	expect(t, CheckTokensUniqueMonotonic(b.recs), Invalid, AnomalyLeaseIDReused)
+}
+
+func TestLostAcknowledgedRenewalOrReleaseIsCaught(t *testing.T) {
+	op := func(typ, op string, value string) []Record {
+		return []Record{
+			{Kind: Invoke, Worker: "l1", Op: op, Type: typ, Resource: "jl/0", TimeNs: 10 * ms, Lease: "K1", Token: 1},
+			{Kind: Complete, Worker: "l1", Op: op, Type: typ, Resource: "jl/0", TimeNs: 20 * ms, Result: OK, Value: value},
+		}
+	}
+	ev := func(kind string) Record {
+		return Record{Kind: Observe, Worker: "watch", Type: OpEvent, Event: kind, Resource: "jl/0", Lease: "K1", Token: 1, Position: "5.0"}
+	}
+	h := append(op(OpRenew, "n1", ""), ev("renewed"))
+	h = append(append(h, op(OpRelease, "r1", "")...), ev("released"))
+	expect(t, CheckAcknowledgedDurable(h), Valid, "")
+	expect(t, CheckAcknowledgedDurable(op(OpRenew, "n1", "")), Invalid, AnomalyAckedRenewLost)
+	expect(t, CheckAcknowledgedDurable(op(OpRelease, "r1", "")), Invalid, AnomalyAckedReleaseLost)
+	expect(t, CheckAcknowledgedDurable(op(OpRelease, "r1", Released)), Invalid, AnomalyAckedReleaseLost)
+	// A release the node answered "not released" promises nothing; an
+	// event of another token of the same id does not count.
+	expect(t, CheckAcknowledgedDurable(op(OpRelease, "r1", NotReleased)), Unknown, "")
+	other := ev("renewed")
+	other.Token = 2
+	expect(t, CheckAcknowledgedDurable(append(op(OpRenew, "n1", ""), other)), Invalid, AnomalyAckedRenewLost)
+	// Over a gap in the watch stream: undecided.
+	gap := Record{Kind: Observe, Worker: "watch", Type: OpWatchGap, Op: "gap-1"}
+	expect(t, CheckAcknowledgedDurable(append(op(OpRenew, "n1", ""), gap)), Unknown, "")
 }
