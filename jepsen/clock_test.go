@@ -81,7 +81,7 @@ func TestOutOfSpecClockRateMakesOnlyExclusionCheckersNotRequired(t *testing.T) {
 	audit := append(validAudit(), fencekv.AuditRecord{Seq: 7, Op: "put", Key: "r", Scope: "r", Token: 1, Outcome: fencekv.OutcomeAccepted})
 	rs = check([]string{NemClockRate}, audit)
 	expect(t, byName(rs, NameFencedTokens), Invalid, AnomalyStaleWriteAccepted)
-	if p, f := Tally(rs); p != 3 || f != 1 || !byName(rs, NameFencedTokens).Required() {
+	if p, f := Tally(rs); p != 4 || f != 1 || !byName(rs, NameFencedTokens).Required() {
 		t.Fatalf("out of spec with a stale write: %d passed, %d failed", p, f)
 	}
 	if sum := (&Summary{Results: rs}); !sum.Anomalous() {
