@@ -96,3 +96,33 @@ func TestLinearizabilityInfoKeepsOnePartitionPerResource(t *testing.T) {
 		t.Fatal(r, err)
 	}
 }
+
+func TestRegenerateArtifactsFromAStoredRun(t *testing.T) {
+	dir := t.TempDir()
+	h, faults := reportHistory()
+	sum := &Summary{Dir: dir, Results: CheckAll(h, validAudit(), 300*time.Millisecond)}
+	if err := writeJSON(filepath.Join(dir, "summary.json"), sum); err != nil {
+		t.Fatal(err)
+	}
+	var nem bytes.Buffer
+	w := NewWriter(&nem)
+	for _, f := range faults {
+		_ = w.Write(f)
+	}
+	_ = w.Flush()
+	if err := os.WriteFile(filepath.Join(dir, "nemesis.jsonl"), nem.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := RegenerateArtifacts(dir, h); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range append([]string{"report.html", LinearizabilityFile}, PlotFiles...) {
+		if st, err := os.Stat(filepath.Join(dir, name)); err != nil || st.Size() == 0 {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	report, _ := os.ReadFile(filepath.Join(dir, "report.html"))
+	if !strings.Contains(string(report), "kill-leader n1") || !strings.Contains(string(report), NameLinearizable) {
+		t.Fatal("report.html lacks the faults or the checker table")
+	}
+}
