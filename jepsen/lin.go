@@ -322,7 +322,7 @@ func FaultAnnotations(faults []Fault, end int64) []porcupine.Annotation {
 	for _, f := range faultSpans(faults, end) {
 		c := faultColor(f.kind)
 		c.A = 0xff
-		desc := f.target
+		desc := f.label
 		if !f.effective {
 			desc += " (not effective)"
 		}

@@ -33,9 +33,13 @@ var PlotFiles = []string{TimelinePNG, LatencyPNG, ThroughputPNG}
 // faultSpan is one fault from its start to its heal (or to the end of the
 // history when nemesis.jsonl has no heal for it).
 type faultSpan struct {
-	kind, target, detail string
-	start, end           int64
-	effective            bool
+	// detail is the heal's (what was observed), else the start's; label
+	// names the target, or for a fault without one (a partition) the
+	// start of the start's detail ("minority n1" of "minority n1 |
+	// majority n2,n3; ...").
+	kind, target, detail, label string
+	start, end                  int64
+	effective                   bool
 }
 
 // faultSpans pairs nemesis.jsonl's starts and heals by kind and target;
@@ -47,7 +51,15 @@ func faultSpans(faults []Fault, end int64) []faultSpan {
 		key := f.Kind + "/" + f.Target
 		if f.Phase == "start" {
 			open[key] = len(out)
-			out = append(out, faultSpan{kind: f.Kind, target: f.Target, detail: f.Detail, start: f.TimeNs, end: end})
+			label := f.Target
+			if label == "" {
+				label, _, _ = strings.Cut(f.Detail, ";")
+				label, _, _ = strings.Cut(label, " | ")
+				if r := []rune(label); len(r) > 32 {
+					label = string(r[:32]) + "…"
+				}
+			}
+			out = append(out, faultSpan{kind: f.Kind, target: f.Target, detail: f.Detail, label: label, start: f.TimeNs, end: end})
 			continue
 		}
 		i, ok := open[key]
@@ -104,7 +116,7 @@ func (s faultShading) Plot(c draw.Canvas, p *plot.Plot) {
 		if !c.ContainsX(x0) {
 			continue
 		}
-		label := f.kind + " " + f.target
+		label := f.kind + " " + f.label
 		if !f.effective {
 			label += " (not effective)"
 		}
