@@ -126,3 +126,21 @@ func TestRegenerateArtifactsFromAStoredRun(t *testing.T) {
 		t.Fatal("report.html lacks the faults or the checker table")
 	}
 }
+
+func TestPlotsOfAnEmptyHistoryAreStillWritten(t *testing.T) {
+	dir := t.TempDir()
+	if err := WritePlots(dir, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range PlotFiles {
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+}
