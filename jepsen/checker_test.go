@@ -386,7 +386,7 @@ func TestNonLinearizableLeaseHistoriesAreCaught(t *testing.T) {
 func TestReportRenders(t *testing.T) {
 	var buf bytes.Buffer
 	sum := &Summary{Dir: "x", Results: CheckAll(valid().recs, validAudit(), 300*time.Millisecond)}
-	writeReport(&buf, sum, valid().recs, []Fault{{Phase: "start", Kind: NemKill, Target: "n1", TimeNs: 20 * ms}, {Phase: "heal", Kind: NemKill, Target: "n1", TimeNs: 90 * ms}})
+	writeReport(&buf, sum, valid().recs, []Fault{{Phase: "start", Kind: NemKill, Target: "n1", TimeNs: 20 * ms}, {Phase: "heal", Kind: NemKill, Target: "n1", TimeNs: 90 * ms}}, artifacts{})
 	for _, want := range []string{"<svg", "fenced-tokens-monotonic", "kill n1", "token 2"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Fatalf("report lacks %q", want)

@@ -72,7 +72,7 @@ func TestOutOfSpecClockRateMakesOnlyExclusionCheckersNotRequired(t *testing.T) {
 		t.Fatal("out of spec: a not-required anomaly decided the run")
 	}
 	var report bytes.Buffer
-	writeReport(&report, sum, b.recs, nil)
+	writeReport(&report, sum, b.recs, nil, artifacts{})
 	if !strings.Contains(report.String(), "invalid (not required: out-of-spec clock rate)") {
 		t.Fatal("report.html does not say the verdict is not required")
 	}

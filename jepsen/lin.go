@@ -149,6 +149,12 @@ func LeaseModel() porcupine.Model {
 			}
 			return fmt.Sprintf("read → holder %q, scope token %d", short(o.lease), o.token)
 		},
+		DescribeOperationMetadata: func(m interface{}) string {
+			if m, ok := m.(linMeta); ok {
+				return fmt.Sprintf("%s, worker %s, op %s", m.resource, m.worker, m.op)
+			}
+			return ""
+		},
 		DescribeState: func(st interface{}) string {
 			s := st.(linState)
 			return fmt.Sprintf("holder %q, counter %d", short(s.holder), s.counter)
@@ -156,6 +162,10 @@ func LeaseModel() porcupine.Model {
 	}
 	return nm.ToModel()
 }
+
+// linMeta is an operation's Metadata: where it came from in the history
+// (shown by porcupine's visualization; the model never reads it).
+type linMeta struct{ resource, worker, op string }
 
 // LinOperations turns the linearizability workload's records (resources
 // under LinPrefix) into porcupine operations, one partition per resource.
@@ -196,13 +206,14 @@ func LinOperations(h []Record) map[string][]porcupine.Operation {
 			if r.Result == Unknown || r.ResolvedFrom != "" || (r.Type == OpAcquire && r.Result == Fail && !o.held) {
 				ret = math.MaxInt64
 			}
-			add(r.Resource, porcupine.Operation{ClientId: clients[r.Worker], Input: in, Call: i.TimeNs, Output: o, Return: ret})
+			add(r.Resource, porcupine.Operation{ClientId: clients[r.Worker], Input: in, Call: i.TimeNs, Output: o, Return: ret,
+				Metadata: linMeta{r.Resource, r.Worker, r.Op}})
 		}
 	}
 	// Invoked, never completed (the worker was stopped): unknown.
 	for _, i := range inv {
 		add(i.Resource, porcupine.Operation{ClientId: clients[i.Worker], Input: linInput{kind: i.Type, op: i.Op, lease: i.Lease, token: i.Token},
-			Call: i.TimeNs, Output: linOutput{result: Unknown}, Return: math.MaxInt64})
+			Call: i.TimeNs, Output: linOutput{result: Unknown}, Return: math.MaxInt64, Metadata: linMeta{i.Resource, i.Worker, i.Op}})
 	}
 	return out
 }
@@ -258,4 +269,85 @@ func longestPrefix(model porcupine.Model, ops []porcupine.Operation, info porcup
 		}
 	}
 	return fmt.Sprintf("%d ops, ending %s", len(best), strings.Join(s, "; "))
+}
+
+// LinearizabilityFile is porcupine's visualization of a run's
+// linearizability workload (WriteLinearizability).
+const LinearizabilityFile = "linearizability.html"
+
+// LinearizabilityInfo checks the linearizability workload of h again, all
+// its resources in one porcupine call (one partition per resource, in
+// resource order), and keeps what porcupine found: the full linearization
+// of each partition that has one, the longest partial ones otherwise. The
+// verdict of the checker stays CheckLinearizable's (per resource, each
+// with its own timeout); this exists for the visualization, and costs a
+// second check. The model it returns is the one to visualize with.
+func LinearizabilityInfo(h []Record, timeout time.Duration) (porcupine.Model, porcupine.CheckResult, porcupine.LinearizationInfo) {
+	parts := LinOperations(h)
+	res := make([]string, 0, len(parts))
+	for r := range parts {
+		res = append(res, r)
+	}
+	sort.Strings(res)
+	var all []porcupine.Operation
+	for _, r := range res {
+		all = append(all, parts[r]...)
+	}
+	model := LeaseModel()
+	model.Partition = func(ops []porcupine.Operation) [][]porcupine.Operation {
+		idx := map[string]int{}
+		var out [][]porcupine.Operation
+		for _, op := range ops {
+			r := op.Metadata.(linMeta).resource
+			i, ok := idx[r]
+			if !ok {
+				i = len(out)
+				idx[r] = i
+				out = append(out, nil)
+			}
+			out[i] = append(out[i], op)
+		}
+		return out
+	}
+	result, info := porcupine.CheckOperationsVerbose(model, all, timeout)
+	return model, result, info
+}
+
+// FaultAnnotations turns nemesis.jsonl's faults into porcupine
+// annotations, one row per nemesis kind, each interval from start to heal
+// (to the end of the history when never healed), its target and what was
+// observed in the tooltip.
+func FaultAnnotations(faults []Fault, end int64) []porcupine.Annotation {
+	var out []porcupine.Annotation
+	for _, f := range faultSpans(faults, end) {
+		c := faultColor(f.kind)
+		c.A = 0xff
+		desc := f.label
+		if !f.effective {
+			desc += " (not effective)"
+		}
+		out = append(out, porcupine.Annotation{
+			Tag:             "nemesis " + f.kind,
+			Start:           f.start,
+			End:             f.end,
+			Description:     desc,
+			Details:         fmt.Sprintf("%s %s for %v, effective %v: %s", f.kind, f.target, time.Duration(f.end-f.start).Round(time.Millisecond), f.effective, f.detail),
+			BackgroundColor: fmt.Sprintf("#%02x%02x%02x", c.R, c.G, c.B),
+		})
+	}
+	return out
+}
+
+// WriteLinearizability writes porcupine's visualization of the
+// linearizability workload of h (LinearizabilityInfo) to path, with the
+// faults as annotations. It returns porcupine's result; a history without
+// that workload writes nothing and returns ("", nil).
+func WriteLinearizability(path string, h []Record, faults []Fault, timeout time.Duration) (porcupine.CheckResult, error) {
+	if len(LinOperations(h)) == 0 {
+		return "", nil
+	}
+	model, result, info := LinearizabilityInfo(h, timeout)
+	_, t1 := historySpan(h)
+	info.AddAnnotations(FaultAnnotations(faults, t1))
+	return result, porcupine.VisualizePath(model, info, path)
 }

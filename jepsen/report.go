@@ -1,30 +1,81 @@
 package jepsen
 
 import (
+	"errors"
 	"fmt"
 	"html"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
 )
 
-// WriteReport writes report.html: the checker results, then one lane per
-// resource on a common time axis with each holder's client safe window
-// (labelled with its token), each write's completion (green accepted, red
-// refused, grey unknown), and the faults shaded with their kind. A first
-// version; the porcupine visualization and plots are not in it yet.
+// WriteReport writes report.html: the checker results, the plots
+// (WritePlots: timeline.png, latency.png, throughput.png, written next to
+// it first), a link to porcupine's visualization of the linearizability
+// workload (WriteLinearizability: linearizability.html, also written
+// first), then one lane per resource on a common time axis with each
+// holder's client safe window (labelled with its token), each write's
+// completion (green accepted, red refused, grey unknown), and the faults
+// shaded with their kind. A plot or visualization that fails is named in
+// the report and in the returned error; the report is still written.
 func WriteReport(path string, sum *Summary, h []Record, faults []Fault) error {
+	dir := filepath.Dir(path)
+	var notes []string
+	plotErr := WritePlots(dir, h, faults)
+	if plotErr != nil {
+		notes = append(notes, "plots: "+plotErr.Error())
+	}
+	lin, linErr := WriteLinearizability(filepath.Join(dir, LinearizabilityFile), h, faults, linVisualTimeout)
+	if linErr != nil {
+		notes = append(notes, "linearizability visualization: "+linErr.Error())
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	writeReport(f, sum, h, faults)
-	return f.Close()
+	writeReport(f, sum, h, faults, artifacts{dir: dir, lin: lin, notes: notes})
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return errors.Join(plotErr, linErr)
 }
 
-func writeReport(w io.Writer, sum *Summary, h []Record, faults []Fault) {
+// linVisualTimeout bounds the second porcupine check made for the
+// visualization.
+const linVisualTimeout = 60 * time.Second
+
+// artifacts are the files written next to report.html that it shows.
+type artifacts struct {
+	dir string
+	// lin is porcupine's result for linearizability.html ("" when the run
+	// had no linearizability workload and the file was not written).
+	lin   porcupine.CheckResult
+	notes []string
+}
+
+// writeArtifacts links linearizability.html and shows the plots that exist.
+func writeArtifacts(w io.Writer, a artifacts) {
+	if a.lin != "" {
+		fmt.Fprintf(w, "<p><a href='%s'>linearizability.html</a>: porcupine's visualization of the linearizability workload (jl/ resources, one partition each; faults as annotation rows), porcupine: %s</p>\n",
+			LinearizabilityFile, html.EscapeString(string(a.lin)))
+	}
+	for _, n := range a.notes {
+		fmt.Fprintf(w, "<p class=invalid>%s</p>\n", html.EscapeString(n))
+	}
+	for _, p := range PlotFiles {
+		if _, err := os.Stat(filepath.Join(a.dir, p)); err == nil {
+			fmt.Fprintf(w, "<p><a href='%s'><img src='%s' alt='%s' style='max-width:100%%'></a></p>\n", p, p, p)
+		}
+	}
+}
+
+func writeReport(w io.Writer, sum *Summary, h []Record, faults []Fault, a artifacts) {
 	var t0, t1 int64
 	for _, r := range h {
 		if r.TimeNs == 0 {
@@ -76,6 +127,7 @@ func writeReport(w io.Writer, sum *Summary, h []Record, faults []Fault) {
 			html.EscapeString(r.Anomaly), html.EscapeString(r.Witness))
 	}
 	fmt.Fprintf(w, "</table><p>%d passed, %d failed%s</p>\n", sum.Passed, sum.Failed, notCounted(sum.NotCounted))
+	writeArtifacts(w, a)
 	fmt.Fprintf(w, "<p>Safe windows per resource (bars, token inside), writes (ticks: green accepted, red refused, grey unknown), faults (shaded). Time: %.1f s.</p>\n", float64(t1-t0)/1e9)
 	fmt.Fprintf(w, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d'>\n", left+width+20, height)
 

@@ -606,7 +606,8 @@ func writeJSON(path string, v any) error {
 
 // Recheck runs the history checkers again over a stored results folder
 // (config.json, resolved.jsonl or else history.jsonl, audit.json) and prints them. serves-after-heal
-// is a live observation and is not re-derived.
+// is a live observation and is not re-derived. It also writes the plots,
+// linearizability.html and report.html again (RegenerateArtifacts).
 func Recheck(dir string, out io.Writer) ([]Result, error) {
 	var cfg Config
 	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
@@ -635,6 +636,9 @@ func Recheck(dir string, out io.Writer) ([]Result, error) {
 	MarkRequired(cfg.Nemeses, rs)
 	for _, r := range rs {
 		fmt.Fprintln(out, r)
+	}
+	if err := RegenerateArtifacts(dir, h); err != nil {
+		fmt.Fprintf(out, "\nartifacts: %v\n", err)
 	}
 	p, f := Tally(rs)
 	fmt.Fprintf(out, "\n%d passed, %d failed%s  (re-check of %s)\n", p, f, notCounted(NotCounted(rs)), dir)
