@@ -333,8 +333,12 @@ type AcquireRequest struct {
 	Scope  string               `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
 	Holder string               `protobuf:"bytes,3,opt,name=holder,proto3" json:"holder,omitempty"`
 	Ttl    *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	// request_id makes retries safe: one request id yields at most one lease.
-	// Empty means the server picks one (no retry safety).
+	// request_id makes retries safe: its first outcome is final, a grant
+	// (replayed to every retry) or a refusal as held (refused again, even
+	// once the resource is free, so a copy delayed in the network cannot
+	// grant what its client was told it did not get); kept max_ttl +
+	// skew_margin. A waiting acquire's refusals are not kept. Empty means no
+	// retry safety.
 	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// wait queues the caller (FIFO per resource) until the resource is free
 	// or the call's deadline passes.

@@ -122,7 +122,11 @@ func DumpLog(dataDir string, w io.Writer) error {
 		}
 	}
 	var dedup []LogRecord
-	st.EachRequestID(func(id string, at int64, l fsm.Lease) {
+	st.EachRequestID(func(id string, at int64, l fsm.Lease, refused bool) {
+		if refused {
+			dedup = append(dedup, LogRecord{Kind: LogDedup, RequestID: id, NowNs: at, Type: "acquire", Resource: l.Resource, Result: "refused"})
+			return
+		}
 		dedup = append(dedup, LogRecord{Kind: LogDedup, RequestID: id, NowNs: at, Type: "acquire", Resource: l.Resource,
 			Scope: l.Scope, Holder: l.Holder, LeaseID: hex.EncodeToString(l.ID[:]), Token: l.Token, Result: "ok"})
 	})

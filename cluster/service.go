@@ -90,6 +90,7 @@ func (s *leaseService) Acquire(ctx context.Context, req *api.AcquireRequest) (*a
 		TtlNs:     int64(ttl),
 		RequestId: req.RequestId,
 		LeaseId:   newLeaseID(),
+		Wait:      req.Wait,
 	}}}
 	if planted(BugLeaseIDByResource) {
 		cmd.GetAcquire().LeaseId = resourceLeaseID(req.Resource)

@@ -18,17 +18,19 @@ type model struct {
 	now      int64
 	leases   []Lease // at most one per resource
 	counters map[string]uint64
-	dedup    map[string]struct {
-		at    int64
-		lease Lease
-	}
+	dedup    map[string]dedupModel
+}
+
+// dedupModel is a request id's first outcome: its lease, or refused (the
+// lease is then the holder's).
+type dedupModel struct {
+	at      int64
+	lease   Lease
+	refused bool
 }
 
 func newModel() *model {
-	return &model{counters: map[string]uint64{}, dedup: map[string]struct {
-		at    int64
-		lease Lease
-	}{}}
+	return &model{counters: map[string]uint64{}, dedup: map[string]dedupModel{}}
 }
 
 func (m *model) find(pred func(Lease) bool) int {
@@ -65,6 +67,9 @@ func (m *model) apply(margin, keep int64, c *fsmpb.Command) Result {
 			if d.lease.Resource != a.Resource {
 				return Result{Err: ErrRequestIDReused}
 			}
+			if d.refused {
+				return Result{Err: ErrHeld, Replayed: true}
+			}
 			r := Result{Lease: d.lease, Replayed: true}
 			if i := m.find(func(l Lease) bool { return l.ID == d.lease.ID }); i >= 0 {
 				r.Lease, r.Remaining = m.leases[i], m.rem(m.leases[i])
@@ -73,6 +78,9 @@ func (m *model) apply(margin, keep int64, c *fsmpb.Command) Result {
 		}
 		if i := m.find(func(l Lease) bool { return l.Resource == a.Resource }); i >= 0 {
 			if m.now <= m.leases[i].ExpiresAt+margin {
+				if a.RequestId != "" && !a.Wait {
+					m.dedup[a.RequestId] = dedupModel{m.now, m.leases[i], true}
+				}
 				return Result{Err: ErrHeld}
 			}
 			m.leases = append(m.leases[:i], m.leases[i+1:]...)
@@ -86,10 +94,7 @@ func (m *model) apply(margin, keep int64, c *fsmpb.Command) Result {
 		copy(l.ID[:], a.LeaseId)
 		m.leases = append(m.leases, l)
 		if a.RequestId != "" {
-			m.dedup[a.RequestId] = struct {
-				at    int64
-				lease Lease
-			}{m.now, l}
+			m.dedup[a.RequestId] = dedupModel{at: m.now, lease: l}
 		}
 		return Result{Lease: l, Remaining: m.rem(l)}
 	case *fsmpb.Command_Renew:

@@ -97,7 +97,7 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	}
 	for i := range sn.dedup {
 		d := &sn.dedup[i]
-		enc.write(recDedup, &fsmpb.DedupRecord{RequestId: d.requestID, AtNs: d.at, Lease: leaseRecord(&d.lease)})
+		enc.write(recDedup, &fsmpb.DedupRecord{RequestId: d.requestID, AtNs: d.at, Lease: leaseRecord(&d.lease), Refused: d.refused})
 	}
 	enc.writeRaw(recEnd, nil)
 	if enc.err == nil {
@@ -204,7 +204,7 @@ func restore(br *bufio.Reader) (*State, error) {
 		if _, dup := s.dedup[rec.RequestId]; dup {
 			return nil, fmt.Errorf("dedup %d: request id listed twice", i)
 		}
-		d := &dedupEntry{requestID: rec.RequestId, at: rec.AtNs, lease: l}
+		d := &dedupEntry{requestID: rec.RequestId, at: rec.AtNs, lease: l, refused: rec.Refused}
 		s.dedup[d.requestID] = d
 		s.dedupQ = append(s.dedupQ, d)
 	}

@@ -100,7 +100,10 @@ type Applied struct {
 type dedupEntry struct {
 	requestID string
 	at        int64
-	lease     Lease
+	// lease is the lease granted, or, when refused, the lease that held
+	// the resource: a request id's first outcome is final either way.
+	lease   Lease
+	refused bool
 }
 
 // State is the lease state machine.
@@ -249,6 +252,16 @@ func (s *State) acquire(a *Applied, c *fsmpb.Acquire, margin int64) Result {
 			if d.lease.Resource != c.Resource {
 				return Result{Err: ErrRequestIDReused}
 			}
+			if d.refused {
+				// Refused the first time: a late copy (held back in the
+				// network, then delivered) must not grant what its client
+				// was told it did not get.
+				held := &HeldError{Resource: d.lease.Resource, Holder: d.lease.Holder, Token: d.lease.Token}
+				if l, ok := s.byID[d.lease.ID]; ok && s.now <= l.ExpiresAt+margin {
+					held.TimeLeft = time.Duration(l.ExpiresAt + margin - s.now)
+				}
+				return Result{Err: held, Replayed: true}
+			}
 			// The first outcome again. Remaining is measured now, at this
 			// command's stamp, so a client's safe window is never stretched.
 			r := Result{Lease: d.lease, Replayed: true}
@@ -264,6 +277,9 @@ func (s *State) acquire(a *Applied, c *fsmpb.Acquire, margin int64) Result {
 			margin = 0
 		}
 		if s.now <= cur.ExpiresAt+margin {
+			if c.RequestId != "" && !c.Wait {
+				s.remember(&dedupEntry{requestID: c.RequestId, at: s.now, lease: cur.copy(), refused: true})
+			}
 			return Result{Err: &HeldError{
 				Resource: cur.Resource,
 				Holder:   cur.Holder,
@@ -297,12 +313,16 @@ func (s *State) acquire(a *Applied, c *fsmpb.Acquire, margin int64) Result {
 	s.byID[id] = l
 	heap.Push(&s.expiry, l)
 	if c.RequestId != "" {
-		d := &dedupEntry{requestID: c.RequestId, at: s.now, lease: l.copy()}
-		s.dedup[c.RequestId] = d
-		s.dedupQ = append(s.dedupQ, d)
+		s.remember(&dedupEntry{requestID: c.RequestId, at: s.now, lease: l.copy()})
 	}
 	a.Events = append(a.Events, Event{Type: EventGranted, Lease: l.copy(), Reason: "acquire", Now: s.now})
 	return Result{Lease: l.copy(), Remaining: s.remaining(l)}
+}
+
+// remember records a request id's outcome (kept dedup_keep).
+func (s *State) remember(d *dedupEntry) {
+	s.dedup[d.requestID] = d
+	s.dedupQ = append(s.dedupQ, d)
 }
 
 func (s *State) renew(a *Applied, c *fsmpb.Renew) Result {
@@ -401,11 +421,11 @@ func (s *State) CountHeld(match func(holder string) bool) int {
 	return n
 }
 
-// EachRequestID calls fn for every request id the state remembers (grants
-// not yet pruned), in grant order, with the cluster time of the grant and
-// the lease it produced.
-func (s *State) EachRequestID(fn func(requestID string, at int64, l Lease)) {
+// EachRequestID calls fn for every request id the state remembers (not
+// yet pruned), in order, with the cluster time of its outcome and the lease
+// it produced, or, when refused, the lease that held the resource.
+func (s *State) EachRequestID(fn func(requestID string, at int64, l Lease, refused bool)) {
 	for _, d := range s.dedupQ[s.dedupHead:] {
-		fn(d.requestID, d.at, d.lease)
+		fn(d.requestID, d.at, d.lease, d.refused)
 	}
 }

@@ -378,3 +378,52 @@ func TestBumpCountersRaisesEveryScopeOrNone(t *testing.T) {
 		t.Fatal("a refused bump changed counters")
 	}
 }
+
+// A request id's first applied outcome is final, a refusal too: an attempt
+// that reaches the leader late (held back by a partition, then delivered by
+// TCP) must not grant a lease its client was told it did not get. Found by
+// the fault harness (jepsen/README.md, "Findings").
+func TestRefusedRequestIDStaysRefused(t *testing.T) {
+	s := New()
+	apply(t, s, 0, acquireCmd("r", 10*sec, 1, "holder"))
+	r1 := apply(t, s, 1*sec, acquireCmd("r", 10*sec, 2, "late"))
+	var held *HeldError
+	if !errors.As(r1.Err, &held) || held.Token != 1 {
+		t.Fatalf("first attempt: %+v", r1)
+	}
+	apply(t, s, 2*sec, releaseCmd(1))
+	// The late copy of the refused request arrives with the resource free.
+	r2 := apply(t, s, 3*sec, acquireCmd("r", 10*sec, 3, "late"))
+	if !errors.As(r2.Err, &held) || !r2.Replayed || held.Token != 1 || held.TimeLeft != 0 {
+		t.Fatalf("late copy of a refused request: %+v", r2)
+	}
+	if _, ok := s.Lease("r"); ok || s.ScopeCounter("r") != 1 {
+		t.Fatalf("late copy changed the state: counter %d", s.ScopeCounter("r"))
+	}
+	// The refusal survives a snapshot.
+	restored, err := Restore(bytes.NewReader(snapshotBytes(t, s)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := apply(t, restored, 4*sec, acquireCmd("r", 10*sec, 4, "late")); !errors.As(r.Err, &held) || !r.Replayed {
+		t.Fatalf("after restore: %+v", r)
+	}
+	// A waiting acquire's refusals are not remembered: the leader proposes
+	// the same request again when the resource frees.
+	apply(t, s, 5*sec, acquireCmd("r", 10*sec, 5, "holder2"))
+	w := acquireCmd("r", 10*sec, 6, "waiter")
+	w.GetAcquire().Wait = true
+	if r := apply(t, s, 6*sec, w); !errors.As(r.Err, &held) {
+		t.Fatalf("waiter while held: %+v", r)
+	}
+	apply(t, s, 7*sec, releaseCmd(5))
+	if r := apply(t, s, 8*sec, w); r.Err != nil || r.Lease.Token != 3 {
+		t.Fatalf("waiter after release: %+v", r)
+	}
+	// Refusals are pruned after dedup_keep like grants.
+	apply(t, s, testKeep+9*sec, tickCmd())
+	apply(t, s, testKeep+9*sec, releaseCmd(6))
+	if r := apply(t, s, testKeep+10*sec, acquireCmd("r", 10*sec, 7, "late")); r.Err != nil || r.Replayed {
+		t.Fatalf("after prune: %+v", r)
+	}
+}

@@ -227,7 +227,11 @@ type Acquire struct {
 	RequestId string                 `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// lease_id is chosen by the leader (16 random bytes): the FSM draws no
 	// randomness.
-	LeaseId       []byte `protobuf:"bytes,6,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	LeaseId []byte `protobuf:"bytes,6,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// wait marks an acquire the leader proposes again whenever the resource
+	// frees: its refusals are not remembered under its request id (a
+	// request id's first outcome is otherwise final, a refusal too).
+	Wait          bool `protobuf:"varint,7,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -302,6 +306,13 @@ func (x *Acquire) GetLeaseId() []byte {
 		return x.LeaseId
 	}
 	return nil
+}
+
+func (x *Acquire) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
 }
 
 type Renew struct {
@@ -669,10 +680,13 @@ func (x *ScopeRecord) GetCounter() uint64 {
 }
 
 type DedupRecord struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	AtNs          int64                  `protobuf:"varint,2,opt,name=at_ns,json=atNs,proto3" json:"at_ns,omitempty"`
-	Lease         *LeaseRecord           `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	AtNs      int64                  `protobuf:"varint,2,opt,name=at_ns,json=atNs,proto3" json:"at_ns,omitempty"`
+	// lease is the lease the request was granted, or, when refused is set,
+	// the lease that held the resource when it was refused.
+	Lease         *LeaseRecord `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	Refused       bool         `protobuf:"varint,4,opt,name=refused,proto3" json:"refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -728,6 +742,13 @@ func (x *DedupRecord) GetLease() *LeaseRecord {
 	return nil
 }
 
+func (x *DedupRecord) GetRefused() bool {
+	if x != nil {
+		return x.Refused
+	}
+	return false
+}
+
 var File_fsm_fsmpb_fsm_proto protoreflect.FileDescriptor
 
 const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
@@ -743,7 +764,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05renew\x18\x02 \x01(\v2\x18.leasefence.fsm.v1.RenewH\x00R\x05renew\x126\n" +
 	"\arelease\x18\x03 \x01(\v2\x1a.leasefence.fsm.v1.ReleaseH\x00R\arelease\x12-\n" +
 	"\x04tick\x18\x04 \x01(\v2\x17.leasefence.fsm.v1.TickH\x00R\x04tickB\x04\n" +
-	"\x02op\"\xa4\x01\n" +
+	"\x02op\"\xb8\x01\n" +
 	"\aAcquire\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x16\n" +
@@ -751,7 +772,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x06ttl_ns\x18\x04 \x01(\x03R\x05ttlNs\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12\x19\n" +
-	"\blease_id\x18\x06 \x01(\fR\aleaseId\"\"\n" +
+	"\blease_id\x18\x06 \x01(\fR\aleaseId\x12\x12\n" +
+	"\x04wait\x18\a \x01(\bR\x04wait\"\"\n" +
 	"\x05Renew\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\fR\aleaseId\"$\n" +
 	"\aRelease\x12\x19\n" +
@@ -779,12 +801,13 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rexpires_at_ns\x18\b \x01(\x03R\vexpiresAtNs\"=\n" +
 	"\vScopeRecord\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x18\n" +
-	"\acounter\x18\x02 \x01(\x04R\acounter\"w\n" +
+	"\acounter\x18\x02 \x01(\x04R\acounter\"\x91\x01\n" +
 	"\vDedupRecord\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x13\n" +
 	"\x05at_ns\x18\x02 \x01(\x03R\x04atNs\x124\n" +
-	"\x05lease\x18\x03 \x01(\v2\x1e.leasefence.fsm.v1.LeaseRecordR\x05leaseB2Z0github.com/leasefence/leasefence/fsm/fsmpb;fsmpbb\x06proto3"
+	"\x05lease\x18\x03 \x01(\v2\x1e.leasefence.fsm.v1.LeaseRecordR\x05lease\x12\x18\n" +
+	"\arefused\x18\x04 \x01(\bR\arefusedB2Z0github.com/leasefence/leasefence/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_fsm_fsmpb_fsm_proto_rawDescOnce sync.Once
