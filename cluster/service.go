@@ -408,6 +408,11 @@ func (s *leaseService) Watch(req *api.WatchRequest, stream grpc.ServerStreamingS
 		after = &position{req.After.Index, req.After.Seq}
 	}
 	w, backlog, ok := s.n.hub.subscribe(req.Key, req.Prefix, after)
+	if !ok && s.n.hub.waitingForFirstApply() {
+		// Nothing is lost: this node has not applied an entry since it
+		// started, so it cannot tell yet. Retryable, here or elsewhere.
+		return status.Error(codes.Unavailable, "this node has not applied an entry since it started; retry the watch")
+	}
 	if !ok {
 		return status.Errorf(codes.OutOfRange, "events after %d.%d are no longer retained on this node; read the current state and watch from now", req.After.Index, req.After.Seq)
 	}

@@ -135,6 +135,15 @@ func (h *hub) subscribe(key string, prefix bool, after *position) (w *watcher, b
 	return w, backlog, true
 }
 
+// waitingForFirstApply reports whether this node has applied nothing
+// since it started: a resume it
+// refuses now is not lost, only early.
+func (h *hub) waitingForFirstApply() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.gap
+}
+
 func (h *hub) unsubscribe(w *watcher) {
 	h.mu.Lock()
 	delete(h.subs, w)
