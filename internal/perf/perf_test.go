@@ -189,7 +189,7 @@ func acquireLatencies(b *testing.B, c *testcluster.Cluster) (lat []time.Duration
 // cluster of leased processes and reports each node's resident memory and
 // the acquire p99 at 1 000 and at 1 000 000 live leases.
 //
-//	go test -run '^$' -bench MillionLeases -benchtime 1x -timeout 30m ./internal/perf/
+//	go test -run '^$' -bench MillionLeases -benchtime 1x -timeout 40m ./internal/perf/
 //
 // With LEASEFENCE_PERF_PROFILES=DIR the nodes also serve pprof, and DIR
 // receives, per node, the heap profile at 1 000 000 leases (heap-nN.pprof,
