@@ -47,12 +47,22 @@ func FuzzApply(f *testing.F) {
 			}
 			return
 		}
-		for res, l := range s.byResource {
-			if l.Resource != res || s.byID[l.ID] != l || l.Token == 0 || l.Token > s.counters[l.Scope] {
-				t.Fatalf("invariant broken for %q: %+v", res, *l)
+		leases, scopes := 0, 0
+		for name, e := range s.names {
+			if e.lease == nil && e.counter == 0 {
+				t.Fatalf("empty name entry %q kept", name)
+			}
+			if e.counter != 0 {
+				scopes++
+			}
+			if l := e.lease; l != nil {
+				leases++
+				if l.Resource != name || s.byID[l.ID] != l || l.Token == 0 || l.Token > s.names[l.Scope].counter || s.expiry[l.heapIdx] != l {
+					t.Fatalf("invariant broken for %q: %+v", name, *l)
+				}
 			}
 		}
-		if len(s.byID) != len(s.byResource) || len(s.expiry) != len(s.byResource) {
+		if leases != s.leases || scopes != s.scopes || len(s.byID) != leases || len(s.expiry) != leases {
 			t.Fatal("indexes disagree")
 		}
 		raw := snapshotBytes(t, s)

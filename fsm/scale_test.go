@@ -3,7 +3,9 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"testing"
 	"time"
 
@@ -16,6 +18,10 @@ import (
 // that size.
 //
 //	go test -run '^$' -bench Scale -benchtime 1x -timeout 30m ./fsm/
+//
+// With LEASEFENCE_HEAPPROFILE=PREFIX it also writes, per size, the heap
+// profile taken while the state is live (PREFIX-N.pprof; read it with
+// go tool pprof -sample_index=inuse_space).
 func BenchmarkScale(b *testing.B) {
 	for _, n := range []int{1000, 100000, 1000000} {
 		b.Run(fmt.Sprintf("leases=%d", n), func(b *testing.B) {
@@ -42,6 +48,16 @@ func BenchmarkScale(b *testing.B) {
 			var after runtime.MemStats
 			runtime.ReadMemStats(&after)
 			heapPerLease := float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
+			if prefix := os.Getenv("LEASEFENCE_HEAPPROFILE"); prefix != "" {
+				f, err := os.Create(fmt.Sprintf("%s-%d.pprof", prefix, n))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+					b.Fatal(err)
+				}
+				f.Close()
+			}
 
 			start := time.Now()
 			var buf bytes.Buffer

@@ -7,7 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
+	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -36,9 +37,9 @@ const (
 // is safe to persist from another goroutine while the State moves on.
 type Snapshot struct {
 	now    int64
-	leases []Lease
+	leases []*Lease // records never change (bar heapIdx, never read here)
 	scopes []scopeCounter
-	dedup  []dedupEntry
+	dedup  []dedupRef // shares the State's queue: its elements never change
 }
 
 type scopeCounter struct {
@@ -46,31 +47,33 @@ type scopeCounter struct {
 	counter uint64
 }
 
-// Snapshot captures the state. It copies the leases, counters and request
-// ids (O(n), no encoding); all encoding happens in WriteTo.
+// Snapshot captures the state, cheaply enough to run under the node's
+// lock at a million leases: lease records are never changed once made
+// (renewal replaces them), so it copies the expiry heap's slice of
+// pointers; the request-id queue's elements are never written once
+// appended, so it keeps a slice of it; only the counters are copied
+// entry by entry. Nothing is encoded here: that is WriteTo's work, which
+// may run on another goroutine while the State applies more entries.
 func (s *State) Snapshot() *Snapshot {
 	sn := &Snapshot{
 		now:    s.now,
-		leases: make([]Lease, 0, len(s.byResource)),
-		scopes: make([]scopeCounter, 0, len(s.counters)),
-		dedup:  make([]dedupEntry, 0, len(s.dedupQ)-s.dedupHead),
+		leases: append([]*Lease(nil), s.expiry...),
+		scopes: make([]scopeCounter, 0, s.scopes),
+		dedup:  s.dedupQ[s.dedupHead:len(s.dedupQ):len(s.dedupQ)],
 	}
-	for _, l := range s.byResource {
-		sn.leases = append(sn.leases, l.copy())
-	}
-	for sc, c := range s.counters {
+	for name, e := range s.names {
+		c := e.counter
 		if planted(BugSnapshotDropsCounters) {
 			c = 0
-			for _, l := range s.byResource {
-				if l.Scope == sc {
+			for _, l := range s.expiry {
+				if l.Scope == name {
 					c = max(c, l.Token)
 				}
 			}
 		}
-		sn.scopes = append(sn.scopes, scopeCounter{sc, c})
-	}
-	for _, d := range s.dedupQ[s.dedupHead:] {
-		sn.dedup = append(sn.dedup, *d)
+		if c != 0 {
+			sn.scopes = append(sn.scopes, scopeCounter{name, c})
+		}
 	}
 	return sn
 }
@@ -78,8 +81,8 @@ func (s *State) Snapshot() *Snapshot {
 // WriteTo encodes the snapshot deterministically: two States with the same
 // content write the same bytes.
 func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
-	sort.Slice(sn.leases, func(i, j int) bool { return sn.leases[i].Resource < sn.leases[j].Resource })
-	sort.Slice(sn.scopes, func(i, j int) bool { return sn.scopes[i].scope < sn.scopes[j].scope })
+	slices.SortFunc(sn.leases, func(a, b *Lease) int { return strings.Compare(a.Resource, b.Resource) })
+	slices.SortFunc(sn.scopes, func(a, b scopeCounter) int { return strings.Compare(a.scope, b.scope) })
 	cw := &countingWriter{w: bufio.NewWriterSize(w, 64<<10)}
 	enc := &recordWriter{w: cw}
 	enc.write(recHeader, &fsmpb.SnapshotHeader{
@@ -89,15 +92,24 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		ScopeCount: uint64(len(sn.scopes)),
 		DedupCount: uint64(len(sn.dedup)),
 	})
-	for i := range sn.leases {
-		enc.write(recLease, leaseRecord(&sn.leases[i]))
+	// One message of each kind, refilled per record: encoding a million
+	// leases allocates nothing per lease.
+	var lrec fsmpb.LeaseRecord
+	for _, l := range sn.leases {
+		fillLeaseRecord(&lrec, l)
+		enc.write(recLease, &lrec)
 	}
+	var srec fsmpb.ScopeRecord
 	for _, sc := range sn.scopes {
-		enc.write(recScope, &fsmpb.ScopeRecord{Scope: sc.scope, Counter: sc.counter})
+		srec.Scope, srec.Counter = sc.scope, sc.counter
+		enc.write(recScope, &srec)
 	}
+	drec := fsmpb.DedupRecord{Lease: &lrec}
 	for i := range sn.dedup {
 		d := &sn.dedup[i]
-		enc.write(recDedup, &fsmpb.DedupRecord{RequestId: d.requestID, AtNs: d.at, Lease: leaseRecord(&d.lease), Refused: d.refused})
+		fillLeaseRecord(&lrec, d.lease)
+		drec.RequestId, drec.AtNs, drec.Refused = d.requestID, d.at, d.refused
+		enc.write(recDedup, &drec)
 	}
 	enc.writeRaw(recEnd, nil)
 	if enc.err == nil {
@@ -106,17 +118,17 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	return cw.n, enc.err
 }
 
-func leaseRecord(l *Lease) *fsmpb.LeaseRecord {
-	return &fsmpb.LeaseRecord{
-		Id:          l.ID[:],
-		Resource:    l.Resource,
-		Scope:       l.Scope,
-		Token:       l.Token,
-		Holder:      l.Holder,
-		TtlNs:       l.TTL,
-		GrantedAtNs: l.GrantedAt,
-		ExpiresAtNs: l.ExpiresAt,
-	}
+// fillLeaseRecord sets rec to l. It never reads l.heapIdx, which Apply may
+// be changing.
+func fillLeaseRecord(rec *fsmpb.LeaseRecord, l *Lease) {
+	rec.Id = l.ID[:]
+	rec.Resource = l.Resource
+	rec.Scope = l.Scope
+	rec.Token = l.Token
+	rec.Holder = l.Holder
+	rec.TtlNs = l.TTL
+	rec.GrantedAtNs = l.GrantedAt
+	rec.ExpiresAtNs = l.ExpiresAt
 }
 
 // Restore reads a snapshot written by WriteTo and returns a fresh State.
@@ -150,14 +162,14 @@ func restore(br *bufio.Reader) (*State, error) {
 		if err != nil {
 			return nil, fmt.Errorf("lease %d: %w", i, err)
 		}
-		if _, dup := s.byResource[l.Resource]; dup {
+		if s.names[l.Resource].lease != nil {
 			return nil, fmt.Errorf("lease %d: resource %q held twice", i, l.Resource)
 		}
 		if _, dup := s.byID[l.ID]; dup {
 			return nil, fmt.Errorf("lease %d: duplicate lease id", i)
 		}
 		lp := &l
-		s.byResource[l.Resource] = lp
+		s.setLease(lp)
 		s.byID[l.ID] = lp
 		s.expiry = append(s.expiry, lp)
 		lp.heapIdx = len(s.expiry) - 1
@@ -171,14 +183,21 @@ func restore(br *bufio.Reader) (*State, error) {
 		if err := ValidateName("scope", rec.Scope); err != nil {
 			return nil, fmt.Errorf("scope %d: %w", i, err)
 		}
-		if _, dup := s.counters[rec.Scope]; dup {
+		if rec.Counter == 0 {
+			// No State holds a scope that has issued no token.
+			return nil, fmt.Errorf("scope %q has counter 0", rec.Scope)
+		}
+		e := s.names[rec.Scope]
+		if e.counter != 0 {
 			return nil, fmt.Errorf("scope %q listed twice", rec.Scope)
 		}
-		s.counters[rec.Scope] = rec.Counter
+		e.counter = rec.Counter
+		s.names[rec.Scope] = e
+		s.scopes++
 	}
-	for _, l := range s.byResource {
-		if l.Token > s.counters[l.Scope] {
-			return nil, fmt.Errorf("lease on %q has token %d above its scope counter %d", l.Resource, l.Token, s.counters[l.Scope])
+	for _, l := range s.expiry {
+		if c := s.names[l.Scope].counter; l.Token > c {
+			return nil, fmt.Errorf("lease on %q has token %d above its scope counter %d", l.Resource, l.Token, c)
 		}
 	}
 	var lastAt int64
@@ -204,9 +223,17 @@ func restore(br *bufio.Reader) (*State, error) {
 		if _, dup := s.dedup[rec.RequestId]; dup {
 			return nil, fmt.Errorf("dedup %d: request id listed twice", i)
 		}
-		d := &dedupEntry{requestID: rec.RequestId, at: rec.AtNs, lease: l, refused: rec.Refused}
-		s.dedup[d.requestID] = d
-		s.dedupQ = append(s.dedupQ, d)
+		// Share the held lease's record when it is this grant, not renewed
+		// since; otherwise keep a record of its own, outside every index.
+		d := dedupRef{requestID: rec.RequestId, at: rec.AtNs, refused: rec.Refused}
+		if held, ok := s.byID[l.ID]; ok && held.copy() == l {
+			d.lease = held
+		} else {
+			own := l
+			own.heapIdx = -1
+			d.lease = &own
+		}
+		s.addDedup(d)
 	}
 	if err := dec.readEnd(); err != nil {
 		return nil, err

@@ -17,6 +17,12 @@ import (
 
 // Lease is one grant as the state machine holds it. Times are cluster time
 // in nanoseconds.
+//
+// Inside State, a *Lease record is never changed once made, except for its
+// heapIdx (heap moves): a renewal replaces the record with a new one. That
+// is what lets a request-id entry keep the grant's record, and a Snapshot
+// keep the records of the moment, without copying them. Callers outside
+// only ever see copies.
 type Lease struct {
 	ID        [LeaseIDLen]byte
 	Resource  string
@@ -30,11 +36,20 @@ type Lease struct {
 	heapIdx int
 }
 
-// copy returns l without its heap bookkeeping, safe to hand out.
+// copy returns l without its heap bookkeeping, safe to hand out. It never
+// reads heapIdx, so a Snapshot may copy a record from another goroutine
+// while the heap moves it.
 func (l *Lease) copy() Lease {
-	c := *l
-	c.heapIdx = 0
-	return c
+	return Lease{
+		ID:        l.ID,
+		Resource:  l.Resource,
+		Scope:     l.Scope,
+		Token:     l.Token,
+		Holder:    l.Holder,
+		TTL:       l.TTL,
+		GrantedAt: l.GrantedAt,
+		ExpiresAt: l.ExpiresAt,
+	}
 }
 
 // EventType says what happened to a lease.
@@ -97,43 +112,66 @@ type Applied struct {
 	Events  []Event
 }
 
-type dedupEntry struct {
+// dedupRef is one request id's entry: what a retried Acquire needs to be
+// answered with the first outcome. It keeps the grant's own record (records
+// never change; a renewal makes a new one) instead of a copy of it.
+type dedupRef struct {
 	requestID string
 	at        int64
-	// lease is the lease granted, or, when refused, the lease that held
-	// the resource: a request id's first outcome is final either way.
-	lease   Lease
+	// lease is the grant's record, or, when refused, the record of the
+	// lease that held the resource: a request id's first outcome is final
+	// either way.
+	lease   *Lease
 	refused bool
+}
+
+// nameEntry is what the state knows under one name: the lease on the
+// resource of that name, and the token counter of the scope of that name.
+// A lease's scope is its resource's name unless the grant names another, so
+// most leases need one map entry for both instead of one in each of two
+// maps. An entry with neither is deleted.
+type nameEntry struct {
+	lease   *Lease // nil: the resource is not held
+	counter uint64 // 0: no scope of this name (a scope's counter starts at 1)
 }
 
 // State is the lease state machine.
 //
 // Invariants kept here:
-//   - counters[scope] only grows; every lease's token is <= its scope's counter
-//     and was the counter's value right after the grant that made it;
-//   - at most one lease per resource; byID and byResource hold the same set;
-//   - every lease in byResource is in the expiry heap exactly once;
+//   - names[scope].counter only grows; every lease's token is <= its
+//     scope's counter and was the counter's value right after the grant
+//     that made it;
+//   - at most one lease per resource; byID and the names' leases hold the
+//     same set, of size leases; scopes counts the names with a counter;
+//   - every held lease is in the expiry heap exactly once;
 //   - now never decreases.
 type State struct {
-	now        int64
-	byResource map[string]*Lease
-	byID       map[[LeaseIDLen]byte]*Lease
-	counters   map[string]uint64
-	expiry     expiryHeap
-	dedup      map[string]*dedupEntry
-	// dedupQ holds dedup entries in grant order (at is non-decreasing since
-	// now is); dedupQ[dedupHead:] are live.
-	dedupQ    []*dedupEntry
+	now    int64
+	names  map[string]nameEntry
+	leases int
+	scopes int
+	byID   map[[LeaseIDLen]byte]*Lease
+	expiry expiryHeap
+	// dedup maps a live request id to its sequence number: its entry is
+	// dedupQ[seq-dedupBase]. The map holds no pointers of its own, and the
+	// entries sit by value in one slice.
+	dedup map[string]uint64
+	// dedupQ holds request-id entries in grant order (at is non-decreasing
+	// since now is); dedupQ[dedupHead:] are live. An element, once
+	// appended, is never written again (pruning only moves dedupHead, and
+	// compaction copies the live ones to a new array), so a Snapshot may
+	// keep a slice of it.
+	dedupQ    []dedupRef
 	dedupHead int
+	dedupBase uint64
 }
 
 // New returns an empty State at cluster time zero.
 func New() *State {
 	return &State{
-		byResource: make(map[string]*Lease),
-		byID:       make(map[[LeaseIDLen]byte]*Lease),
-		counters:   make(map[string]uint64),
-		dedup:      make(map[string]*dedupEntry),
+		names: make(map[string]nameEntry),
+		byID:  make(map[[LeaseIDLen]byte]*Lease),
+		dedup: make(map[string]uint64),
 	}
 }
 
@@ -142,13 +180,13 @@ func (s *State) Now() int64 { return s.now }
 
 // Len returns the number of leases held (including leases past expiry that
 // no Tick has removed yet).
-func (s *State) Len() int { return len(s.byResource) }
+func (s *State) Len() int { return s.leases }
 
 // Lease returns the lease on resource, if any. A lease past its expiry but
 // not yet removed is still returned; callers compare ExpiresAt to Now.
 func (s *State) Lease(resource string) (Lease, bool) {
-	l, ok := s.byResource[resource]
-	if !ok {
+	l := s.names[resource].lease
+	if l == nil {
 		return Lease{}, false
 	}
 	return l.copy(), true
@@ -164,7 +202,28 @@ func (s *State) LeaseByID(id [LeaseIDLen]byte) (Lease, bool) {
 }
 
 // ScopeCounter returns the highest token issued in scope (0 if none).
-func (s *State) ScopeCounter(scope string) uint64 { return s.counters[scope] }
+func (s *State) ScopeCounter(scope string) uint64 { return s.names[scope].counter }
+
+// setLease records l as the lease on its resource.
+func (s *State) setLease(l *Lease) {
+	e := s.names[l.Resource]
+	if e.lease == nil {
+		s.leases++
+	}
+	e.lease = l
+	s.names[l.Resource] = e
+}
+
+// nextToken advances scope's counter and returns it.
+func (s *State) nextToken(scope string) uint64 {
+	e := s.names[scope]
+	if e.counter == 0 {
+		s.scopes++
+	}
+	e.counter++
+	s.names[scope] = e
+	return e.counter
+}
 
 // NextExpiry returns the earliest expires_at of all held leases.
 func (s *State) NextExpiry() (int64, bool) {
@@ -248,7 +307,8 @@ func (s *State) acquire(a *Applied, c *fsmpb.Acquire, margin int64) Result {
 		return Result{Err: err}
 	}
 	if c.RequestId != "" {
-		if d, ok := s.dedup[c.RequestId]; ok {
+		if seq, ok := s.dedup[c.RequestId]; ok {
+			d := &s.dedupQ[seq-s.dedupBase]
 			if d.lease.Resource != c.Resource {
 				return Result{Err: ErrRequestIDReused}
 			}
@@ -264,7 +324,7 @@ func (s *State) acquire(a *Applied, c *fsmpb.Acquire, margin int64) Result {
 			}
 			// The first outcome again. Remaining is measured now, at this
 			// command's stamp, so a client's safe window is never stretched.
-			r := Result{Lease: d.lease, Replayed: true}
+			r := Result{Lease: d.lease.copy(), Replayed: true}
 			if l, ok := s.byID[d.lease.ID]; ok {
 				r.Lease = l.copy()
 				r.Remaining = s.remaining(l)
@@ -272,13 +332,13 @@ func (s *State) acquire(a *Applied, c *fsmpb.Acquire, margin int64) Result {
 			return r
 		}
 	}
-	if cur, ok := s.byResource[c.Resource]; ok {
+	if cur := s.names[c.Resource].lease; cur != nil {
 		if planted(BugGrantNoMargin) {
 			margin = 0
 		}
 		if s.now <= cur.ExpiresAt+margin {
 			if c.RequestId != "" && !c.Wait {
-				s.remember(&dedupEntry{requestID: c.RequestId, at: s.now, lease: cur.copy(), refused: true})
+				s.addDedup(dedupRef{requestID: c.RequestId, at: s.now, lease: cur, refused: true})
 			}
 			return Result{Err: &HeldError{
 				Resource: cur.Resource,
@@ -298,31 +358,24 @@ func (s *State) acquire(a *Applied, c *fsmpb.Acquire, margin int64) Result {
 	if scope == "" {
 		scope = c.Resource
 	}
-	s.counters[scope]++
 	l := &Lease{
 		ID:        id,
 		Resource:  c.Resource,
 		Scope:     scope,
-		Token:     s.counters[scope],
+		Token:     s.nextToken(scope),
 		Holder:    c.Holder,
 		TTL:       c.TtlNs,
 		GrantedAt: s.now,
 		ExpiresAt: s.now + c.TtlNs,
 	}
-	s.byResource[l.Resource] = l
+	s.setLease(l)
 	s.byID[id] = l
 	heap.Push(&s.expiry, l)
 	if c.RequestId != "" {
-		s.remember(&dedupEntry{requestID: c.RequestId, at: s.now, lease: l.copy()})
+		s.addDedup(dedupRef{requestID: c.RequestId, at: s.now, lease: l})
 	}
 	a.Events = append(a.Events, Event{Type: EventGranted, Lease: l.copy(), Reason: "acquire", Now: s.now})
 	return Result{Lease: l.copy(), Remaining: s.remaining(l)}
-}
-
-// remember records a request id's outcome (kept dedup_keep).
-func (s *State) remember(d *dedupEntry) {
-	s.dedup[d.requestID] = d
-	s.dedupQ = append(s.dedupQ, d)
 }
 
 func (s *State) renew(a *Applied, c *fsmpb.Renew) Result {
@@ -335,7 +388,15 @@ func (s *State) renew(a *Applied, c *fsmpb.Renew) Result {
 	if !ok || (s.now > l.ExpiresAt && !planted(BugRenewAfterExpiry)) {
 		return Result{Err: ErrNotFound}
 	}
-	l.ExpiresAt = s.now + l.TTL
+	// A new record: the old one may be held by a request-id entry (as
+	// granted) or by a Snapshot in progress.
+	nl := &Lease{}
+	*nl = *l
+	nl.ExpiresAt = s.now + l.TTL
+	l = nl
+	s.setLease(l)
+	s.byID[id] = l
+	s.expiry[l.heapIdx] = l
 	heap.Fix(&s.expiry, l.heapIdx)
 	a.Events = append(a.Events, Event{Type: EventRenewed, Lease: l.copy(), Reason: "renew", Now: s.now})
 	return Result{Lease: l.copy(), Remaining: s.remaining(l)}
@@ -369,26 +430,41 @@ func (s *State) tick(a *Applied, c *fsmpb.Tick, margin, keep int64) Result {
 		n++
 	}
 	for s.dedupHead < len(s.dedupQ) {
-		d := s.dedupQ[s.dedupHead]
+		d := &s.dedupQ[s.dedupHead]
 		if s.now-d.at <= keep {
 			break
 		}
 		delete(s.dedup, d.requestID)
-		s.dedupQ[s.dedupHead] = nil
 		s.dedupHead++
 	}
-	// Compact the queue once its dead prefix dominates.
-	if s.dedupHead > 1024 && s.dedupHead*2 > len(s.dedupQ) {
-		s.dedupQ = append([]*dedupEntry(nil), s.dedupQ[s.dedupHead:]...)
+	// Compact the queue once a quarter of it is dead: pruned entries are
+	// not cleared in place (a Snapshot may be reading them), so they hold
+	// their records until then.
+	if s.dedupHead > 1024 && s.dedupHead*4 > len(s.dedupQ) {
+		s.dedupQ = append([]dedupRef(nil), s.dedupQ[s.dedupHead:]...)
+		s.dedupBase += uint64(s.dedupHead)
 		s.dedupHead = 0
 	}
 	return Result{Expired: n}
 }
 
+// addDedup appends a request-id entry; d.at must not be below the last
+// entry's.
+func (s *State) addDedup(d dedupRef) {
+	s.dedup[d.requestID] = s.dedupBase + uint64(len(s.dedupQ))
+	s.dedupQ = append(s.dedupQ, d)
+}
+
 // remove deletes l from every index and records the event.
 func (s *State) remove(a *Applied, l *Lease, t EventType, reason string) {
 	heap.Remove(&s.expiry, l.heapIdx)
-	delete(s.byResource, l.Resource)
+	if e := s.names[l.Resource]; e.counter == 0 {
+		delete(s.names, l.Resource)
+	} else {
+		e.lease = nil
+		s.names[l.Resource] = e
+	}
+	s.leases--
 	delete(s.byID, l.ID)
 	a.Events = append(a.Events, Event{Type: t, Lease: l.copy(), Reason: reason, Now: s.now})
 }
@@ -398,13 +474,16 @@ func (s *State) remove(a *Applied, l *Lease, t EventType, reason string) {
 // was taken (which the backup cannot know). It fails, changing nothing, if
 // a counter would overflow.
 func (s *State) BumpCounters(n uint64) error {
-	for scope, c := range s.counters {
-		if c > ^uint64(0)-n {
-			return fmt.Errorf("fsm: bumping scope %q (counter %d) by %d overflows", scope, c, n)
+	for scope, e := range s.names {
+		if e.counter != 0 && e.counter > ^uint64(0)-n {
+			return fmt.Errorf("fsm: bumping scope %q (counter %d) by %d overflows", scope, e.counter, n)
 		}
 	}
-	for scope := range s.counters {
-		s.counters[scope] += n
+	for scope, e := range s.names {
+		if e.counter != 0 {
+			e.counter += n
+			s.names[scope] = e
+		}
 	}
 	return nil
 }
@@ -413,7 +492,7 @@ func (s *State) BumpCounters(n uint64) error {
 // that match accepts. It walks every lease: O(leases held).
 func (s *State) CountHeld(match func(holder string) bool) int {
 	n := 0
-	for _, l := range s.byResource {
+	for _, l := range s.expiry {
 		if l.ExpiresAt >= s.now && match(l.Holder) {
 			n++
 		}
@@ -426,6 +505,6 @@ func (s *State) CountHeld(match func(holder string) bool) int {
 // it produced, or, when refused, the lease that held the resource.
 func (s *State) EachRequestID(fn func(requestID string, at int64, l Lease, refused bool)) {
 	for _, d := range s.dedupQ[s.dedupHead:] {
-		fn(d.requestID, d.at, d.lease, d.refused)
+		fn(d.requestID, d.at, d.lease.copy(), d.refused)
 	}
 }

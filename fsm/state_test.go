@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -193,6 +194,92 @@ func TestDuplicateRequestIDYieldsOneLease(t *testing.T) {
 	}
 }
 
+func TestReplayAfterRenewAndReleaseReturnsTheLeaseAsGranted(t *testing.T) {
+	s := New()
+	r1 := apply(t, s, 0, acquireCmd("r", 10*sec, 1, "req-1"))
+	apply(t, s, 5*sec, renewCmd(1))
+	// While held, a replay reports the lease as it is now.
+	if r := apply(t, s, 6*sec, acquireCmd("r", 10*sec, 2, "req-1")); !r.Replayed || r.Lease.ExpiresAt != 15*sec || r.Remaining != 9*time.Second {
+		t.Fatalf("replay while held: %+v", r)
+	}
+	apply(t, s, 7*sec, releaseCmd(1))
+	check := func(s *State, now int64) {
+		t.Helper()
+		r := apply(t, s, now, acquireCmd("r", 10*sec, 3, "req-1"))
+		if !r.Replayed || r.Lease != r1.Lease || r.Remaining != 0 {
+			t.Fatalf("replay after release: %+v, granted %+v", r, r1)
+		}
+	}
+	check(s, 8*sec)
+	// The same after a snapshot round trip.
+	r, err := Restore(bytes.NewReader(snapshotBytes(t, s)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(r, 9*sec)
+}
+
+// A Snapshot shares lease records and the request-id queue with the State:
+// whatever the State applies afterwards (renewals, releases, grants, expiry,
+// request-id pruning and the queue's compaction) must not change what the
+// Snapshot writes, also while it writes (go test -race).
+func TestSnapshotIsUnchangedByLaterApplies(t *testing.T) {
+	s := New()
+	const n = 3000
+	var cmds []*fsmpb.Command
+	for i := 0; i < n; i++ {
+		cmds = append(cmds, benchAcquire(uint64(i), fmt.Sprintf("jobs/%d", i)))
+	}
+	if _, err := s.Apply(entry(t, sec, cmds...)); err != nil {
+		t.Fatal(err)
+	}
+	renewAll := func(now int64, from, to int) []byte {
+		var cmds []*fsmpb.Command
+		for i := from; i < to; i++ {
+			cmds = append(cmds, &fsmpb.Command{Op: &fsmpb.Command_Renew{Renew: &fsmpb.Renew{LeaseId: benchID(uint64(i))}}})
+		}
+		return entry(t, now, cmds...)
+	}
+	if _, err := s.Apply(renewAll(2*sec, 0, n/2)); err != nil {
+		t.Fatal(err)
+	}
+	want := snapshotBytes(t, s)
+	sn := s.Snapshot()
+	later := [][]byte{renewAll(3*sec, 0, n)}
+	var rel []*fsmpb.Command
+	for i := 0; i < n; i += 3 {
+		rel = append(rel, &fsmpb.Command{Op: &fsmpb.Command_Release{Release: &fsmpb.Release{LeaseId: benchID(uint64(i))}}})
+	}
+	later = append(later, entry(t, 4*sec, rel...))
+	later = append(later, entry(t, 5*sec, benchAcquire(n+1, "jobs/new")))
+	// Past dedup_keep: every request id pruned, the queue compacted, the
+	// leases expired.
+	later = append(later, entry(t, testKeep+20*sec, tickCmd(), tickCmd(), tickCmd(), tickCmd()))
+	done := make(chan []byte)
+	go func() {
+		var buf bytes.Buffer
+		if _, err := sn.WriteTo(&buf); err != nil {
+			t.Error(err)
+		}
+		done <- buf.Bytes()
+	}()
+	for _, e := range later {
+		if _, err := s.Apply(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := <-done; !bytes.Equal(got, want) {
+		t.Fatal("the snapshot changed with applies made after it was taken")
+	}
+	if s.Len() != 0 || len(s.dedup) != 0 || s.dedupHead != 0 {
+		t.Fatalf("the later applies did not expire and prune everything: %d leases, %d ids, head %d", s.Len(), len(s.dedup), s.dedupHead)
+	}
+	var buf bytes.Buffer
+	if _, err := sn.WriteTo(&buf); err != nil || !bytes.Equal(buf.Bytes(), want) {
+		t.Fatal("the snapshot changed after all the applies", err)
+	}
+}
+
 func TestExplicitScopeSharesSequence(t *testing.T) {
 	s := New()
 	c1 := acquireCmd("a", 10*sec, 1, "")
@@ -343,6 +430,8 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 		// A header with a field this version does not know (found by
 		// FuzzRestore): refused, not silently dropped.
 		"unknown field": []byte("\x01\x0e\b\x010\x80\xa8\xd6\xb900\x80\x8c\xee\x890\xff\x00"),
+		// A scope that issued no token: no State holds one.
+		"scope counter 0": snapshotWith(t, 0, nil, []*fsmpb.ScopeRecord{{Scope: "s", Counter: 0}}),
 	}
 	for name, data := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -426,4 +515,24 @@ func TestRefusedRequestIDStaysRefused(t *testing.T) {
 	if r := apply(t, s, testKeep+10*sec, acquireCmd("r", 10*sec, 7, "late")); r.Err != nil || r.Replayed {
 		t.Fatalf("after prune: %+v", r)
 	}
+}
+
+// snapshotWith encodes a snapshot of the given records (any of them
+// possibly invalid).
+func snapshotWith(t *testing.T, now int64, leases []*fsmpb.LeaseRecord, scopes []*fsmpb.ScopeRecord) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	enc := &recordWriter{w: &buf}
+	enc.write(recHeader, &fsmpb.SnapshotHeader{Version: snapshotVersion, LastNowNs: now, LeaseCount: uint64(len(leases)), ScopeCount: uint64(len(scopes))})
+	for _, l := range leases {
+		enc.write(recLease, l)
+	}
+	for _, sc := range scopes {
+		enc.write(recScope, sc)
+	}
+	enc.writeRaw(recEnd, nil)
+	if enc.err != nil {
+		t.Fatal(enc.err)
+	}
+	return buf.Bytes()
 }
