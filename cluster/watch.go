@@ -80,12 +80,11 @@ func (h *hub) reset(index uint64) {
 func (h *hub) publish(index uint64, a *fsm.Applied) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.gap {
-		h.gap = false
-		if p := (position{index: index - 1, seq: ^uint32(0)}); h.lost.less(p) {
-			h.lost = p
-		}
-	}
+	// The first apply since start without a snapshot restore before it:
+	// the state was rebuilt from the start of the log, whose entries before
+	// this one (configuration, no-ops) carried no events, so nothing is
+	// lost. (A restore comes first when there is a snapshot: reset.)
+	h.gap = false
 	for i, ev := range a.Events {
 		we := toWatchEvent(position{index, uint32(i)}, ev)
 		if h.n == len(h.ring) {

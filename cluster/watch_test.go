@@ -46,6 +46,20 @@ func TestSnapshotRestoreCutsWatchersAndRefusesStaleResumes(t *testing.T) {
 	}
 }
 
+// A node that started without a snapshot rebuilt its state from the start
+// of the log: its first event-bearing entry may come at any index, and a
+// resume from the very beginning (a position pinned on a node that had
+// applied nothing) loses nothing there. It was refused as OutOfRange on
+// every node, which ended the client's watch (seen in CI under load).
+func TestFirstApplyWithoutRestoreLosesNothing(t *testing.T) {
+	h := newHub(64)
+	h.publish(3, applied("r", 1))
+	_, backlog, ok := h.subscribe("r", false, &position{0, ^uint32(0)})
+	if !ok || len(backlog) != 1 || backlog[0].Position.Index != 3 {
+		t.Fatalf("resume from the start: %v %v", backlog, ok)
+	}
+}
+
 func TestWatcherThatFallsBehindIsCutNotWaitedFor(t *testing.T) {
 	h := newHub(1024)
 	h.subBuf = 4
