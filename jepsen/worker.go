@@ -390,27 +390,43 @@ func (w *workerState) renew(op, res string, id client.ID, token uint64) {
 	done := inv
 	done.Kind, done.TimeNs = Complete, 0
 	done.Result = Unknown
+	err := w.callNodes(func(ctx context.Context, c api.LeaseServiceClient) (bool, error) {
+		_, err := c.Renew(ctx, &api.RenewRequest{LeaseId: id[:]})
+		return err == nil || status.Code(err) == codes.NotFound, err
+	})
+	switch {
+	case err == nil:
+		done.Result, done.Error = OK, ""
+	case status.Code(err) == codes.NotFound:
+		done.Result, done.Error = Fail, err.Error()
+	default:
+		done.Error = err.Error()
+	}
+	w.emit(done)
+}
+
+// callNodes makes call on one node after another, from one picked at
+// random (followers forward to the leader), until call says its answer is
+// final or 5 s have passed (at most 20 tries of 2 s); it returns the last
+// error.
+func (w *workerState) callNodes(call func(ctx context.Context, c api.LeaseServiceClient) (final bool, err error)) error {
+	err := errors.New("no node could be called")
 	deadline := time.Now().Add(5 * time.Second)
+	start := w.rng.IntN(len(w.cfg.Endpoints))
 	for i := 0; i < 20 && time.Now().Before(deadline); i++ {
-		conn := w.conn(i % len(w.cfg.Endpoints))
+		conn := w.conn((start + i) % len(w.cfg.Endpoints))
 		if conn == nil {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := api.NewLeaseServiceClient(conn).Renew(ctx, &api.RenewRequest{LeaseId: id[:]})
+		final, cerr := call(ctx, api.NewLeaseServiceClient(conn))
 		cancel()
-		if err == nil {
-			done.Result, done.Error = OK, ""
-			break
+		if err = cerr; final {
+			return err
 		}
-		if status.Code(err) == codes.NotFound {
-			done.Result, done.Error = Fail, err.Error()
-			break
-		}
-		done.Error = err.Error()
 		time.Sleep(50 * time.Millisecond)
 	}
-	w.emit(done)
+	return err
 }
 
 func (w *workerState) conn(i int) *grpc.ClientConn {
@@ -440,25 +456,21 @@ func (w *workerState) linRead(op, res string) {
 	// Each read goes to a node picked at random (followers answer through
 	// the leader), so a node that answered from its own state without
 	// confirming it is current would be seen.
-	deadline := time.Now().Add(5 * time.Second)
-	start := w.rng.IntN(len(w.cfg.Endpoints))
-	for i := 0; i < 20 && time.Now().Before(deadline); i++ {
-		conn := w.conn((start + i) % len(w.cfg.Endpoints))
-		if conn == nil {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		g, err := api.NewLeaseServiceClient(conn).Get(ctx, &api.GetRequest{Resource: res})
-		cancel()
+	// Each read goes to a node picked at random (followers answer through
+	// the leader), so a node that answered from its own state without
+	// confirming it is current would be seen.
+	err := w.callNodes(func(ctx context.Context, c api.LeaseServiceClient) (bool, error) {
+		g, err := c.Get(ctx, &api.GetRequest{Resource: res})
 		if err == nil {
-			done.Result, done.Error, done.Token = OK, "", g.ScopeToken
+			done.Result, done.Token = OK, g.ScopeToken
 			if g.Lease != nil {
 				done.Lease = hex.EncodeToString(g.Lease.Id)
 			}
-			break
 		}
+		return err == nil, err
+	})
+	if err != nil {
 		done.Error = err.Error()
-		time.Sleep(50 * time.Millisecond)
 	}
 	w.emit(done)
 }
@@ -523,30 +535,26 @@ func (w *workerState) rawAcquire(op, res string, ttl time.Duration) (*api.Lease,
 	done.Kind, done.TimeNs, done.Result = Complete, 0, Unknown
 	req := &api.AcquireRequest{Resource: res, Holder: w.cfg.ID, Ttl: durationpb.New(ttl), RequestId: inv.RequestID}
 	var lease *api.Lease
-	deadline := time.Now().Add(5 * time.Second)
-	start := w.rng.IntN(len(w.cfg.Endpoints))
-	for i := 0; i < 20 && time.Now().Before(deadline); i++ {
-		conn := w.conn((start + i) % len(w.cfg.Endpoints))
-		if conn == nil {
-			continue
+	err := w.callNodes(func(ctx context.Context, c api.LeaseServiceClient) (bool, error) {
+		resp, err := c.Acquire(ctx, req)
+		if err == nil && (resp.Lease == nil || len(resp.Lease.Id) != 16) {
+			return false, fmt.Errorf("malformed answer %v", resp)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		resp, err := api.NewLeaseServiceClient(conn).Acquire(ctx, req)
-		cancel()
-		if err == nil && resp.Lease != nil && len(resp.Lease.Id) == 16 {
+		if err == nil {
 			lease = resp.Lease
-			done.Result, done.Error, done.Token, done.Lease = OK, "", lease.Token, hex.EncodeToString(lease.Id)
-			break
 		}
+		code := status.Code(err)
+		return err == nil || code == codes.FailedPrecondition || code == codes.InvalidArgument, err
+	})
+	switch code := status.Code(err); {
+	case err == nil:
+		done.Result, done.Token, done.Lease = OK, lease.Token, hex.EncodeToString(lease.Id)
+	case code == codes.FailedPrecondition:
+		done.Result, done.Error = Fail, HeldPrefix+err.Error()
+	case code == codes.InvalidArgument:
+		done.Result, done.Error = Fail, err.Error()
+	default:
 		done.Error = err.Error()
-		if c := status.Code(err); c == codes.FailedPrecondition || c == codes.InvalidArgument {
-			done.Result = Fail
-			if c == codes.FailedPrecondition {
-				done.Error = HeldPrefix + err.Error()
-			}
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	w.emit(done)
 	return lease, lease != nil
@@ -559,25 +567,18 @@ func (w *workerState) rawRelease(op, res string, id []byte, token uint64) {
 	w.emit(inv)
 	done := inv
 	done.Kind, done.TimeNs, done.Result = Complete, 0, Unknown
-	deadline := time.Now().Add(5 * time.Second)
-	start := w.rng.IntN(len(w.cfg.Endpoints))
-	for i := 0; i < 20 && time.Now().Before(deadline); i++ {
-		conn := w.conn((start + i) % len(w.cfg.Endpoints))
-		if conn == nil {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		resp, err := api.NewLeaseServiceClient(conn).Release(ctx, &api.ReleaseRequest{LeaseId: id})
-		cancel()
+	err := w.callNodes(func(ctx context.Context, c api.LeaseServiceClient) (bool, error) {
+		resp, err := c.Release(ctx, &api.ReleaseRequest{LeaseId: id})
 		if err == nil {
-			done.Result, done.Error, done.Value = OK, "", NotReleased
+			done.Result, done.Value = OK, NotReleased
 			if resp.Released {
 				done.Value = Released
 			}
-			break
 		}
+		return err == nil, err
+	})
+	if err != nil {
 		done.Error = err.Error()
-		time.Sleep(50 * time.Millisecond)
 	}
 	w.emit(done)
 }
