@@ -4,6 +4,7 @@ package cluster
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -34,7 +35,7 @@ func PlantBugs(names []string) (unknown []string) {
 		plantedOn[n] = true
 	}
 	for _, n := range names {
-		if n = strings.TrimSpace(n); n != "" && !contains(unknown, n) {
+		if n = strings.TrimSpace(n); n != "" && !slices.Contains(unknown, n) {
 			plantedList = append(plantedList, "planted-bug:"+n)
 		}
 	}
@@ -44,15 +45,6 @@ func PlantBugs(names []string) (unknown []string) {
 
 // plantedList names every defect switched on, for Status's unsafe list.
 var plantedList []string
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
 
 func planted(name string) bool {
 	if _, ok := PlantedBugs[name]; !ok {

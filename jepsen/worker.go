@@ -199,22 +199,12 @@ func (w *workerState) sleep(min, max time.Duration) {
 func (w *workerState) cycle() {
 	res := w.cfg.Resources[w.rng.IntN(len(w.cfg.Resources))]
 	base := fmt.Sprintf("%s-%d", w.cfg.ID, w.n)
-	acq := Record{Kind: Invoke, Op: base + "-a", Type: OpAcquire, Resource: res, RequestID: RequestIDOf(base + "-a")}
-	w.emit(acq)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	lease, err := w.leases.Acquire(ctx, res, client.WithTTL(w.cfg.TTL), client.WithHolder(w.cfg.ID), client.WithRequestID(acq.RequestID))
-	cancel()
-	done := acq
-	done.Kind, done.TimeNs = Complete, 0
+	lease, err := w.acquire(base+"-a", res)
 	if err != nil {
-		done.Result, done.Error = acquireOutcome(err), acquireError(err)
-		w.emit(done)
 		w.sleep(10*time.Millisecond, 80*time.Millisecond)
 		return
 	}
 	tok := fence.TokenOf(lease)
-	done.Result, done.Token, done.Lease, done.SafeUntilNs = OK, tok.Value, lease.ID().String(), safeUntilNs(lease)
-	w.emit(done)
 
 	w.write(base+"-w", res, tok, lease.ID().String(), lease.Err, func() int64 { return safeUntilNs(lease) })
 
@@ -225,20 +215,46 @@ func (w *workerState) cycle() {
 		w.sleep(0, 30*time.Millisecond)
 	}
 
-	rel := Record{Kind: Invoke, Op: base + "-r", Type: OpRelease, Resource: res, Token: tok.Value, Lease: lease.ID().String(), SafeUntilNs: safeUntilNs(lease)}
-	w.emit(rel)
-	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
-	err = lease.Release(ctx)
-	cancel()
-	rdone := rel
-	rdone.Kind, rdone.TimeNs, rdone.SafeUntilNs = Complete, 0, 0
-	if err != nil {
-		rdone.Result, rdone.Error = Unknown, err.Error()
-	} else {
-		rdone.Result = OK
-	}
-	w.emit(rdone)
+	w.release(base+"-r", res, lease)
 	w.sleep(0, 20*time.Millisecond)
+}
+
+// acquire acquires res through the client library (no wait; the request
+// id derived from op) and records the invocation and its completion.
+func (w *workerState) acquire(op, res string) (*client.Lease, error) {
+	acq := Record{Kind: Invoke, Op: op, Type: OpAcquire, Resource: res, RequestID: RequestIDOf(op)}
+	w.emit(acq)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	lease, err := w.leases.Acquire(ctx, res, client.WithTTL(w.cfg.TTL), client.WithHolder(w.cfg.ID), client.WithRequestID(acq.RequestID))
+	cancel()
+	done := acq
+	done.Kind, done.TimeNs = Complete, 0
+	if err != nil {
+		done.Result, done.Error = acquireOutcome(err), acquireError(err)
+	} else {
+		done.Result, done.Token, done.Lease, done.SafeUntilNs = OK, lease.Token(), lease.ID().String(), safeUntilNs(lease)
+	}
+	w.emit(done)
+	return lease, err
+}
+
+// release releases lease through the client library and records it (an
+// error is an unknown outcome).
+func (w *workerState) release(op, res string, lease *client.Lease) error {
+	rel := Record{Kind: Invoke, Op: op, Type: OpRelease, Resource: res, Token: lease.Token(), Lease: lease.ID().String(), SafeUntilNs: safeUntilNs(lease)}
+	w.emit(rel)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := lease.Release(ctx)
+	cancel()
+	done := rel
+	done.Kind, done.TimeNs, done.SafeUntilNs = Complete, 0, 0
+	if err != nil {
+		done.Result, done.Error = Unknown, err.Error()
+	} else {
+		done.Result = OK
+	}
+	w.emit(done)
+	return err
 }
 
 // write appends a unique element to the resource's key as a fenced
@@ -330,16 +346,8 @@ func acquireError(err error) string {
 func (w *workerState) linCycle() {
 	res := w.cfg.Resources[w.rng.IntN(len(w.cfg.Resources))]
 	base := fmt.Sprintf("%s-%d", w.cfg.ID, w.n)
-	acq := Record{Kind: Invoke, Op: base + "-a", Type: OpAcquire, Resource: res, RequestID: RequestIDOf(base + "-a")}
-	w.emit(acq)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	lease, err := w.leases.Acquire(ctx, res, client.WithTTL(w.cfg.TTL), client.WithHolder(w.cfg.ID), client.WithRequestID(acq.RequestID))
-	cancel()
-	done := acq
-	done.Kind, done.TimeNs = Complete, 0
+	lease, err := w.acquire(base+"-a", res)
 	if err != nil {
-		done.Result, done.Error = acquireOutcome(err), acquireError(err)
-		w.emit(done)
 		// Someone else holds it: sometimes try to release it with the
 		// lease this worker released earlier. It must not be released.
 		if old, ok := w.released[res]; ok && errors.Is(err, client.ErrHeld) && w.rng.IntN(3) == 0 {
@@ -349,8 +357,6 @@ func (w *workerState) linCycle() {
 		w.sleep(5*time.Millisecond, 40*time.Millisecond)
 		return
 	}
-	done.Result, done.Token, done.Lease, done.SafeUntilNs = OK, lease.Token(), lease.ID().String(), safeUntilNs(lease)
-	w.emit(done)
 	if w.rng.IntN(2) == 0 {
 		w.linRead(base+"-h", res)
 	}
@@ -358,24 +364,13 @@ func (w *workerState) linCycle() {
 		w.renew(base+"-n", res, lease.ID(), lease.Token())
 	}
 	w.sleep(0, 50*time.Millisecond)
-	rel := Record{Kind: Invoke, Op: base + "-r", Type: OpRelease, Resource: res, Token: lease.Token(), Lease: lease.ID().String(), SafeUntilNs: safeUntilNs(lease)}
-	w.emit(rel)
-	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
-	err = lease.Release(ctx)
-	cancel()
-	rdone := rel
-	rdone.Kind, rdone.TimeNs, rdone.SafeUntilNs = Complete, 0, 0
-	if err != nil {
-		rdone.Result, rdone.Error = Unknown, err.Error()
-	} else {
-		rdone.Result = OK
+	if w.release(base+"-r", res, lease) == nil {
 		if w.released == nil {
 			w.released = map[string]staleLease{}
 		}
 		id := lease.ID()
 		w.released[res] = staleLease{id: id[:], token: lease.Token()}
 	}
-	w.emit(rdone)
 	w.linRead(base+"-g", res)
 	w.sleep(10*time.Millisecond, 60*time.Millisecond)
 }
