@@ -25,7 +25,11 @@ func TestRandomSigkillsUnderLoadLoseNoAcknowledgedGrant(t *testing.T) {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			resource := fmt.Sprintf("crash/%d", w)
+			// A lease whose release failed (or whose grant was lost with
+			// its answer) holds its resource for the ttl: move on to a
+			// fresh resource then, instead of being refused until the end.
+			gen := 0
+			resource := fmt.Sprintf("crash/%d/%d", w, gen)
 			for i := 0; i < 100000; i++ {
 				select {
 				case <-stop:
@@ -35,17 +39,33 @@ func TestRandomSigkillsUnderLoadLoseNoAcknowledgedGrant(t *testing.T) {
 				reqID := fmt.Sprintf("crash-%d-%d", w, i)
 				r, err := c.Acquire(resource, 10*time.Second, reqID)
 				if err != nil {
-					continue // unknown outcome: not acknowledged
+					gen++ // unknown outcome: not acknowledged
+					resource = fmt.Sprintf("crash/%d/%d", w, gen)
+					continue
 				}
 				mu.Lock()
 				acked[resource] = append(acked[resource], r.Lease.Token)
 				mu.Unlock()
-				_ = c.Release(r.Lease.Id)
+				if c.Release(r.Lease.Id) != nil {
+					gen++
+					resource = fmt.Sprintf("crash/%d/%d", w, gen)
+				}
 			}
 		}(w)
 	}
-	const kills = 24
-	for k := 0; k < kills; k++ {
+	// At least 24 kills, and on until 50 grants were acknowledged under
+	// them (bounded by a minute): how many land between kills is luck.
+	ackedSoFar := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, ts := range acked {
+			n += len(ts)
+		}
+		return n
+	}
+	kills := 0
+	for start := time.Now(); kills < 24 || (ackedSoFar() < 50 && time.Since(start) < time.Minute); kills++ {
 		time.Sleep(time.Duration(50+rng.IntN(350)) * time.Millisecond)
 		i := rng.IntN(len(c.Procs))
 		c.Kill(i, syscall.SIGKILL)
