@@ -138,7 +138,7 @@ func (n *Node) open() error {
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return fmt.Errorf("cluster: data dir: %w", err)
 	}
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
+	store, err := openLogStore(filepath.Join(cfg.DataDir, "raft.db"), true)
 	if err != nil {
 		return fmt.Errorf("cluster: open raft.db: %w", err)
 	}

@@ -194,7 +194,8 @@ func acquireLatencies(b *testing.B, c *testcluster.Cluster) (lat []time.Duration
 // With LEASEFENCE_PERF_PROFILES=DIR the nodes also serve pprof, and DIR
 // receives, per node, the heap profile at 1 000 000 leases (heap-nN.pprof,
 // after a GC), the leader's CPU profile and execution trace of the first
-// seconds of the probe at 1 000 000 (cpu-leader.pprof, trace-leader.out),
+// seconds of each probe (cpu-leader-1k.pprof, trace-leader-1k.out, and the
+// same with 1M),
 // and every probe latency at 1 000 and 1 000 000 in microseconds, in the
 // order taken (lat-1k.txt, lat-1M.txt).
 func BenchmarkMillionLeases(b *testing.B) {
@@ -250,10 +251,30 @@ func BenchmarkMillionLeases(b *testing.B) {
 		}
 		_ = os.WriteFile(filepath.Join(profDir, name), []byte(sb.String()), 0o644)
 	}
+	// profileLeader starts the leader's CPU profile and execution trace
+	// of the probe's first seconds, when asked for; the returned function
+	// waits for both.
+	profileLeader := func(at string) (wait func()) {
+		var wg sync.WaitGroup
+		if profDir != "" {
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				fetch(b, metricsAddrs[li], "/debug/pprof/profile?seconds=6", filepath.Join(profDir, "cpu-leader-"+at+".pprof"))
+			}()
+			go func() {
+				defer wg.Done()
+				fetch(b, metricsAddrs[li], "/debug/pprof/trace?seconds=3", filepath.Join(profDir, "trace-leader-"+at+".out"))
+			}()
+		}
+		return wg.Wait
+	}
 	fill(0, 1000)
+	wait := profileLeader("1k")
 	lat, errsSmall := acquireLatencies(b, c)
 	saveLat("lat-1k.txt", lat)
 	p99small := percentile(lat, 0.99)
+	wait()
 	start := time.Now()
 	fill(1000, 1000000)
 	b.Logf("granted 999 000 leases in %v", time.Since(start))
@@ -261,28 +282,20 @@ func BenchmarkMillionLeases(b *testing.B) {
 		b.Logf("leader changed during the fill: n%d, was n%d", l+1, li+1)
 		li = l
 	}
-	var profWG sync.WaitGroup
-	if profDir != "" {
-		profWG.Add(2)
-		go func() {
-			defer profWG.Done()
-			fetch(b, metricsAddrs[li], "/debug/pprof/profile?seconds=6", filepath.Join(profDir, "cpu-leader.pprof"))
-		}()
-		go func() {
-			defer profWG.Done()
-			fetch(b, metricsAddrs[li], "/debug/pprof/trace?seconds=3", filepath.Join(profDir, "trace-leader.out"))
-		}()
-	}
+	wait = profileLeader("1M")
 	lat, errsBig := acquireLatencies(b, c)
 	saveLat("lat-1M.txt", lat)
 	p99big := percentile(lat, 0.99)
-	profWG.Wait()
+	wait()
 	var maxRSS float64
 	for i := range c.Procs {
 		pid := c.Pid(i)
 		rss := rssMB(pid)
 		maxRSS = max(maxRSS, rss)
 		line := fmt.Sprintf("node %d: RSS %.0f MB (anon %.0f, file %.0f)", i, rss, procStatusMB(pid, "RssAnon:"), procStatusMB(pid, "RssFile:"))
+		if fi, err := os.Stat(filepath.Join(c.Procs[i].DataDir, "raft.db")); err == nil {
+			line += fmt.Sprintf(", raft.db %.0f MB", float64(fi.Size())/(1<<20))
+		}
 		if profDir != "" {
 			a := metricsAddrs[i]
 			line += fmt.Sprintf(", heap in use %.0f MB, heap sys %.0f MB, heap released %.0f MB",
