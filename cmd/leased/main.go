@@ -20,6 +20,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -27,6 +28,7 @@ import (
 
 	"github.com/leasefence/leasefence/cluster"
 	"github.com/leasefence/leasefence/internal/flagenv"
+	"github.com/leasefence/leasefence/internal/memlimit"
 	"github.com/leasefence/leasefence/transport"
 )
 
@@ -50,7 +52,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	} else if len(bugs) > 0 {
 		fmt.Fprintf(stderr, "leased: PLANTED BUGS ON: %s (a test build for the fault harness; never in production)\n", strings.Join(bugs, ","))
 	}
-	node, err := cluster.Start(cfg)
+	if cfg.memory.Bytes > 0 {
+		debug.SetMemoryLimit(cfg.memory.Bytes)
+	}
+	cfg.Logger.Info("memory limit", "limit", cfg.memory.String())
+	node, err := cluster.Start(cfg.Config)
 	if err != nil {
 		fmt.Fprintln(stderr, "leased:", err)
 		return 1
@@ -108,7 +114,14 @@ func nodeFailed(n *cluster.Node) <-chan struct{} {
 // errPrinted ends a run that only printed (--print-config).
 var errPrinted = errors.New("printed")
 
-func parse(args []string, stdout, stderr io.Writer) (cluster.Config, error) {
+// settings are the node's configuration and the process-wide ones that
+// are not the node's business.
+type settings struct {
+	cluster.Config
+	memory memlimit.Choice // the Go runtime's soft memory limit
+}
+
+func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	cfg := cluster.DefaultConfig()
 	fs := flag.NewFlagSet("leased", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -153,6 +166,8 @@ func parse(args []string, stdout, stderr io.Writer) (cluster.Config, error) {
 	fs.StringVar(&peerRoutes, unsafePeerRouteFlag, "", "UNSAFE, fault injection only: ADDR=VIA,... dial VIA whenever this node dials peer ADDR (reported in status as unsafe peer-route)")
 	fs.StringVar(&logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.BoolVar(&logJSON, "log-json", false, "log as JSON lines")
+	var memoryLimit string
+	fs.StringVar(&memoryLimit, "memory-limit", "auto", "soft limit on the Go runtime's memory (512MiB, 1GiB, ...): the collector works harder near it; auto: 90% of the cgroup's memory limit when there is one, unless GOMEMLIMIT is set; off: none")
 	// Environment first, so that flags given on the command line win.
 	var configFile string
 	var printConfig bool
@@ -165,18 +180,18 @@ func parse(args []string, stdout, stderr io.Writer) (cluster.Config, error) {
 			path = os.Getenv("LEASEFENCE_CONFIG")
 		}
 		if err := flagenv.ApplyFile(fs, path); err != nil {
-			return cfg, err
+			return settings{Config: cfg}, err
 		}
 	}
 	if err := flagenv.Apply(fs, "LEASEFENCE_"); err != nil {
-		return cfg, err
+		return settings{Config: cfg}, err
 	}
 	// Hidden and command line only (defined after the environment and the
 	// config file were applied, left out of --help and --print-config): the
 	// jepsen harness's fault-injection clock. Status lists it as unsafe.
 	fs.StringVar(&cfg.FaultClockFile, flagFaultClock, "", "UNSAFE, fault injection only: take this node's clock rate and wall offset from this JSON control file")
 	if err := fs.Parse(args); err != nil {
-		return cfg, err
+		return settings{Config: cfg}, err
 	}
 	if printConfig {
 		skip := []string{"config", "print-config", flagFaultClock}
@@ -184,40 +199,44 @@ func parse(args []string, stdout, stderr io.Writer) (cluster.Config, error) {
 			skip = append(skip, unsafePeerRouteFlag)
 		}
 		flagenv.Print(stdout, fs, skip...)
-		return cfg, errPrinted
+		return settings{Config: cfg}, errPrinted
 	}
 	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return settings{Config: cfg}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	peers, err := cluster.ParsePeers(bootstrap)
 	if err != nil {
-		return cfg, err
+		return settings{Config: cfg}, err
 	}
 	if len(peers) > 0 {
 		cfg.Bootstrap = peers
 	}
 	if cfg.UnsafePeerRoutes, err = parsePeerRoutes(peerRoutes); err != nil {
-		return cfg, err
+		return settings{Config: cfg}, err
 	}
 	level := hclog.LevelFromString(logLevel)
 	if level == hclog.NoLevel {
-		return cfg, fmt.Errorf("unknown log level %q", logLevel)
+		return settings{Config: cfg}, fmt.Errorf("unknown log level %q", logLevel)
 	}
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "leased", Level: level, JSONFormat: logJSON, Output: stderr})
 	if cfg.BumpTokens == 0 && !cfg.AllowZeroBump {
-		return cfg, fmt.Errorf("--bump-tokens 0 needs --allow-zero-bump: without a bump, new tokens may repeat tokens resources have already accepted")
+		return settings{Config: cfg}, fmt.Errorf("--bump-tokens 0 needs --allow-zero-bump: without a bump, new tokens may repeat tokens resources have already accepted")
 	}
 	if len(cfg.Bootstrap) == 0 && cfg.Join == "" && cfg.DataDir != "" && !hasState(cfg.DataDir) {
-		return cfg, fmt.Errorf("a first start needs --bootstrap or --join")
+		return settings{Config: cfg}, fmt.Errorf("a first start needs --bootstrap or --join")
 	}
 	tlsGiven := cfg.TLS.CertFile != "" || cfg.TLS.KeyFile != "" || cfg.TLS.CAFile != ""
 	switch {
 	case insecure && tlsGiven:
-		return cfg, fmt.Errorf("--insecure and --tls-* exclude each other")
+		return settings{Config: cfg}, fmt.Errorf("--insecure and --tls-* exclude each other")
 	case !insecure && !tlsGiven:
-		return cfg, fmt.Errorf("no TLS configured: give --tls-cert, --tls-key and --tls-ca (make certs writes development ones), or --insecure to serve plaintext for local development")
+		return settings{Config: cfg}, fmt.Errorf("no TLS configured: give --tls-cert, --tls-key and --tls-ca (make certs writes development ones), or --insecure to serve plaintext for local development")
 	}
-	return cfg, cfg.Validate()
+	mem, err := memlimit.Choose(memoryLimit, os.Getenv("GOMEMLIMIT"), "/")
+	if err != nil {
+		return settings{Config: cfg}, err
+	}
+	return settings{Config: cfg, memory: mem}, cfg.Validate()
 }
 
 // flagFaultClock is the hidden unsafe flag of the fault-injection clock

@@ -26,6 +26,12 @@ func TestFlagsEnvironmentAndValidation(t *testing.T) {
 	if cfg.ID != "n1" || cfg.DataDir != dir || cfg.SkewMargin != 300*time.Millisecond || cfg.Bootstrap["n1"] != "127.0.0.1:7001" {
 		t.Fatalf("config %+v", cfg)
 	}
+	if cfg.memory.Source == "flag" || cfg.memory.Source == "" {
+		t.Fatalf("memory limit by default: %+v, want auto's choice", cfg.memory)
+	}
+	if c, err := parse([]string{"--bootstrap", "n1=127.0.0.1:7001", "--memory-limit", "800MiB"}, io.Discard, io.Discard); err != nil || c.memory.Bytes != 800<<20 {
+		t.Fatalf("--memory-limit 800MiB: %+v %v", c.memory, err)
+	}
 	cases := map[string][]string{
 		"first start needs bootstrap or join": {},
 		"bad peer list":                       {"--bootstrap", "n1"},
@@ -38,6 +44,8 @@ func TestFlagsEnvironmentAndValidation(t *testing.T) {
 		"tls cert without ca":                 {"--bootstrap", "n1=127.0.0.1:7001", "--tls-cert", "n1.crt", "--tls-key", "n1.key"},
 		"peer identity not a uri":             {"--bootstrap", "n1=127.0.0.1:7001", "--peer-identity", "peer"},
 		"negative waiter limit":               {"--bootstrap", "n1=127.0.0.1:7001", "--max-waiters-per-resource", "-1"},
+		"memory limit not a size":             {"--bootstrap", "n1=127.0.0.1:7001", "--memory-limit", "lots"},
+		"memory limit zero":                   {"--bootstrap", "n1=127.0.0.1:7001", "--memory-limit", "0"},
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {
