@@ -81,6 +81,12 @@ func newMetrics(n *Node) *metrics {
 		}
 		return 0
 	})
+	gauge("snapshot_threshold_entries", "Log entries since the last snapshot that trigger the next: --snapshot-threshold, raised while the state is large (docs/OPERATIONS.md).", func() float64 {
+		return float64(n.raft.ReloadableConfig().SnapshotThreshold)
+	})
+	gauge("snapshot_bytes", "Size of the last snapshot this node wrote or restored (0: none since start).", func() float64 {
+		return float64(n.snaps.size.Load())
+	})
 	gauge("raft_term", "Current Raft term.", func() float64 { return float64(n.raft.CurrentTerm()) })
 	gauge("raft_commit_index", "Raft commit index.", func() float64 { return float64(n.raft.CommitIndex()) })
 	gauge("raft_applied_index", "Raft applied index.", func() float64 { return float64(n.raft.AppliedIndex()) })

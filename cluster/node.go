@@ -43,6 +43,7 @@ type Node struct {
 
 	raft   *raft.Raft
 	sm     *stateMachine
+	snaps  *snapshotPolicy
 	hub    *hub
 	tr     *transport.Transport
 	store  *raftboltdb.BoltStore
@@ -126,6 +127,8 @@ func Start(cfg Config) (*Node, error) {
 	n.policy = policy
 	n.metrics = newMetrics(n)
 	n.sm.metrics = n.metrics
+	n.snaps = newSnapshotPolicy(cfg.SnapshotThreshold)
+	n.sm.snaps = n.snaps
 	if err := n.open(); err != nil {
 		n.cleanup()
 		return nil, err
@@ -267,6 +270,8 @@ func (n *Node) open() error {
 	go func() { defer n.wg.Done(); n.healthLoop() }()
 	go func() { defer n.wg.Done(); n.leaderLoop() }()
 	go func() { defer n.wg.Done(); n.proposeLoop() }()
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.snaps.run(n, time.Second, n.stopCh) }()
 	if n.faultClock != nil {
 		n.wg.Add(1)
 		go func() { defer n.wg.Done(); n.faultClock.Run(n.stopCh, FaultClockPoll) }()

@@ -40,7 +40,8 @@ type stateMachine struct {
 
 	failed  atomic.Pointer[error]
 	onFatal func(error)
-	metrics *metrics // set before raft starts
+	metrics *metrics        // set before raft starts
+	snaps   *snapshotPolicy // set before raft starts; nil: none
 }
 
 func newStateMachine(h *hub, log hclog.Logger, onFatal func(error)) *stateMachine {
@@ -73,6 +74,9 @@ func (m *stateMachine) Apply(l *raft.Log) interface{} {
 		return err
 	}
 	m.hub.publish(l.Index, a)
+	if m.snaps != nil {
+		m.snaps.applied(len(l.Data))
+	}
 	if m.metrics != nil {
 		m.metrics.observeApplied(a)
 	}
@@ -142,7 +146,7 @@ func (m *stateMachine) Snapshot() (raft.FSMSnapshot, error) {
 	defer m.mu.RUnlock()
 	// raft calls Snapshot on the goroutine that calls Apply, so applied is
 	// exactly the last entry this snapshot contains.
-	return &fsmSnapshot{index: m.applied.Load(), sn: m.st.Snapshot(), log: m.log}, nil
+	return &fsmSnapshot{index: m.applied.Load(), sn: m.st.Snapshot(), log: m.log, policy: m.snaps}, nil
 }
 
 // Restore implements raft.FSM: builds fresh state from the snapshot and
@@ -156,10 +160,14 @@ func (m *stateMachine) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	index := binary.BigEndian.Uint64(hdr[:])
-	st, err := fsm.Restore(rc)
+	cr := &countingReader{r: rc}
+	st, err := fsm.Restore(cr)
 	if err != nil {
 		m.log.Error("snapshot restore failed", "error", err)
 		return err
+	}
+	if m.snaps != nil {
+		m.snaps.sized(int64(len(hdr)) + cr.n)
 	}
 	m.mu.Lock()
 	m.st, m.index = st, index
@@ -174,9 +182,10 @@ func (m *stateMachine) Restore(rc io.ReadCloser) error {
 // fsmSnapshot is written as the index of the last entry it contains (8
 // bytes, big endian) followed by the fsm snapshot.
 type fsmSnapshot struct {
-	index uint64
-	sn    *fsm.Snapshot
-	log   hclog.Logger
+	index  uint64
+	sn     *fsm.Snapshot
+	log    hclog.Logger
+	policy *snapshotPolicy // told the size written; nil: none
 }
 
 // Persist writes the snapshot; the sink is cancelled on every error path.
@@ -184,15 +193,33 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	var hdr [8]byte
 	binary.BigEndian.PutUint64(hdr[:], s.index)
 	_, err := sink.Write(hdr[:])
+	var n int64
 	if err == nil {
-		_, err = s.sn.WriteTo(sink)
+		n, err = s.sn.WriteTo(sink)
 	}
 	if err != nil {
 		s.log.Error("snapshot persist failed", "error", err)
 		_ = sink.Cancel()
 		return err
 	}
-	return sink.Close()
+	if err := sink.Close(); err != nil {
+		return err
+	}
+	if s.policy != nil {
+		s.policy.sized(int64(len(hdr)) + n)
+	}
+	return nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 func (s *fsmSnapshot) Release() {}

@@ -21,10 +21,14 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/internal/memlimit"
 	"github.com/leasefence/leasefence/internal/testcluster"
 )
 
-func start(b *testing.B, extra ...string) *testcluster.Cluster {
+func start(b *testing.B, extra ...string) *testcluster.Cluster { return startIn(b, nil, extra...) }
+
+// startIn starts three nodes, in the given cgroups when cgroups is not nil.
+func startIn(b *testing.B, cgroups []string, extra ...string) *testcluster.Cluster {
 	bin, cleanup, err := testcluster.BuildForBenchmarks()
 	if err != nil {
 		b.Fatal(err)
@@ -35,7 +39,72 @@ func start(b *testing.B, extra ...string) *testcluster.Cluster {
 	saved := testcluster.Defaults
 	testcluster.Defaults = []string{"--insecure", "--log-level", "warn"}
 	defer func() { testcluster.Defaults = saved }()
+	if cgroups != nil {
+		return testcluster.StartInCgroups(b, bin, cgroups, extra...)
+	}
 	return testcluster.Start(b, bin, 3, extra...)
+}
+
+// memoryCgroups makes n memory cgroups limited to limit (a size such as
+// 1GiB) for the nodes to run in, and removes them at the end. It needs
+// root and a cgroup v1 memory controller, or cgroup v2 with the memory
+// controller available.
+func memoryCgroups(b *testing.B, limit string, n int) []string {
+	bytes, err := memlimit.ParseSize(limit)
+	if err != nil || bytes <= 0 {
+		b.Fatalf("LEASEFENCE_PERF_MEMORY_LIMIT: %q is not a size (1GiB, 800MiB)", limit)
+	}
+	base, limitFile := "/sys/fs/cgroup/memory", "memory.limit_in_bytes"
+	if _, err := os.Stat(filepath.Join(base, limitFile)); err != nil {
+		base, limitFile = "/sys/fs/cgroup", "memory.max"
+		if err := os.WriteFile(filepath.Join(base, "cgroup.subtree_control"), []byte("+memory"), 0o644); err != nil {
+			b.Fatalf("no memory cgroup to use (needs root; cgroup v1 memory or v2): %v", err)
+		}
+	}
+	var dirs []string
+	for i := 0; i < n; i++ {
+		dir := filepath.Join(base, fmt.Sprintf("leasefence-perf-%d-n%d", os.Getpid(), i+1))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			b.Fatalf("memory cgroup: %v", err)
+		}
+		b.Cleanup(func() { os.Remove(dir) }) // after the cluster's cleanup killed the nodes
+		if err := os.WriteFile(filepath.Join(dir, limitFile), []byte(strconv.FormatInt(bytes, 10)), 0o644); err != nil {
+			b.Fatalf("memory cgroup limit: %v", err)
+		}
+		dirs = append(dirs, dir)
+	}
+	return dirs
+}
+
+// cgroupReport says what a node's memory cgroup saw: its peak charge
+// (which counts page cache too, reclaimable under the limit), how often
+// the limit was hit, and how many processes the kernel killed for it.
+func cgroupReport(dir string) string {
+	read := func(name string) string {
+		v, _ := os.ReadFile(filepath.Join(dir, name))
+		return strings.TrimSpace(string(v))
+	}
+	field := func(name, key string) string {
+		for _, line := range strings.Split(read(name), "\n") {
+			if k, v, ok := strings.Cut(line, " "); ok && k == key {
+				return v
+			}
+		}
+		return "?"
+	}
+	mib := func(s string) string {
+		n, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return "?"
+		}
+		return fmt.Sprintf("%.0f", n/(1<<20))
+	}
+	if read("memory.limit_in_bytes") != "" { // v1
+		return fmt.Sprintf("cgroup limit %s MiB, peak charge %s MiB (page cache included), limit hit %s times, oom kills %s",
+			mib(read("memory.limit_in_bytes")), mib(read("memory.max_usage_in_bytes")), read("memory.failcnt"), field("memory.oom_control", "oom_kill"))
+	}
+	return fmt.Sprintf("cgroup limit %s MiB, peak charge %s MiB (page cache included), oom kills %s",
+		mib(read("memory.max")), mib(read("memory.peak")), field("memory.events", "oom_kill"))
 }
 
 func percentile(d []time.Duration, p float64) time.Duration {
@@ -195,11 +264,21 @@ func acquireLatencies(b *testing.B, c *testcluster.Cluster) (lat []time.Duration
 // receives, per node, the heap profile at 1 000 000 leases (heap-nN.pprof,
 // after a GC), the leader's CPU profile and execution trace of the first
 // seconds of each probe (cpu-leader-1k.pprof, trace-leader-1k.out, and the
-// same with 1M),
-// and every probe latency at 1 000 and 1 000 000 in microseconds, in the
-// order taken (lat-1k.txt, lat-1M.txt).
+// same with 1M), and every probe latency at 1 000 and 1 000 000 in
+// microseconds, in the order taken (lat-1k.txt, lat-1M.txt).
+//
+// With LEASEFENCE_PERF_MEMORY_LIMIT=1GiB (root) each node runs in its own
+// memory cgroup of that size, as in a container, and leased's default
+// --memory-limit auto takes 90% of it; the benchmark fails if a node died.
 func BenchmarkMillionLeases(b *testing.B) {
-	c := start(b, "--max-ttl", "1h")
+	var c *testcluster.Cluster
+	var cgroups []string
+	if lim := os.Getenv("LEASEFENCE_PERF_MEMORY_LIMIT"); lim != "" {
+		cgroups = memoryCgroups(b, lim, 3)
+		c = startIn(b, cgroups, "--max-ttl", "1h")
+	} else {
+		c = start(b, "--max-ttl", "1h")
+	}
 	profDir := os.Getenv("LEASEFENCE_PERF_PROFILES")
 	var metricsAddrs []string
 	if profDir != "" {
@@ -292,7 +371,13 @@ func BenchmarkMillionLeases(b *testing.B) {
 		pid := c.Pid(i)
 		rss := rssMB(pid)
 		maxRSS = max(maxRSS, rss)
+		if pid == 0 || !c.Running(i) {
+			b.Errorf("node %d is not running (killed for memory?)", i)
+		}
 		line := fmt.Sprintf("node %d: RSS %.0f MB (anon %.0f, file %.0f)", i, rss, procStatusMB(pid, "RssAnon:"), procStatusMB(pid, "RssFile:"))
+		if cgroups != nil {
+			line += "; " + cgroupReport(cgroups[i])
+		}
 		if fi, err := os.Stat(filepath.Join(c.Procs[i].DataDir, "raft.db")); err == nil {
 			line += fmt.Sprintf(", raft.db %.0f MB", float64(fi.Size())/(1<<20))
 		}
@@ -300,6 +385,9 @@ func BenchmarkMillionLeases(b *testing.B) {
 			a := metricsAddrs[i]
 			line += fmt.Sprintf(", heap in use %.0f MB, heap sys %.0f MB, heap released %.0f MB",
 				metric(a, "go_memstats_heap_inuse_bytes")/1e6, metric(a, "go_memstats_heap_sys_bytes")/1e6, metric(a, "go_memstats_heap_released_bytes")/1e6)
+			if lim := metric(a, "go_gc_gomemlimit_bytes"); lim < 1<<62 {
+				line += fmt.Sprintf(", Go memory limit %.0f MiB", lim/(1<<20))
+			}
 			fetch(b, a, "/debug/pprof/heap?gc=1", filepath.Join(profDir, fmt.Sprintf("heap-n%d.pprof", i+1)))
 		}
 		b.Log(line)

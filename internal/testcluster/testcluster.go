@@ -53,6 +53,7 @@ func build(flags ...string) (bin string, cleanup func(), err error) {
 // Proc is one leased process.
 type Proc struct {
 	ID, Addr, DataDir, LogPath string
+	Cgroup                     string // a cgroup directory the process runs in; "" for the caller's
 	// Args are the flags it is (re)started with; tests may edit them
 	// between a Kill and a Start.
 	Args []string
@@ -104,7 +105,16 @@ func FreeAddrs(t testing.TB, n int) []string {
 // node's log is written to the test log.
 func Start(t testing.TB, bin string, n int, extra ...string) *Cluster {
 	t.Helper()
-	return start(t, bin, n, nil, extra)
+	return start(t, bin, n, nil, nil, extra)
+}
+
+// StartInCgroups is Start with node i running in the cgroup directory
+// cgroups[i] (created by the caller, for instance with a memory limit):
+// the process joins it before leased runs, so leased sees the cgroup's
+// limits from its first instruction.
+func StartInCgroups(t testing.TB, bin string, cgroups []string, extra ...string) *Cluster {
+	t.Helper()
+	return start(t, bin, len(cgroups), nil, cgroups, extra)
 }
 
 // StartTLS is Start for a cluster that runs mutual TLS: extra carries the
@@ -112,10 +122,10 @@ func Start(t testing.TB, bin string, n int, extra ...string) *Cluster {
 // Leader...) use dialTLS, which must present a client certificate.
 func StartTLS(t testing.TB, bin string, n int, dialTLS *tls.Config, extra ...string) *Cluster {
 	t.Helper()
-	return start(t, bin, n, dialTLS, extra)
+	return start(t, bin, n, dialTLS, nil, extra)
 }
 
-func start(t testing.TB, bin string, n int, dialTLS *tls.Config, extra []string) *Cluster {
+func start(t testing.TB, bin string, n int, dialTLS *tls.Config, cgroups []string, extra []string) *Cluster {
 	t.Helper()
 	addrs := FreeAddrs(t, n)
 	var peers []string
@@ -127,6 +137,9 @@ func start(t testing.TB, bin string, n int, dialTLS *tls.Config, extra []string)
 	for i, a := range addrs {
 		id := fmt.Sprintf("n%d", i+1)
 		p := &Proc{ID: id, Addr: a, DataDir: filepath.Join(base, id), LogPath: filepath.Join(base, id+".log")}
+		if cgroups != nil {
+			p.Cgroup = cgroups[i]
+		}
 		defaults := Defaults
 		if dialTLS != nil { // a TLS cluster: never plaintext
 			defaults = nil
@@ -188,6 +201,10 @@ func (c *Cluster) Start(i int) {
 		c.t.Fatal(err)
 	}
 	cmd := exec.Command(c.bin, p.Args...)
+	if p.Cgroup != "" {
+		// The shell joins the cgroup, then becomes leased (same pid).
+		cmd = exec.Command("/bin/sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, p.Cgroup, c.bin}, p.Args...)...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		c.t.Fatal(err)
