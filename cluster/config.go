@@ -73,6 +73,10 @@ type Config struct {
 	SnapshotInterval   time.Duration
 	SnapshotThreshold  uint64
 	TrailingLogs       uint64
+	// SnapshotThresholdMax is as far as the node raises SnapshotThreshold
+	// while the state is large (snapshotPolicy); 0 means 64 times
+	// SnapshotThreshold, and SnapshotThreshold itself pins it.
+	SnapshotThresholdMax uint64
 
 	// MetricsListen is the host:port of the HTTP server for /metrics
 	// (Prometheus) and /healthz; empty means none.
@@ -202,6 +206,9 @@ func (c Config) withDefaults() Config {
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = d.TrailingLogs
 	}
+	if c.SnapshotThresholdMax == 0 {
+		c.SnapshotThresholdMax = c.SnapshotThreshold * snapshotThresholdScale
+	}
 	if c.WatchBuffer == 0 {
 		c.WatchBuffer = d.WatchBuffer
 	}
@@ -266,6 +273,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxTTL < c.MinTTL {
 		bad("max ttl %v is below min ttl %v", c.MaxTTL, c.MinTTL)
+	}
+	if c.SnapshotThresholdMax != 0 && c.SnapshotThresholdMax < c.SnapshotThreshold {
+		bad("snapshot threshold max %d is below the snapshot threshold %d", c.SnapshotThresholdMax, c.SnapshotThreshold)
 	}
 	if c.Drift < 0 || c.Drift >= 0.1 {
 		bad("drift %g must lie in [0, 0.1)", c.Drift)

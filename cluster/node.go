@@ -127,7 +127,7 @@ func Start(cfg Config) (*Node, error) {
 	n.policy = policy
 	n.metrics = newMetrics(n)
 	n.sm.metrics = n.metrics
-	n.snaps = newSnapshotPolicy(cfg.SnapshotThreshold)
+	n.snaps = newSnapshotPolicy(cfg.SnapshotThreshold, cfg.SnapshotThresholdMax)
 	n.sm.snaps = n.snaps
 	if err := n.open(); err != nil {
 		n.cleanup()

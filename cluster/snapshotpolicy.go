@@ -17,8 +17,8 @@ import (
 // until the log written between two snapshots is about half a snapshot's
 // size: the cost of snapshots per applied byte then stays the same at any
 // number of leases, and a restart replays at most that much log on top of
-// the snapshot. The configured threshold is the least, 64 times it the
-// most.
+// the snapshot. Config.SnapshotThreshold is the least,
+// Config.SnapshotThresholdMax (by default 64 times it) the most.
 type snapshotPolicy struct {
 	configured, limit uint64
 
@@ -34,11 +34,11 @@ type snapshotPolicy struct {
 }
 
 // snapshotThresholdScale is how far above the configured threshold the
-// policy may go.
+// policy may go by default.
 const snapshotThresholdScale = 64
 
-func newSnapshotPolicy(configured uint64) *snapshotPolicy {
-	p := &snapshotPolicy{configured: configured, limit: configured * snapshotThresholdScale}
+func newSnapshotPolicy(configured, limit uint64) *snapshotPolicy {
+	p := &snapshotPolicy{configured: configured, limit: max(limit, configured)}
 	p.current.Store(configured)
 	return p
 }

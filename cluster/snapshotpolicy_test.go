@@ -32,7 +32,7 @@ func TestScaledThreshold(t *testing.T) {
 		}
 	}
 	// The moving average follows the entries' size.
-	p := newSnapshotPolicy(16384)
+	p := newSnapshotPolicy(16384, 16384*64)
 	for i := 0; i < 20000; i++ {
 		n := 8192
 		if i >= 10000 {

@@ -46,6 +46,7 @@ func TestFlagsEnvironmentAndValidation(t *testing.T) {
 		"negative waiter limit":               {"--bootstrap", "n1=127.0.0.1:7001", "--max-waiters-per-resource", "-1"},
 		"memory limit not a size":             {"--bootstrap", "n1=127.0.0.1:7001", "--memory-limit", "lots"},
 		"memory limit zero":                   {"--bootstrap", "n1=127.0.0.1:7001", "--memory-limit", "0"},
+		"snapshot threshold max below it":     {"--bootstrap", "n1=127.0.0.1:7001", "--snapshot-threshold-max", "100"},
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {

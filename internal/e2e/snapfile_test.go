@@ -15,7 +15,7 @@ import (
 // FSM checks its records) and refused; the node restores the older one,
 // replays its log, and serves with tokens intact.
 func TestCorruptedSnapshotFileIsRefusedAndTheNodeRecovers(t *testing.T) {
-	c := startCluster(t, 3, "--snapshot-threshold", "20", "--trailing-logs", "200", "--snapshot-interval", "200ms")
+	c := startCluster(t, 3, "--snapshot-threshold", "20", "--snapshot-threshold-max", "20", "--trailing-logs", "200", "--snapshot-interval", "200ms")
 	victim := (c.Leader() + 1) % 3
 	var last uint64
 	var snaps []string
