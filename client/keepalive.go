@@ -15,9 +15,15 @@ import (
 
 // keeper renews every live lease of a client over one KeepAlive stream.
 // Each lease is renewed every KeepAliveInterval (default ttl/3) from the
-// send time of its last confirmed renewal; an unconfirmed renewal is
-// retried sooner. A refusal ends the lease at once; silence leaves it to
-// end at its safe deadline. A broken stream is reopened on another node.
+// send time of its last confirmed renewal; a renewal that failed is
+// retried sooner. A lease has at most one renewal in flight on a stream:
+// a stream delivers every answer while it lives, and sending again while
+// the cluster is slow to answer would only lengthen its queue (when more
+// renewals are asked for than the cluster can commit, resending every
+// unanswered one made the backlog grow until leases expired). A refusal
+// ends the lease at once; silence leaves it to end at its safe deadline.
+// A broken stream is reopened on another node, and what was in flight on
+// it is sent again there.
 type keeper struct {
 	c *Client
 
@@ -186,12 +192,7 @@ func (k *keeper) session(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer func() {
-		// Answers to this stream's renewals can no longer arrive.
-		k.mu.Lock()
-		clear(k.pending)
-		k.mu.Unlock()
-	}()
+	defer k.streamEnded()
 	stream, err := api.NewLeaseServiceClient(conn).KeepAlive(sctx)
 	if err != nil {
 		k.c.failover(addr, err)
@@ -243,6 +244,13 @@ func (k *keeper) sendDue(stream api.LeaseService_KeepAliveClient) (time.Duration
 	// Pop what is due (O(log n) each), never scanning every lease.
 	for !stalled && len(k.due) > 0 && k.due[0].nextRenew <= now {
 		l := k.due[0]
+		if l.renewing {
+			// Its renewal is still in the stream's queue: look again later.
+			l.nextRenew = now + retryUnconfirmed
+			heap.Fix(&k.due, 0)
+			continue
+		}
+		l.renewing = true
 		k.seq++
 		k.pending[k.seq] = pendingRenew{l: l, sentAt: now}
 		due = append(due, &api.KeepAliveRequest{LeaseId: l.id[:], Seq: k.seq})
@@ -284,6 +292,24 @@ func (k *keeper) silentFor() time.Duration {
 	return k.c.clock.Now() - time.Duration(k.lastRecv.Load())
 }
 
+// streamEnded forgets the renewals in flight on a stream that ended: their
+// answers can no longer arrive, so they are sent again, first thing, on
+// the next one.
+func (k *keeper) streamEnded() {
+	k.mu.Lock()
+	now := k.c.clock.Now()
+	for _, p := range k.pending {
+		l := p.l
+		l.renewing = false
+		if k.leases[l.id] == l && l.nextRenew > now {
+			l.nextRenew = now
+			heap.Fix(&k.due, l.dueIdx)
+		}
+	}
+	clear(k.pending)
+	k.mu.Unlock()
+}
+
 func (k *keeper) receive(stream api.LeaseService_KeepAliveClient) error {
 	failed := 0
 	for {
@@ -302,6 +328,9 @@ func (k *keeper) receive(stream api.LeaseService_KeepAliveClient) error {
 		k.mu.Lock()
 		p, ok := k.pending[resp.Seq]
 		delete(k.pending, resp.Seq)
+		if ok {
+			p.l.renewing = false
+		}
 		k.mu.Unlock()
 		if !ok {
 			continue

@@ -56,6 +56,7 @@ type Lease struct {
 	// keep-alive bookkeeping, guarded by keeper.mu
 	nextRenew time.Duration
 	dueIdx    int
+	renewing  bool // a renewal is in flight on the current stream
 }
 
 // ID returns the lease id.

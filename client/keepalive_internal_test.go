@@ -1,0 +1,120 @@
+package client
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/leasefence/leasefence/api"
+)
+
+type fakeClock struct{ now time.Duration }
+
+func (c *fakeClock) Now() time.Duration { return c.now }
+
+// recordingStream is a KeepAlive stream that records what is sent and
+// never answers by itself.
+type recordingStream struct {
+	api.LeaseService_KeepAliveClient
+	sent []*api.KeepAliveRequest
+}
+
+func (s *recordingStream) Send(r *api.KeepAliveRequest) error {
+	s.sent = append(s.sent, r)
+	return nil
+}
+
+// answerStream answers with the given responses, then ends.
+type answerStream struct {
+	api.LeaseService_KeepAliveClient
+	resps []*api.KeepAliveResponse
+}
+
+func (s *answerStream) Recv() (*api.KeepAliveResponse, error) {
+	if len(s.resps) == 0 {
+		return nil, context.Canceled
+	}
+	r := s.resps[0]
+	s.resps = s.resps[1:]
+	return r, nil
+}
+
+// TestOneRenewalInFlightPerLease: a cluster slower to answer than the
+// renewal schedule gets each lease's renewal once, not again every
+// retryUnconfirmed; an answer frees the lease for its next renewal, a
+// failed one makes it due again soon, and a stream that ends sends what was
+// in flight again on the next.
+func TestOneRenewalInFlightPerLease(t *testing.T) {
+	clk := &fakeClock{}
+	c := &Client{clock: clk, cfg: Config{KeepAliveInterval: 2 * time.Second}}
+	k := newKeeper(c)
+	c.keeper = k
+	const n = 100
+	var leases []*Lease
+	for i := 0; i < n; i++ {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		t.Cleanup(func() { cancel(nil) })
+		l := &Lease{c: c, id: ID{byte(i), 1}, ttl: 30 * time.Second, ctx: ctx, cancel: cancel, safeUntil: time.Hour}
+		leases = append(leases, l)
+		k.add(l, 0)
+	}
+	send := func(at time.Duration) *recordingStream {
+		t.Helper()
+		clk.now = at
+		st := &recordingStream{}
+		if _, _, err := k.sendDue(st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	if got := len(send(time.Second).sent); got != 0 {
+		t.Fatalf("%d renewals sent before any was due", got)
+	}
+	first := send(2 * time.Second)
+	if len(first.sent) != n {
+		t.Fatalf("%d renewals sent when all %d were due", len(first.sent), n)
+	}
+	// No answers yet: nothing is sent again on this stream, however long
+	// the cluster takes.
+	for _, at := range []time.Duration{2600 * time.Millisecond, 3200 * time.Millisecond, 5 * time.Second} {
+		if got := len(send(at).sent); got != 0 {
+			t.Fatalf("at %v with every renewal unanswered: %d sent again", at, got)
+		}
+	}
+	// Answers at 5 s: every other one renewed, the rest failed
+	// (Unavailable; never two in a row, which would end the stream).
+	var resps []*api.KeepAliveResponse
+	for i, r := range first.sent {
+		resp := &api.KeepAliveResponse{Seq: r.Seq, LeaseId: r.LeaseId, TtlRemaining: durationpb.New(30 * time.Second)}
+		if i%2 == 1 {
+			resp.Code, resp.Message = int32(codes.Unavailable), "leader changed"
+		}
+		resps = append(resps, resp)
+	}
+	if err := k.receive(&answerStream{resps: resps}); err == nil {
+		t.Fatal("receive returned without the stream's error")
+	}
+	if k.confirmed.Load() != n/2 {
+		t.Fatalf("confirmed %d, want %d", k.confirmed.Load(), n/2)
+	}
+	// The renewed half is due at its interval from the send (2 s + 2 s,
+	// passed), the failed half at its retry (5.5 s): both at 5.5 s.
+	if got := len(send(5500 * time.Millisecond).sent); got != n {
+		t.Fatalf("after the answers: %d sent, want %d", got, n)
+	}
+	// The stream breaks with all in flight: the next stream sends them
+	// again at once.
+	k.streamEnded()
+	if got := len(send(5501 * time.Millisecond).sent); got != n {
+		t.Fatalf("on a new stream: %d sent, want the %d in flight on the old one", got, n)
+	}
+	// A lease released while its renewal was in flight is not sent again.
+	k.remove(leases[0])
+	k.streamEnded()
+	if got := len(send(5502 * time.Millisecond).sent); got != n-1 {
+		t.Fatalf("after a release and a new stream: %d sent, want %d", got, n-1)
+	}
+}
