@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"sync"
@@ -58,14 +59,30 @@ func TestSnapshotThresholdGrowsWithTheState(t *testing.T) {
 	})
 	li, _ := tc.leader()
 	c := tc.client(li)
-	ctx := ctxT(t)
-	// 2 000 leases, one per entry (sequential acquires), with long names
-	// to make the state large against the entries that follow.
-	for i := 0; i < 2000; i++ {
-		if _, err := c.Acquire(ctx, acquireReq(fmt.Sprintf("big/%0100d", i), time.Minute)); err != nil {
-			t.Fatal(err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// 2 000 leases with long names, to make the state large against the
+	// entries.
+	acquireAll := func(prefix string, n int) {
+		var wg sync.WaitGroup
+		for w := 0; w < 8; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				for i := w; i < n; i += 8 {
+					if _, err := c.Acquire(ctx, acquireReq(fmt.Sprintf("%s/%0100d", prefix, i), time.Minute)); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}(w)
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
 		}
 	}
+	acquireAll("big", 2000)
 	for i, n := range tc.nodes {
 		eventually(t, 20*time.Second, fmt.Sprintf("node %d raises its threshold", i), func() bool {
 			return n.raft.ReloadableConfig().SnapshotThreshold > 64 && n.snaps.size.Load() > 0
@@ -79,24 +96,19 @@ func TestSnapshotThresholdGrowsWithTheState(t *testing.T) {
 	// Past the raised threshold, snapshots still come: the log since the
 	// last one stays within the threshold (plus what arrives during a
 	// check interval).
-	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for i := w; i < 4000; i += 8 {
-				if _, err := c.Acquire(ctx, acquireReq(fmt.Sprintf("more/%d", i), time.Minute)); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}(w)
+	lastSnap := func(n *Node) uint64 {
+		v, _ := strconv.ParseUint(n.raft.Stats()["last_snapshot_index"], 10, 64)
+		return v
 	}
-	wg.Wait()
+	var before []uint64
+	for _, n := range tc.nodes {
+		before = append(before, lastSnap(n))
+	}
+	acquireAll("more", 4000)
 	for i, n := range tc.nodes {
 		eventually(t, 20*time.Second, fmt.Sprintf("node %d snapshots past its raised threshold", i), func() bool {
-			last, _ := strconv.ParseUint(n.raft.Stats()["last_snapshot_index"], 10, 64)
-			return n.raft.LastIndex()-last <= n.raft.ReloadableConfig().SnapshotThreshold+64
+			last := lastSnap(n)
+			return last > before[i] && n.raft.LastIndex()-last <= n.raft.ReloadableConfig().SnapshotThreshold+64
 		})
 	}
 }
