@@ -29,6 +29,10 @@ func TestKeepAliveOnAFollowerIsRelayedToTheLeader(t *testing.T) {
 	}
 	renewOn := func(ka api.LeaseService_KeepAliveClient, seq uint64) (*api.KeepAliveResponse, error) {
 		if err := ka.Send(&api.KeepAliveRequest{LeaseId: r.Lease.Id, Seq: seq}); err != nil {
+			// Send says only io.EOF once the stream ended; Recv has why.
+			if _, rerr := ka.Recv(); rerr != nil {
+				return nil, rerr
+			}
 			return nil, err
 		}
 		return ka.Recv()
