@@ -17,6 +17,21 @@ import (
 // ends with Unavailable, and a new stream on the same follower renews
 // through the new leader.
 func TestKeepAliveOnAFollowerIsRelayedToTheLeader(t *testing.T) {
+	t.Run("leader stops", func(t *testing.T) {
+		testKeepAliveRelay(t, func(tc *testCluster, li int) { tc.stop(li) })
+	})
+	// A transfer keeps the old leader running: it must end the relayed
+	// stream rather than refuse every renewal on it for ever.
+	t.Run("leadership transferred", func(t *testing.T) {
+		testKeepAliveRelay(t, func(tc *testCluster, li int) {
+			if err := tc.nodes[li].raft.LeadershipTransfer().Error(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+}
+
+func testKeepAliveRelay(t *testing.T, depose func(tc *testCluster, li int)) {
 	tc := newTestCluster(t, 3, nil)
 	li, _ := tc.leader()
 	fi, _ := tc.follower()
@@ -50,7 +65,7 @@ func TestKeepAliveOnAFollowerIsRelayedToTheLeader(t *testing.T) {
 			t.Fatalf("renewal %d: %+v", seq, resp)
 		}
 	}
-	tc.stop(li)
+	depose(tc, li)
 	// The relayed stream ends; until it does, answers may be refusals
 	// (the old leader stepping down), never a hang.
 	var endErr error

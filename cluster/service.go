@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -485,6 +486,12 @@ func (s *leaseService) KeepAlive(stream grpc.BidiStreamingServer[api.KeepAliveRe
 			}
 			return err
 		}
+		if isForwarded(ctx) && s.n.raft.State() != raft.Leader {
+			// A follower's relay of a client's stream: end it, so that the
+			// client reopens it towards the new leader at once instead of
+			// collecting refusals.
+			return status.Error(codes.Unavailable, "keep-alive: this node no longer leads")
+		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -548,12 +555,11 @@ func (s *leaseService) relayKeepAlive(stream grpc.BidiStreamingServer[api.KeepAl
 		for {
 			req, err := stream.Recv()
 			if err != nil {
-				done <- err
+				done <- err // io.EOF: the client closed its side
 				return
 			}
 			if err := up.Send(req); err != nil {
-				done <- status.Errorf(codes.Unavailable, "keep-alive: leader stream: %v", err)
-				return
+				return // the leader's side ended: up.Recv says why
 			}
 		}
 	}()
@@ -561,8 +567,12 @@ func (s *leaseService) relayKeepAlive(stream grpc.BidiStreamingServer[api.KeepAl
 		defer close(sending)
 		for {
 			resp, err := up.Recv()
+			if errors.Is(err, io.EOF) {
+				done <- errLeaderEnded
+				return
+			}
 			if err != nil {
-				done <- status.Errorf(codes.Unavailable, "keep-alive: leader stream ended: %v", err)
+				done <- err // the leader's status, passed on as it is
 				return
 			}
 			if err := stream.Send(resp); err != nil {
@@ -574,17 +584,29 @@ func (s *leaseService) relayKeepAlive(stream grpc.BidiStreamingServer[api.KeepAl
 	select {
 	case err = <-done:
 	case <-s.n.stopCh:
-		err = status.Error(codes.Unavailable, "node stopping; keep alive through another node")
+		return status.Error(codes.Unavailable, "node stopping; keep alive through another node")
 	}
-	if errors.Is(err, io.EOF) {
+	switch {
+	case errors.Is(err, io.EOF):
 		// The client closed its side: let the leader answer what is in
-		// flight, then end.
+		// flight (each renewal is bounded by keepAliveRenewTimeout), then
+		// end as the leader's side does.
 		_ = up.CloseSend()
 		select {
 		case err = <-done:
-		case <-time.After(keepAliveRenewTimeout):
+		case <-time.After(keepAliveRenewTimeout + time.Second):
+			return status.Error(codes.Unavailable, "keep-alive: the leader did not answer every renewal in time")
 		}
-		return nil
+		if errors.Is(err, errLeaderEnded) {
+			return nil
+		}
+		return err
+	case errors.Is(err, errLeaderEnded):
+		return status.Error(codes.Unavailable, "keep-alive: the leader ended the stream; open it again")
 	}
 	return err
 }
+
+// errLeaderEnded marks the leader's side of a relayed stream ending
+// cleanly.
+var errLeaderEnded = errors.New("keep-alive: leader stream ended")
