@@ -68,8 +68,15 @@ type pendingRenew struct {
 	sentAt time.Duration
 }
 
-// retryUnconfirmed is how soon a renewal without an answer is sent again.
+// retryUnconfirmed is how soon a renewal that failed is sent again.
 const retryUnconfirmed = 500 * time.Millisecond
+
+// resendUnanswered is how long a renewal may go unanswered on a stream
+// that answers others before it is sent again: a net under the rule of
+// one renewal in flight per lease, should a node ever drop one answer.
+// Well above the node's own bound on a renewal (3 s), so a slow cluster
+// is not sent every renewal twice.
+const resendUnanswered = 5 * time.Second
 
 func newKeeper(c *Client) *keeper {
 	return &keeper{c: c, leases: map[ID]*Lease{}, pending: map[uint64]pendingRenew{}, wake: make(chan struct{}, 1)}
@@ -244,13 +251,13 @@ func (k *keeper) sendDue(stream api.LeaseService_KeepAliveClient) (time.Duration
 	// Pop what is due (O(log n) each), never scanning every lease.
 	for !stalled && len(k.due) > 0 && k.due[0].nextRenew <= now {
 		l := k.due[0]
-		if l.renewing {
+		if l.renewing && now-l.renewSentAt < resendUnanswered {
 			// Its renewal is still in the stream's queue: look again later.
 			l.nextRenew = now + retryUnconfirmed
 			heap.Fix(&k.due, 0)
 			continue
 		}
-		l.renewing = true
+		l.renewing, l.renewSentAt = true, now
 		k.seq++
 		k.pending[k.seq] = pendingRenew{l: l, sentAt: now}
 		due = append(due, &api.KeepAliveRequest{LeaseId: l.id[:], Seq: k.seq})

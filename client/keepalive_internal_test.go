@@ -77,8 +77,8 @@ func TestOneRenewalInFlightPerLease(t *testing.T) {
 	if len(first.sent) != n {
 		t.Fatalf("%d renewals sent when all %d were due", len(first.sent), n)
 	}
-	// No answers yet: nothing is sent again on this stream, however long
-	// the cluster takes.
+	// No answers yet: nothing is sent again on this stream while the
+	// cluster may still be working on them.
 	for _, at := range []time.Duration{2600 * time.Millisecond, 3200 * time.Millisecond, 5 * time.Second} {
 		if got := len(send(at).sent); got != 0 {
 			t.Fatalf("at %v with every renewal unanswered: %d sent again", at, got)
@@ -116,5 +116,40 @@ func TestOneRenewalInFlightPerLease(t *testing.T) {
 	k.streamEnded()
 	if got := len(send(5502 * time.Millisecond).sent); got != n-1 {
 		t.Fatalf("after a release and a new stream: %d sent, want %d", got, n-1)
+	}
+}
+
+// TestRenewalUnansweredForLongIsSentAgain: the one-in-flight rule has a
+// net: a renewal left unanswered for resendUnanswered on a stream is sent
+// again, once.
+func TestRenewalUnansweredForLongIsSentAgain(t *testing.T) {
+	clk := &fakeClock{}
+	c := &Client{clock: clk, cfg: Config{KeepAliveInterval: 2 * time.Second}}
+	k := newKeeper(c)
+	c.keeper = k
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	k.add(&Lease{c: c, id: ID{1}, ttl: 30 * time.Second, ctx: ctx, cancel: cancel, safeUntil: time.Hour}, 0)
+	count := func(at time.Duration) int {
+		t.Helper()
+		clk.now = at
+		st := &recordingStream{}
+		if _, _, err := k.sendDue(st); err != nil {
+			t.Fatal(err)
+		}
+		return len(st.sent)
+	}
+	for _, step := range []struct {
+		at   time.Duration
+		want int
+	}{
+		{2 * time.Second, 1},                      // due
+		{2*time.Second + resendUnanswered/2, 0},   // unanswered, but not for long
+		{2*time.Second + resendUnanswered + 1, 1}, // unanswered for long: again
+		{2*time.Second + resendUnanswered + time.Second, 0},
+	} {
+		if got := count(step.at); got != step.want {
+			t.Fatalf("at %v: %d sent, want %d", step.at, got, step.want)
+		}
 	}
 }

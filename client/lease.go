@@ -57,6 +57,8 @@ type Lease struct {
 	nextRenew time.Duration
 	dueIdx    int
 	renewing  bool // a renewal is in flight on the current stream
+	// renewSentAt is when the renewal in flight was sent (c.clock).
+	renewSentAt time.Duration
 }
 
 // ID returns the lease id.
