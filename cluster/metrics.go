@@ -84,8 +84,8 @@ func newMetrics(n *Node) *metrics {
 	gauge("snapshot_threshold_entries", "Log entries since the last snapshot that trigger the next: --snapshot-threshold, raised while the state is large (docs/OPERATIONS.md).", func() float64 {
 		return float64(n.raft.ReloadableConfig().SnapshotThreshold)
 	})
-	gauge("snapshot_bytes", "Size of the last snapshot this node wrote or restored (0: none since start).", func() float64 {
-		return float64(n.snaps.size.Load())
+	gauge("snapshot_bytes", "Size of the newest snapshot in this node's snapshot store (0: none).", func() float64 {
+		return float64(n.lastSnapshotBytes())
 	})
 	gauge("raft_term", "Current Raft term.", func() float64 { return float64(n.raft.CurrentTerm()) })
 	gauge("raft_commit_index", "Raft commit index.", func() float64 { return float64(n.raft.CommitIndex()) })

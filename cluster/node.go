@@ -41,15 +41,17 @@ type Node struct {
 	// faultClock is clock when Config.FaultClockFile is set (unsafe).
 	faultClock *FaultClock
 
-	raft   *raft.Raft
-	sm     *stateMachine
-	snaps  *snapshotPolicy
-	hub    *hub
-	tr     *transport.Transport
-	store  *raftboltdb.BoltStore
-	server *grpc.Server
-	lis    net.Listener
-	addr   string
+	raft  *raft.Raft
+	sm    *stateMachine
+	snaps *snapshotPolicy
+	// snapStore holds the node's snapshots (raft's file store).
+	snapStore raft.SnapshotStore
+	hub       *hub
+	tr        *transport.Transport
+	store     *raftboltdb.BoltStore
+	server    *grpc.Server
+	lis       net.Listener
+	addr      string
 
 	metrics   *metrics
 	health    *health.Server
@@ -150,6 +152,7 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("cluster: snapshot store: %w", err)
 	}
+	n.snapStore = snaps
 	logs, err := raft.NewLogCache(1024, store)
 	if err != nil {
 		return err

@@ -462,7 +462,8 @@ const keepAliveRenewTimeout = 3 * time.Second
 // outcome is known. On a follower the stream is relayed to the leader.
 func (s *leaseService) KeepAlive(stream grpc.BidiStreamingServer[api.KeepAliveRequest, api.KeepAliveResponse]) error {
 	ctx := stream.Context()
-	if !isForwarded(ctx) {
+	forwarded := isForwarded(ctx)
+	if !forwarded {
 		conn, err := s.n.route(ctx)
 		if err != nil {
 			return toStatus(err)
@@ -486,7 +487,7 @@ func (s *leaseService) KeepAlive(stream grpc.BidiStreamingServer[api.KeepAliveRe
 			}
 			return err
 		}
-		if isForwarded(ctx) && s.n.raft.State() != raft.Leader {
+		if forwarded && s.n.raft.State() != raft.Leader {
 			// A follower's relay of a client's stream: end it, so that the
 			// client reopens it towards the new leader at once instead of
 			// collecting refusals.

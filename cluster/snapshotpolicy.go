@@ -4,8 +4,6 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
-
-	"github.com/hashicorp/raft"
 )
 
 // snapshotPolicy scales raft's snapshot threshold with the size of the
@@ -19,18 +17,18 @@ import (
 // number of leases, and a restart replays at most that much log on top of
 // the snapshot. Config.SnapshotThreshold is the least,
 // Config.SnapshotThresholdMax (by default 64 times it) the most.
+//
+// The policy keeps only what raft does not: the sizes of the entries
+// applied. The snapshot's size comes from raft's snapshot store, the
+// threshold in force from raft's config.
 type snapshotPolicy struct {
 	configured, limit uint64
 
-	// size is the byte size of the last snapshot this node wrote or
-	// restored (0: none yet). avg is the moving average size of the
-	// command entries applied (float64 bits; written only by the apply
-	// goroutine), entries how many were applied since start.
-	size    atomic.Int64
+	// avg is the moving average size of the command entries applied
+	// (float64 bits; written only by the apply goroutine), entries how
+	// many were applied since start.
 	avg     atomic.Uint64
 	entries atomic.Uint64
-
-	current atomic.Uint64 // the threshold raft has now
 }
 
 // snapshotThresholdScale is how far above the configured threshold the
@@ -38,9 +36,7 @@ type snapshotPolicy struct {
 const snapshotThresholdScale = 64
 
 func newSnapshotPolicy(configured, limit uint64) *snapshotPolicy {
-	p := &snapshotPolicy{configured: configured, limit: max(limit, configured)}
-	p.current.Store(configured)
-	return p
+	return &snapshotPolicy{configured: configured, limit: max(limit, configured)}
 }
 
 // applied counts one command entry of n bytes. Only the apply goroutine
@@ -54,13 +50,11 @@ func (p *snapshotPolicy) applied(n int) {
 	p.avg.Store(math.Float64bits(avg))
 }
 
-// sized records the byte size of the snapshot just written or restored.
-func (p *snapshotPolicy) sized(n int64) { p.size.Store(n) }
-
-// threshold returns the threshold for the state now, and false while too
-// few entries have been applied since start to tell their usual size.
-func (p *snapshotPolicy) threshold() (uint64, bool) {
-	return scaledThreshold(p.configured, p.limit, p.size.Load(), math.Float64frombits(p.avg.Load()), p.entries.Load())
+// threshold returns the threshold for a state whose last snapshot took
+// snapshotBytes, and false while too few entries have been applied since
+// start to tell their usual size.
+func (p *snapshotPolicy) threshold(snapshotBytes int64) (uint64, bool) {
+	return scaledThreshold(p.configured, p.limit, snapshotBytes, math.Float64frombits(p.avg.Load()), p.entries.Load())
 }
 
 // scaledThreshold is the policy's arithmetic: the number of entries of
@@ -85,24 +79,28 @@ func (p *snapshotPolicy) run(n *Node, interval time.Duration, stop <-chan struct
 			return
 		case <-t.C:
 		}
-		want, ok := p.threshold()
-		cur := p.current.Load()
+		size := n.lastSnapshotBytes()
+		want, ok := p.threshold(size)
+		rc := n.raft.ReloadableConfig()
+		cur := rc.SnapshotThreshold
 		if !ok || (want*10 > cur*9 && want*10 < cur*11) {
 			continue
 		}
-		cfg := n.cfg
-		err := n.raft.ReloadConfig(raft.ReloadableConfig{
-			TrailingLogs:      cfg.TrailingLogs,
-			SnapshotInterval:  cfg.SnapshotInterval,
-			SnapshotThreshold: want,
-			HeartbeatTimeout:  cfg.HeartbeatTimeout,
-			ElectionTimeout:   cfg.ElectionTimeout,
-		})
-		if err != nil {
+		rc.SnapshotThreshold = want
+		if err := n.raft.ReloadConfig(rc); err != nil {
 			n.log.Warn("cannot change the snapshot threshold", "threshold", want, "error", err)
 			continue
 		}
-		p.current.Store(want)
-		n.log.Debug("snapshot threshold changed", "from", cur, "to", want, "snapshot-bytes", p.size.Load())
+		n.log.Debug("snapshot threshold changed", "from", cur, "to", want, "snapshot-bytes", size)
 	}
+}
+
+// lastSnapshotBytes returns the size of the newest snapshot in this node's
+// snapshot store (written here or installed from the leader), 0 when none.
+func (n *Node) lastSnapshotBytes() int64 {
+	metas, err := n.snapStore.List()
+	if err != nil || len(metas) == 0 {
+		return 0
+	}
+	return metas[0].Size
 }

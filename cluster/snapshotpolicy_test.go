@@ -41,8 +41,7 @@ func TestScaledThreshold(t *testing.T) {
 		}
 		p.applied(n)
 	}
-	p.sized(230e6)
-	if got, ok := p.threshold(); !ok || got < 700000 || got > 800000 {
+	if got, ok := p.threshold(230e6); !ok || got < 700000 || got > 800000 {
 		t.Errorf("after 10 000 entries of 8 KB then 10 000 of 150 B, threshold %d, %v; want ~766 666", got, ok)
 	}
 }
@@ -85,13 +84,13 @@ func TestSnapshotThresholdGrowsWithTheState(t *testing.T) {
 	acquireAll("big", 2000)
 	for i, n := range tc.nodes {
 		eventually(t, 20*time.Second, fmt.Sprintf("node %d raises its threshold", i), func() bool {
-			return n.raft.ReloadableConfig().SnapshotThreshold > 64 && n.snaps.size.Load() > 0
+			return n.raft.ReloadableConfig().SnapshotThreshold > 64 && n.lastSnapshotBytes() > 0
 		})
 		th := n.raft.ReloadableConfig().SnapshotThreshold
 		if th > 64*snapshotThresholdScale {
 			t.Fatalf("node %d: threshold %d above the ceiling", i, th)
 		}
-		t.Logf("node %d: threshold %d, last snapshot %d bytes", i, th, n.snaps.size.Load())
+		t.Logf("node %d: threshold %d, last snapshot %d bytes", i, th, n.lastSnapshotBytes())
 	}
 	// Past the raised threshold, snapshots still come: the log since the
 	// last one stays within the threshold (plus what arrives during a

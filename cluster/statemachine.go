@@ -146,7 +146,7 @@ func (m *stateMachine) Snapshot() (raft.FSMSnapshot, error) {
 	defer m.mu.RUnlock()
 	// raft calls Snapshot on the goroutine that calls Apply, so applied is
 	// exactly the last entry this snapshot contains.
-	return &fsmSnapshot{index: m.applied.Load(), sn: m.st.Snapshot(), log: m.log, policy: m.snaps}, nil
+	return &fsmSnapshot{index: m.applied.Load(), sn: m.st.Snapshot(), log: m.log}, nil
 }
 
 // Restore implements raft.FSM: builds fresh state from the snapshot and
@@ -160,14 +160,10 @@ func (m *stateMachine) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	index := binary.BigEndian.Uint64(hdr[:])
-	cr := &countingReader{r: rc}
-	st, err := fsm.Restore(cr)
+	st, err := fsm.Restore(rc)
 	if err != nil {
 		m.log.Error("snapshot restore failed", "error", err)
 		return err
-	}
-	if m.snaps != nil {
-		m.snaps.sized(int64(len(hdr)) + cr.n)
 	}
 	m.mu.Lock()
 	m.st, m.index = st, index
@@ -182,10 +178,9 @@ func (m *stateMachine) Restore(rc io.ReadCloser) error {
 // fsmSnapshot is written as the index of the last entry it contains (8
 // bytes, big endian) followed by the fsm snapshot.
 type fsmSnapshot struct {
-	index  uint64
-	sn     *fsm.Snapshot
-	log    hclog.Logger
-	policy *snapshotPolicy // told the size written; nil: none
+	index uint64
+	sn    *fsm.Snapshot
+	log   hclog.Logger
 }
 
 // Persist writes the snapshot; the sink is cancelled on every error path.
@@ -193,33 +188,15 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	var hdr [8]byte
 	binary.BigEndian.PutUint64(hdr[:], s.index)
 	_, err := sink.Write(hdr[:])
-	var n int64
 	if err == nil {
-		n, err = s.sn.WriteTo(sink)
+		_, err = s.sn.WriteTo(sink)
 	}
 	if err != nil {
 		s.log.Error("snapshot persist failed", "error", err)
 		_ = sink.Cancel()
 		return err
 	}
-	if err := sink.Close(); err != nil {
-		return err
-	}
-	if s.policy != nil {
-		s.policy.sized(int64(len(hdr)) + n)
-	}
-	return nil
-}
-
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
+	return sink.Close()
 }
 
 func (s *fsmSnapshot) Release() {}
