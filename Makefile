@@ -92,7 +92,7 @@ image:
 	cp deploy/Dockerfile $(IMAGE_CONTEXT)/Dockerfile
 	docker build -t $(IMAGE) $(IMAGE_CONTEXT)
 
-.PHONY: jepsen jepsen-bin jepsen-quick jepsen-soak
+.PHONY: jepsen jepsen-bin jepsen-quick jepsen-netns jepsen-soak
 
 # The fault-injection harness (jepsen/README.md): real leased nodes, a real
 # fencedkv and real worker processes on loopback (or in network namespaces),
@@ -124,6 +124,18 @@ jepsen: jepsen-bin
 # README's table names, within three seeds. About 10 minutes.
 jepsen-quick: jepsen-bin
 	$(BIN)/jepsen suite --bin-dir $(BIN) --seed $(JEPSEN_SEED) --nodes 3 --workers 6 --resources 3 $(JEPSEN_ARGS)
+
+# jepsen-netns is one fenced run in namespace mode (root): a network
+# namespace per node, partitions as iptables DROP rules (no RST, so a cut link
+# is silent), under the partition nemeses and a leader kill. .ci/run runs it
+# after jepsen-quick. Exit 0 only if every checker is valid.
+JEPSEN_NETNS_TIME    ?= 40s
+JEPSEN_NETNS_NEMESIS ?= partition-leader,partition-halves,partition-oneway,kill-leader
+jepsen-netns: jepsen-bin
+	@if ! { command -v ip && command -v iptables; } >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 iptables; fi
+	$(BIN)/jepsen --bin-dir $(BIN) --seed $(JEPSEN_SEED) --time $(JEPSEN_NETNS_TIME) --net netns \
+		--nodes 3 --workers 6 --resources 3 --nemesis $(JEPSEN_NETNS_NEMESIS) $(JEPSEN_ARGS)
 
 # jepsen-soak runs SOAK_RUNS fenced runs of SOAK_TIME with every nemesis,
 # seeds JEPSEN_SEED, JEPSEN_SEED+1, ..., and stops at the first that fails.
