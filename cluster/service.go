@@ -286,6 +286,18 @@ func (s *leaseService) leaseOp(ctx context.Context, id []byte, cmd *fsmpb.Comman
 	if conn != nil {
 		return ctx, api.NewLeaseServiceClient(conn), fsm.Result{}, nil
 	}
+	if rel := cmd.GetRelease(); rel != nil && planted(BugReleaseAckEarly) {
+		var l fsm.Lease
+		var live bool
+		s.n.sm.read(func(st *fsm.State) {
+			l, live = st.LeaseByID([fsm.LeaseIDLen]byte(id))
+			live = live && st.Now() <= l.ExpiresAt
+		})
+		if live {
+			go func() { _, _ = s.n.propose(context.WithoutCancel(ctx), cmd) }() // the defect: nobody waits for the commit
+			return ctx, nil, fsm.Result{Released: true, Lease: l}, nil
+		}
+	}
 	res, err := s.n.propose(ctx, cmd)
 	if err == nil {
 		err = res.Err

@@ -68,6 +68,7 @@ var FencedGroups = []struct {
 	{"process faults", []string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemSnapshot, NemMember}, 60 * time.Second},
 	{"network faults", NetNemeses, 60 * time.Second},
 	{"clock faults", []string{NemClockBump, NemClockStrobe}, 25 * time.Second},
+	{"combined faults", ComboNemeses, 45 * time.Second},
 }
 
 // RunSuite runs each scenario in turn and returns its results; the

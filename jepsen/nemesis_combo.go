@@ -1,0 +1,205 @@
+package jepsen
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Combined and minority faults (issue "the harness sees what it missed",
+// item 5): faults that single-kind nemeses never put together.
+const (
+	// NemKillMinority kills -9 the largest minority at once (1 of 3, 2 of
+	// 5), the leader among them when the seed says so, holds, and
+	// restarts them all. A quorum stays up: the cluster must keep serving.
+	NemKillMinority = "kill-minority"
+	// NemRollingRestart stops every node in turn with SIGTERM (the leader
+	// hands over first), restarts it from its data dir and waits until it
+	// has caught up with the leader before the next: an upgrade under load.
+	NemRollingRestart = "rolling-restart"
+	// NemPartitionKill cuts the cluster into a minority and a majority and,
+	// while the cut holds, kills -9 a node of the majority (the leader when
+	// there is one), then heals both: a partition during a kill.
+	NemPartitionKill = "partition-kill"
+)
+
+// ComboNemeses lists the combined kinds; partition-kill needs a Net.
+var ComboNemeses = []string{NemKillMinority, NemRollingRestart, NemPartitionKill}
+
+// killMinority kills ⌊(n−1)/2⌋ nodes at once and restarts them after hold.
+// Effective when every kill took and a leader was seen among the survivors
+// while they were down (a quorum was up and served).
+func (n *nemesis) killMinority(ctx context.Context, hold time.Duration) {
+	bg := context.WithoutCancel(ctx)
+	ids := n.nodes.Nodes()
+	k := (len(ids) - 1) / 2
+	leader := n.nodes.Leader(bg)
+	var victims []string
+	if leader != "" && n.rng.IntN(2) == 0 {
+		victims = append(victims, leader)
+	}
+	for _, i := range n.rng.Perm(len(ids)) {
+		if len(victims) == k {
+			break
+		}
+		if ids[i] != leader {
+			victims = append(victims, ids[i])
+		}
+	}
+	var errs []string
+	for _, id := range victims {
+		if err := n.nodes.Kill9(id); err != nil {
+			errs = append(errs, id+": "+err.Error())
+		}
+	}
+	n.progress(fmt.Sprintf("nemesis: kill -9 %s at once (a minority of %d)", strings.Join(victims, ","), len(ids)))
+	n.record(Fault{Phase: "start", Kind: NemKillMinority, Target: strings.Join(victims, ","), Leader: contains(victims, leader),
+		Detail: errString(joinErrs(errs), fmt.Sprintf("SIGKILL %d of %d nodes; leader was %s", len(victims), len(ids), orNone(leader)))})
+	if hold < 2*time.Second {
+		hold = 2 * time.Second // long enough for an election among the survivors
+	}
+	obs := n.observe(bg, hold)
+	var survivors []string
+	for _, id := range ids {
+		if !contains(victims, id) {
+			survivors = append(survivors, id)
+		}
+	}
+	nl := obs.leaderIn(survivors, "", 0)
+	var rerrs []string
+	for _, id := range victims {
+		if err := n.nodes.Restart(id); err != nil {
+			rerrs = append(rerrs, id+": "+err.Error())
+		}
+	}
+	n.record(Fault{Phase: "heal", Kind: NemKillMinority, Target: strings.Join(victims, ","),
+		Effective: len(errs) == 0 && len(victims) == k && nl != "",
+		Detail:    errString(joinErrs(rerrs), fmt.Sprintf("restarted from their data dirs; leader among the survivors meanwhile: %s", orNone(nl)))})
+}
+
+// rollingRestart restarts every node in turn, the leader last (as an
+// operator upgrading a cluster would), each with SIGTERM and a wait until
+// it reports the leader's commit index again. Bounded: 20 s per node.
+func (n *nemesis) rollingRestart(ctx context.Context) {
+	bg := context.WithoutCancel(ctx)
+	ids := n.nodes.Nodes()
+	leader := n.nodes.Leader(bg)
+	order := make([]string, 0, len(ids))
+	for _, i := range n.rng.Perm(len(ids)) {
+		if ids[i] != leader {
+			order = append(order, ids[i])
+		}
+	}
+	if leader != "" {
+		order = append(order, leader)
+	}
+	n.progress("nemesis: rolling restart " + strings.Join(order, ","))
+	n.record(Fault{Phase: "start", Kind: NemRollingRestart, Target: strings.Join(order, ","), Leader: leader != "",
+		Detail: fmt.Sprintf("SIGTERM, restart and catch up, one node at a time, leader %s last", orNone(leader))})
+	c, isCluster := n.nodes.(*Cluster)
+	var done, problems []string
+	for _, id := range order {
+		if isCluster {
+			c.Proc(id).Kill(syscall.SIGTERM, 10*time.Second)
+		} else if err := n.nodes.Kill9(id); err != nil {
+			problems = append(problems, id+": "+err.Error())
+			continue
+		}
+		if err := n.nodes.Restart(id); err != nil {
+			problems = append(problems, id+": restart: "+err.Error())
+			continue
+		}
+		if !n.caughtUp(bg, id, 20*time.Second) {
+			problems = append(problems, id+": not caught up within 20s")
+			continue
+		}
+		done = append(done, id)
+	}
+	n.record(Fault{Phase: "heal", Kind: NemRollingRestart, Target: strings.Join(order, ","),
+		Effective: len(done) == len(order),
+		Detail:    fmt.Sprintf("restarted and caught up: %s; problems: %s", orNone(strings.Join(done, ",")), orNone(strings.Join(problems, "; ")))})
+}
+
+// caughtUp waits until node id reports an applied index at or above the
+// commit index a leader reported after the restart.
+func (n *nemesis) caughtUp(ctx context.Context, id string, within time.Duration) bool {
+	ns, ok := n.nodes.(nodeStater)
+	if !ok {
+		return sleepCtx(ctx, 2*time.Second)
+	}
+	deadline := time.Now().Add(within)
+	var target uint64
+	for time.Now().Before(deadline) {
+		sts := ns.NodeStates(ctx)
+		if target == 0 {
+			for _, st := range sts {
+				if st.State == "leader" {
+					target = st.CommitIndex
+				}
+			}
+		}
+		if st, ok := sts[id]; ok && target > 0 && st.AppliedIndex >= target {
+			return true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return false
+}
+
+// partitionKill partitions the nodes into a minority and a majority and,
+// during the cut, kills -9 one node of the majority (its leader if it has
+// one); after hold it restarts the node and heals the network. The
+// majority is then short of a quorum until the heal: no one may be
+// granted anything in conflict with what the minority's clients saw.
+func (n *nemesis) partitionKill(ctx context.Context, hold time.Duration) {
+	if n.net == nil {
+		n.record(Fault{Phase: "start", Kind: NemPartitionKill, Detail: "error: the cluster has no Net (started without a net mode)"})
+		n.record(Fault{Phase: "heal", Kind: NemPartitionKill, Detail: "nothing injected"})
+		return
+	}
+	bg := context.WithoutCancel(ctx)
+	leader, term := n.currentTerm(bg)
+	g, desc, majority := n.grudge(NemPartitionHalves, leader, n.nodes.Nodes())
+	err := n.net.Partition(g)
+	n.progress(fmt.Sprintf("nemesis: partition-kill: %s", desc))
+	// Let the majority elect (or keep) a leader, then kill it.
+	obs := n.observe(bg, 1500*time.Millisecond)
+	victim := obs.leaderIn(majority, "", 0)
+	if victim == "" && len(majority) > 0 {
+		victim = majority[n.rng.IntN(len(majority))]
+	}
+	kerr := n.nodes.Kill9(victim)
+	n.record(Fault{Phase: "start", Kind: NemPartitionKill, Target: victim, Leader: victim == leader,
+		Detail: errString(joinErrs(errList(err, kerr)), fmt.Sprintf("%s; leader %s at term %d; then SIGKILL %s of the majority %s",
+			desc, orNone(leader), term, victim, strings.Join(majority, ",")))})
+	if hold < 2*time.Second {
+		hold = 2 * time.Second
+	}
+	sleepCtx(bg, hold)
+	st := n.net.Stats()
+	rerr := n.nodes.Restart(victim)
+	herr := n.net.Heal()
+	n.record(Fault{Phase: "heal", Kind: NemPartitionKill, Target: victim,
+		Effective: err == nil && kerr == nil && st.HeldTotal() > 0,
+		Detail:    errString(joinErrs(errList(rerr, herr)), fmt.Sprintf("restarted %s, healed; traffic held back %d", victim, st.HeldTotal()))})
+}
+
+func errList(errs ...error) []string {
+	var out []string
+	for _, e := range errs {
+		if e != nil {
+			out = append(out, e.Error())
+		}
+	}
+	return out
+}
+
+// joinErrs is nil for no errors, else one error listing them.
+func joinErrs(errs []string) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s", strings.Join(errs, "; "))
+}
