@@ -6,7 +6,8 @@
 //	jepsen [--nodes 3] [--workers 6] [--resources 3] [--time 60s] [--quiet 5s]
 //	       [--nemesis all|none|kill,kill-leader,pause,pause-leader,client-pause,snapshot,member,
 //	                  partition-leader,partition-halves,partition-ring,partition-bridge,partition-oneway,
-//	                  net-slow,net-flaky,clock-bump,clock-strobe,clock-rate]
+//	                  net-slow,net-flaky,kill-minority,rolling-restart,partition-kill,
+//	                  clock-bump,clock-strobe,clock-rate]
 //	       [--net proxy|netns] [--bug NAME]
 //	       [--seed N] [--unfenced] [--expect-anomaly] [--results DIR] [--bin-dir DIR]
 //	jepsen check RESULTS_DIR    # run the checkers again over a stored run
