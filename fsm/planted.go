@@ -43,3 +43,7 @@ func planted(name string) bool {
 	}
 	return plantedOn[name]
 }
+
+// ResetPlantedBugs switches every planted defect off again, for a test
+// that planted one. Call it only while no State is applying entries.
+func ResetPlantedBugs() { clear(plantedOn) }

@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/leasefence/leasefence/fsm/fsmpb"
@@ -31,28 +32,35 @@ var changedParameters = []struct {
 	{"wait", func(a *fsmpb.Acquire) { a.Wait = true }},
 }
 
-// checkChangedParametersRefused applies every changed retry to s at now
-// (the stamp of s's last entry, so time does not move) and checks that
-// each is refused as ErrRequestIDReused (an InvalidArgument) and changes
+// changedParameterViolations applies every changed retry to s at now (the
+// stamp of s's last entry, so time does not move) and returns, per changed
+// parameter, how it broke the rule: each must be refused as
+// ErrRequestIDReused (an InvalidArgument), carry no lease and change
 // nothing.
+func changedParameterViolations(t testing.TB, s *State, now int64) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for i, tc := range changedParameters {
+		before := snapshotBytes(t, s)
+		a := reqAcquire(byte(100 + i))
+		tc.change(a)
+		r := apply(t, s, now, acquireOf(a))
+		switch {
+		case !errors.Is(r.Err, ErrRequestIDReused) || !errors.Is(r.Err, ErrInvalidArgument):
+			out[tc.name] = fmt.Sprintf("want ErrRequestIDReused (invalid argument), got %+v", r)
+		case r.Lease != (Lease{}) || r.Remaining != 0:
+			out[tc.name] = fmt.Sprintf("a refused reuse carries a lease: %+v", r)
+		case !bytes.Equal(before, snapshotBytes(t, s)):
+			out[tc.name] = "a refused reuse changed the state"
+		}
+	}
+	return out
+}
+
 func checkChangedParametersRefused(t *testing.T, s *State, now int64) {
 	t.Helper()
-	for i, tc := range changedParameters {
-		t.Run(tc.name, func(t *testing.T) {
-			before := snapshotBytes(t, s)
-			a := reqAcquire(byte(100 + i))
-			tc.change(a)
-			r := apply(t, s, now, acquireOf(a))
-			if !errors.Is(r.Err, ErrRequestIDReused) || !errors.Is(r.Err, ErrInvalidArgument) {
-				t.Fatalf("request id reused with another %s: want ErrRequestIDReused (invalid argument), got %+v", tc.name, r)
-			}
-			if r.Lease != (Lease{}) || r.Remaining != 0 {
-				t.Fatalf("a refused reuse carries a lease: %+v", r)
-			}
-			if !bytes.Equal(before, snapshotBytes(t, s)) {
-				t.Fatal("a refused reuse changed the state")
-			}
-		})
+	for name, v := range changedParameterViolations(t, s, now) {
+		t.Errorf("request id reused with another %s: %s", name, v)
 	}
 }
 
@@ -78,7 +86,7 @@ func TestRequestIDOfAGrantWithAnyParameterChangedIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Run("restored", func(t *testing.T) { checkChangedParametersRefused(t, restored, 2*sec) })
+	checkChangedParametersRefused(t, restored, 2*sec)
 	if r := apply(t, restored, 3*sec, acquireOf(reqAcquire(3))); r.Err != nil || !r.Replayed || r.Lease != first.Lease {
 		t.Fatalf("the same request after restore: %+v", r)
 	}
@@ -102,7 +110,7 @@ func TestRequestIDOfARefusalWithAnyParameterChangedIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Run("restored", func(t *testing.T) { checkChangedParametersRefused(t, restored, 2*sec) })
+	checkChangedParametersRefused(t, restored, 2*sec)
 	if r := apply(t, restored, 3*sec, acquireOf(reqAcquire(4))); !errors.As(r.Err, &held) || !r.Replayed {
 		t.Fatalf("the same request after restore: %+v", r)
 	}
