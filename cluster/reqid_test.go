@@ -2,6 +2,9 @@ package cluster
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,5 +134,54 @@ func TestWaitingRetryOfARefusedRequestIDDoesNotSpin(t *testing.T) {
 	// Ticks (every 200 ms here) and the one proposal: a handful at most.
 	if spent > 10 {
 		t.Errorf("the waiting retry applied %d entries in its window", spent)
+	}
+}
+
+// Refused request ids are capped at MaxRefusals, the oldest forgotten
+// first; the metrics say how many are remembered and how many were
+// forgotten early. Every node counts the same (the cap is in the entry).
+func TestRefusedRequestIDsAreCappedAndCounted(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) { c.MaxRefusals = 2; c.MetricsListen = "127.0.0.1:0" })
+	li, leader := tc.leader()
+	c := tc.client(li)
+	ctx := ctxT(t)
+	if _, err := c.Acquire(ctx, acquireReq("hot", 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"p1", "p2", "p3", "p4", "p5"} {
+		req := acquireReq("hot", 5*time.Second)
+		req.RequestId = id
+		if _, err := c.Acquire(ctx, req); status.Code(err) != codes.FailedPrecondition {
+			t.Fatalf("poll %s: %v", id, err)
+		}
+	}
+	metrics := func() string {
+		resp, err := http.Get("http://" + leader.MetricsAddr() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	body := metrics()
+	for _, want := range []string{`leasefence_dedup_entries{kind="refusal"} 2`, `leasefence_dedup_entries{kind="grant"} 0`, "leasefence_dedup_refusals_evicted_total 3"} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("metrics lack %q", want)
+		}
+	}
+}
+
+func TestConfigRefusesAShortRefusalKeepOrNoCap(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ID, cfg.DataDir, cfg.Bootstrap = "n1", t.TempDir(), map[string]string{"n1": "127.0.0.1:7001"}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	cfg.RefusalKeep = time.Second
+	cfg.MaxRefusals = -1
+	err := cfg.Validate()
+	if err == nil || !strings.Contains(err.Error(), "refusal keep") || !strings.Contains(err.Error(), "max refusals") {
+		t.Fatalf("want both refused, got %v", err)
 	}
 }

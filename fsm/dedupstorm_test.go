@@ -11,17 +11,25 @@ import (
 	"github.com/leasefence/leasefence/fsm/fsmpb"
 )
 
-var dedupStorm = flag.Duration("dedup-storm", 0, "run TestDedupMemoryUnderRefusalStorm for this much simulated cluster time (e.g. 10m)")
+var (
+	dedupStorm            = flag.Duration("dedup-storm", 0, "run TestDedupMemoryUnderRefusalStorm for this much simulated cluster time (e.g. 10m)")
+	dedupStormRefusalKeep = flag.Duration("dedup-storm-refusal-keep", 2*time.Minute, "refusal_keep the storm's entries carry (the leader's default; 0: as before, dedup_keep)")
+	dedupStormMaxRefusals = flag.Uint64("dedup-storm-max-refusals", 1000000, "max_refusals the storm's entries carry (the leader's default; 0: no cap, as before)")
+)
 
 // TestDedupMemoryUnderRefusalStorm measures the request-id table under a
 // storm of refused polls: 10 000 refused Acquires per second of cluster
 // time, each with a fresh request id (as a client polling a held resource
 // sends them), group-committed 100 to an entry every 10 ms, with a tick
-// and a renewal of the holder every second. It reports the heap the State
-// holds and its snapshot's size at the end. Off by default (it takes a
-// while and a lot of memory); run it with
+// and a renewal of the holder every second. Entries carry the leader's
+// default refusal_keep and max_refusals unless the flags say otherwise. It
+// reports the heap the State holds and its snapshot's size at the end. Off
+// by default (it takes a while and a lot of memory); run it with
 //
-//	go test -count=1 -run TestDedupMemoryUnderRefusalStorm -dedup-storm 10m ./fsm/
+//	go test -count=1 -v -run TestDedupMemoryUnderRefusalStorm -dedup-storm 10m ./fsm/
+//
+// and, for the behaviour before refusals had a window and a cap, add
+// -dedup-storm-refusal-keep 0 -dedup-storm-max-refusals 0.
 func TestDedupMemoryUnderRefusalStorm(t *testing.T) {
 	if *dedupStorm <= 0 {
 		t.Skip("set -dedup-storm (e.g. 10m) to run")
@@ -63,7 +71,7 @@ func TestDedupMemoryUnderRefusalStorm(t *testing.T) {
 	}
 	seconds := int64(*dedupStorm / time.Second)
 	n := uint64(1)
-	var held int
+	var held, evicted int
 	for sec := int64(0); sec < seconds; sec++ {
 		for b := int64(0); b < perSecond/perBatch; b++ {
 			now := sec*int64(time.Second) + b*int64(10*time.Millisecond) + 1
@@ -75,7 +83,9 @@ func TestDedupMemoryUnderRefusalStorm(t *testing.T) {
 				}}}
 				n++
 			}
-			for _, r := range mustApply(batch(now, cmds)).Results {
+			a := mustApply(batch(now, cmds))
+			evicted += a.RefusalsEvicted
+			for _, r := range a.Results {
 				if r.Err != nil {
 					held++
 				}
@@ -89,8 +99,8 @@ func TestDedupMemoryUnderRefusalStorm(t *testing.T) {
 		t.Fatal(err)
 	}
 	grants, refusals := dedupCounts(s)
-	t.Logf("%d refused Acquires over %v of cluster time (%d/s): request-id entries %d grants, %d refusals; State heap %.1f MiB; snapshot %.1f MiB",
-		held, *dedupStorm, perSecond, grants, refusals, float64(used)/(1<<20), float64(size)/(1<<20))
+	t.Logf("%d refused Acquires over %v of cluster time (%d/s), refusal_keep %v, max_refusals %d: request-id entries %d grants, %d refusals, %d evicted; State heap %.1f MiB; snapshot %.1f MiB",
+		held, *dedupStorm, perSecond, *dedupStormRefusalKeep, *dedupStormMaxRefusals, grants, refusals, evicted, float64(used)/(1<<20), float64(size)/(1<<20))
 	runtime.KeepAlive(s)
 }
 
@@ -98,21 +108,15 @@ func renewCmdID(id []byte) *fsmpb.Command {
 	return &fsmpb.Command{Op: &fsmpb.Command_Renew{Renew: &fsmpb.Renew{LeaseId: id}}}
 }
 
-// stormBatch stamps a batch as a leader with max ttl maxTTL and the
-// default margin does.
+// stormBatch stamps a batch as a leader with max ttl maxTTL, the default
+// margin and the flags' refusal parameters does.
 func stormBatch(now, maxTTL int64, cmds []*fsmpb.Command) *fsmpb.Batch {
-	return &fsmpb.Batch{NowNs: now, SkewMarginNs: testMargin, DedupKeepNs: maxTTL + testMargin, Commands: cmds}
+	return &fsmpb.Batch{NowNs: now, SkewMarginNs: testMargin, DedupKeepNs: maxTTL + testMargin,
+		RefusalKeepNs: int64(*dedupStormRefusalKeep), MaxRefusals: *dedupStormMaxRefusals, Commands: cmds}
 }
 
 // dedupCounts returns how many grants and refusals the request-id table
 // holds.
 func dedupCounts(s *State) (grants, refusals int) {
-	s.EachRequestID(func(_ string, _ int64, _ Lease, refused bool) {
-		if refused {
-			refusals++
-		} else {
-			grants++
-		}
-	})
-	return grants, refusals
+	return s.DedupLen()
 }

@@ -1,10 +1,13 @@
 package fsm
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/leasefence/leasefence/fsm/fsmpb"
 )
@@ -173,4 +176,138 @@ func TestReplayOfAnEndedGrantSaysEnded(t *testing.T) {
 			t.Fatalf("replay of a live grant: %+v", r)
 		}
 	})
+}
+
+// Refused request ids are kept refusal_keep (not dedup_keep) and at most
+// max_refusals of them, the oldest forgotten first and counted, as the
+// entry's parameters say: every replica, a restored one too, forgets the
+// same ones. Grants are untouched by either.
+func TestRefusalsAreKeptTheirWindowAndCappedOldestFirst(t *testing.T) {
+	const refusalKeep, maxRefusals = 5 * sec, 3
+	at := func(now int64, cmds ...*fsmpb.Command) []byte {
+		b, err := EncodeBatch(&fsmpb.Batch{NowNs: now, SkewMarginNs: testMargin, DedupKeepNs: testKeep,
+			RefusalKeepNs: refusalKeep, MaxRefusals: maxRefusals, Commands: cmds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	s := New()
+	var replica *State
+	step := func(raw []byte) *Applied {
+		t.Helper()
+		a, err := s.Apply(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if replica != nil {
+			if _, err := replica.Apply(raw); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(snapshotBytes(t, s), snapshotBytes(t, replica)) {
+				t.Fatal("a restored replica forgot other refusals")
+			}
+		}
+		return a
+	}
+	step(at(0, acquireCmd("r", 60*sec, 1, "grant")))
+	for i, id := range []string{"a", "b", "c"} {
+		if a := step(at(int64(i+1)*sec, acquireCmd("r", 10*sec, byte(2+i), id))); !errors.Is(a.Results[0].Err, ErrHeld) || a.RefusalsEvicted != 0 {
+			t.Fatalf("refusal %s: %+v", id, a)
+		}
+	}
+	var err error
+	if replica, err = Restore(bytes.NewReader(snapshotBytes(t, s))); err != nil {
+		t.Fatal(err)
+	}
+	// A fourth refusal forgets the oldest, a.
+	if a := step(at(4*sec, acquireCmd("r", 10*sec, 5, "d"))); a.RefusalsEvicted != 1 {
+		t.Fatalf("fourth refusal evicted %d", a.RefusalsEvicted)
+	}
+	if g, r := s.DedupLen(); g != 1 || r != maxRefusals {
+		t.Fatalf("dedup holds %d grants, %d refusals", g, r)
+	}
+	if r := step(at(4*sec, acquireCmd("r", 10*sec, 6, "b"))).Results[0]; !r.Replayed || !errors.Is(r.Err, ErrHeld) {
+		t.Fatalf("b is still remembered: %+v", r)
+	}
+	// Past refusal_keep of b and c (at 2 s and 3 s), not of d (4 s).
+	step(at(8*sec+1, tickCmd()))
+	if g, r := s.DedupLen(); g != 1 || r != 1 {
+		t.Fatalf("after refusal_keep: %d grants, %d refusals", g, r)
+	}
+	// The grant is kept dedup_keep, whatever refusals do.
+	if r := step(at(9*sec, acquireCmd("r", 60*sec, 7, "grant"))).Results[0]; !r.Replayed || r.Err != nil {
+		t.Fatalf("the grant was forgotten: %+v", r)
+	}
+	step(at(10*sec, tickCmd()))
+	if g, r := s.DedupLen(); g != 1 || r != 0 {
+		t.Fatalf("after d's refusal_keep: %d grants, %d refusals", g, r)
+	}
+}
+
+// An entry of a snapshot written before parameters were recorded
+// (params_known unset) restores, and compares what its record holds: a
+// refusal its resource only, a grant its resource, scope, holder and ttl
+// but not its wait flag.
+func TestOldSnapshotDedupEntriesCompareWhatTheyHold(t *testing.T) {
+	s := New()
+	apply(t, s, 1*sec, acquireCmd("held", 10*sec, 1, ""))
+	apply(t, s, 1*sec, acquireOf(reqAcquire(2)))                    // grant R on r
+	apply(t, s, 1*sec, acquireCmd("held", 10*sec, 3, "refused-id")) // a refusal
+	// Rewrite the snapshot's request-id records as an older version wrote
+	// them: no wait, no params, no params_known.
+	raw := snapshotBytes(t, s)
+	var out bytes.Buffer
+	dec := &recordReader{r: bufio.NewReader(bytes.NewReader(raw))}
+	enc := &recordWriter{w: &out}
+	for {
+		typ, body, err := dec.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if typ == recDedup {
+			var rec fsmpb.DedupRecord
+			if err := proto.Unmarshal(body, &rec); err != nil {
+				t.Fatal(err)
+			}
+			rec.Wait, rec.Params, rec.ParamsKnown = false, 0, false
+			enc.write(recDedup, &rec)
+			continue
+		}
+		enc.writeRaw(typ, append([]byte(nil), body...))
+		if typ == recEnd {
+			break
+		}
+	}
+	old, err := Restore(bytes.NewReader(out.Bytes()))
+	if err != nil {
+		t.Fatalf("an older snapshot does not restore: %v", err)
+	}
+	// The refusal: another holder is not told apart, still a refusal.
+	other := acquireCmd("held", 10*sec, 4, "refused-id")
+	other.GetAcquire().Holder = "someone else"
+	if r := apply(t, old, 1*sec, other); !r.Replayed || !errors.Is(r.Err, ErrHeld) {
+		t.Fatalf("old refusal entry: %+v", r)
+	}
+	if r := apply(t, old, 1*sec, acquireCmd("r", 10*sec, 5, "refused-id")); !errors.Is(r.Err, ErrRequestIDReused) {
+		t.Fatalf("old refusal entry, another resource: %+v", r)
+	}
+	// The grant: wait is not compared, everything its record holds is.
+	w := reqAcquire(6)
+	w.Wait = true
+	if r := apply(t, old, 1*sec, acquireOf(w)); !r.Replayed || r.Err != nil {
+		t.Fatalf("old grant entry, wait: %+v", r)
+	}
+	checkChangedParametersRefusedExcept(t, old, 1*sec, "wait")
+}
+
+// checkChangedParametersRefusedExcept is checkChangedParametersRefused
+// without the named parameter.
+func checkChangedParametersRefusedExcept(t *testing.T, s *State, now int64, except string) {
+	t.Helper()
+	for name, v := range changedParameterViolations(t, s, now) {
+		if name != except {
+			t.Errorf("request id reused with another %s: %s", name, v)
+		}
+	}
 }
