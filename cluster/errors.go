@@ -39,16 +39,6 @@ var (
 	ErrLimit = errors.New("cluster: limit reached")
 )
 
-// ErrorDomain is the domain of the ErrorInfo details this service sends.
-const ErrorDomain = "leasefence.v1"
-
-// ReasonLeaseEnded is the ErrorInfo reason of a NotFound answering an
-// Acquire whose request id replays a grant that has since ended (released
-// or expired). Its metadata carries request_id, lease_id, resource, scope
-// and token. The caller holds nothing: it must treat the lease as lost and
-// Acquire again with a new request id.
-const ReasonLeaseEnded = "LEASE_ENDED"
-
 // NotLeaderError says that this node is not the leader and names the one
 // it knows, if any.
 type NotLeaderError struct {
@@ -111,7 +101,7 @@ func toStatus(err error) error {
 	case errors.As(err, &ended):
 		// A replayed grant whose lease has ended: the caller holds nothing.
 		return withDetail(codes.NotFound, err, &errdetails.ErrorInfo{
-			Reason: ReasonLeaseEnded, Domain: ErrorDomain,
+			Reason: api.ReasonLeaseEnded, Domain: api.ErrorDomain,
 			Metadata: map[string]string{
 				"request_id": ended.RequestID,
 				"lease_id":   fmt.Sprintf("%x", ended.Lease.ID),

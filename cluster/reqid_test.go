@@ -97,7 +97,7 @@ func TestRequestIDNamesOneRequestAndAnEndedReplaySaysSo(t *testing.T) {
 			info = e
 		}
 	}
-	if st.Code() != codes.NotFound || info == nil || info.Reason != "LEASE_ENDED" || info.Metadata["request_id"] != "R" {
+	if st.Code() != codes.NotFound || info == nil || info.Reason != api.ReasonLeaseEnded || info.Metadata["request_id"] != "R" {
 		t.Fatalf("replay of a released grant: want NotFound with reason LEASE_ENDED, got %v (%v)", err, st.Details())
 	}
 }
