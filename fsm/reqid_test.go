@@ -256,30 +256,10 @@ func TestOldSnapshotDedupEntriesCompareWhatTheyHold(t *testing.T) {
 	apply(t, s, 1*sec, acquireCmd("held", 10*sec, 3, "refused-id")) // a refusal
 	// Rewrite the snapshot's request-id records as an older version wrote
 	// them: no wait, no params, no params_known.
-	raw := snapshotBytes(t, s)
-	var out bytes.Buffer
-	dec := &recordReader{r: bufio.NewReader(bytes.NewReader(raw))}
-	enc := &recordWriter{w: &out}
-	for {
-		typ, body, err := dec.next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if typ == recDedup {
-			var rec fsmpb.DedupRecord
-			if err := proto.Unmarshal(body, &rec); err != nil {
-				t.Fatal(err)
-			}
-			rec.Wait, rec.Params, rec.ParamsKnown = false, 0, false
-			enc.write(recDedup, &rec)
-			continue
-		}
-		enc.writeRaw(typ, append([]byte(nil), body...))
-		if typ == recEnd {
-			break
-		}
-	}
-	old, err := Restore(bytes.NewReader(out.Bytes()))
+	raw := rewriteDedup(t, snapshotBytes(t, s), func(rec *fsmpb.DedupRecord) {
+		rec.Wait, rec.Params, rec.ParamsKnown = false, 0, false
+	})
+	old, err := Restore(bytes.NewReader(raw))
 	if err != nil {
 		t.Fatalf("an older snapshot does not restore: %v", err)
 	}
@@ -309,5 +289,52 @@ func checkChangedParametersRefusedExcept(t *testing.T, s *State, now int64, exce
 		if name != except {
 			t.Errorf("request id reused with another %s: %s", name, v)
 		}
+	}
+}
+
+// rewriteDedup returns the snapshot raw with every request-id record
+// passed through change.
+func rewriteDedup(t *testing.T, raw []byte, change func(rec *fsmpb.DedupRecord)) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	dec := &recordReader{r: bufio.NewReader(bytes.NewReader(raw))}
+	enc := &recordWriter{w: &out}
+	for {
+		typ, body, err := dec.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if typ == recDedup {
+			var rec fsmpb.DedupRecord
+			if err := proto.Unmarshal(body, &rec); err != nil {
+				t.Fatal(err)
+			}
+			change(&rec)
+			enc.write(recDedup, &rec)
+			continue
+		}
+		enc.writeRaw(typ, append([]byte(nil), body...))
+		if typ == recEnd {
+			return out.Bytes()
+		}
+	}
+}
+
+// Request-id records a State cannot hold are refused on restore.
+func TestRestoreRejectsImpossibleRequestIDRecords(t *testing.T) {
+	s := New()
+	apply(t, s, 1*sec, acquireCmd("held", 10*sec, 1, ""))
+	apply(t, s, 1*sec, acquireCmd("held", 10*sec, 2, "refused-id"))
+	cases := map[string]func(rec *fsmpb.DedupRecord){
+		"a waiting acquire's refusal":     func(rec *fsmpb.DedupRecord) { rec.Wait = true },
+		"parameters without params_known": func(rec *fsmpb.DedupRecord) { rec.ParamsKnown = false },
+	}
+	for name, change := range cases {
+		t.Run(name, func(t *testing.T) {
+			r, err := Restore(bytes.NewReader(rewriteDedup(t, snapshotBytes(t, s), change)))
+			if !errors.Is(err, ErrCorruptSnapshot) || r != nil {
+				t.Fatalf("want ErrCorruptSnapshot, got %v", err)
+			}
+		})
 	}
 }
