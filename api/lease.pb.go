@@ -333,12 +333,20 @@ type AcquireRequest struct {
 	Scope  string               `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
 	Holder string               `protobuf:"bytes,3,opt,name=holder,proto3" json:"holder,omitempty"`
 	Ttl    *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	// request_id makes retries safe: its first outcome is final, a grant
-	// (replayed to every retry) or a refusal as held (refused again, even
-	// once the resource is free, so a copy delayed in the network cannot
-	// grant what its client was told it did not get); kept max_ttl +
-	// skew_margin. A waiting acquire's refusals are not kept. Empty means no
-	// retry safety.
+	// request_id makes retries safe, and names one request: a retry must
+	// carry the same resource, scope (the effective one), holder, ttl and
+	// wait; the same request_id with any other parameter is refused with
+	// InvalidArgument (BadField request_id) and changes nothing. Its first
+	// outcome is final: a grant, replayed to every retry while the lease
+	// lives and, once it has ended (released, or past its expiry), refused
+	// with NotFound and an ErrorInfo detail of reason LEASE_ENDED (the
+	// caller holds nothing: treat the lease as lost); or a refusal as held,
+	// refused again even once the resource is free, so a copy delayed in the
+	// network cannot grant what its client was told it did not get. Grants
+	// are remembered max_ttl + skew_margin; refusals the server's
+	// --refusal-keep (default 2 min), at most --max-refusals of them, oldest
+	// forgotten first. A waiting acquire's refusals are not remembered.
+	// Empty means no retry safety.
 	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// wait queues the caller (FIFO per resource) until the resource is free
 	// or the call's deadline passes.
@@ -425,7 +433,8 @@ type AcquireResponse struct {
 	// ttl_remaining is expires_at - now at the stamp of the command that
 	// produced this response. Clients derive their safe deadline from it.
 	TtlRemaining *durationpb.Duration `protobuf:"bytes,2,opt,name=ttl_remaining,json=ttlRemaining,proto3" json:"ttl_remaining,omitempty"`
-	// replayed is true when request_id matched an earlier grant.
+	// replayed is true when request_id matched an earlier grant, whose lease
+	// is still live (an ended one is NotFound, reason LEASE_ENDED).
 	Replayed      bool `protobuf:"varint,3,opt,name=replayed,proto3" json:"replayed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

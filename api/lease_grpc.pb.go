@@ -39,6 +39,9 @@ const (
 type LeaseServiceClient interface {
 	// Acquire grants a lease on a free resource. A held resource is refused
 	// with FailedPrecondition and a ResourceHeld detail, unless wait is set.
+	// See request_id for retries: InvalidArgument for a request id reused
+	// with other parameters, NotFound (reason LEASE_ENDED) for a replay of a
+	// grant that has ended.
 	Acquire(ctx context.Context, in *AcquireRequest, opts ...grpc.CallOption) (*AcquireResponse, error)
 	// Renew extends a live lease by its ttl and keeps its token. A lease past
 	// its expiry is gone: NotFound.
@@ -145,6 +148,9 @@ type LeaseService_KeepAliveClient = grpc.BidiStreamingClient[KeepAliveRequest, K
 type LeaseServiceServer interface {
 	// Acquire grants a lease on a free resource. A held resource is refused
 	// with FailedPrecondition and a ResourceHeld detail, unless wait is set.
+	// See request_id for retries: InvalidArgument for a request id reused
+	// with other parameters, NotFound (reason LEASE_ENDED) for a replay of a
+	// grant that has ended.
 	Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error)
 	// Renew extends a live lease by its ttl and keeps its token. A lease past
 	// its expiry is gone: NotFound.

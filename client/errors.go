@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -23,6 +24,8 @@ var (
 	ErrNotFound = errors.New("client: lease not found or expired")
 	// ErrLeaseLost ends a lease whose renewal the service refused: it
 	// expired or was released elsewhere. Acquire again for a new token.
+	// Acquire returns it too (with ErrNotFound) when its request id
+	// replays a grant that has since ended.
 	ErrLeaseLost = errors.New("client: lease lost")
 	// ErrSafeDeadline ends a lease whose safe deadline passed without a
 	// confirmed renewal. The cluster may still count it as held for a
@@ -100,6 +103,12 @@ func fromStatus(err error) error {
 		}
 		return ie
 	case codes.NotFound:
+		for _, d := range st.Details() {
+			if e, ok := d.(*errdetails.ErrorInfo); ok && e.Reason == api.ReasonLeaseEnded {
+				// A retry replayed a grant that has ended: nothing is held.
+				return fmt.Errorf("%w: %w: %s", ErrLeaseLost, ErrNotFound, st.Message())
+			}
+		}
 		return fmt.Errorf("%w: %s", ErrNotFound, st.Message())
 	}
 	return err

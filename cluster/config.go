@@ -122,6 +122,19 @@ type Config struct {
 	// (with a policy) or of one connection (without); past it,
 	// ResourceExhausted. Default 256.
 	MaxWatchersPerClient int
+	// RefusalKeep is how long the request id of a refused Acquire (without
+	// wait) is remembered, so that a late copy of the request is refused
+	// again instead of granting what its client was told it did not get.
+	// It must cover how long a client retries one request id (the Go
+	// client's RequestTimeout + RetryFor is about 20 s). Grants' request
+	// ids are kept MaxTTL + SkewMargin. Default 2m; at least 30s.
+	RefusalKeep time.Duration
+	// MaxRefusals caps the refused request ids remembered; adding one past
+	// it forgets the oldest first (metric
+	// leasefence_dedup_refusals_evicted_total). It bounds the memory a
+	// storm of refused polls can take: about 110 B of heap and as much of
+	// snapshot per entry (fsm/DESIGN.md). Default 1 000 000.
+	MaxRefusals int
 	// MaxLeasesPerIdentity bounds the live leases one identity holds, with
 	// a policy only (leases are counted by their holder label, which the
 	// server prefixes with the identity); past it, Acquire is refused with
@@ -164,6 +177,8 @@ func DefaultConfig() Config {
 		TrailingLogs:       10240,
 		WatchBuffer:        65536,
 
+		RefusalKeep:           2 * time.Minute,
+		MaxRefusals:           1000000,
 		MaxWaitersPerResource: 1024,
 		MaxWatchersPerClient:  256,
 		MaxLeasesPerIdentity:  10000,
@@ -191,6 +206,10 @@ func (c Config) withDefaults() Config {
 	setDur(&c.LeaderLeaseTimeout, d.LeaderLeaseTimeout)
 	setDur(&c.CommitTimeout, d.CommitTimeout)
 	setDur(&c.SnapshotInterval, d.SnapshotInterval)
+	setDur(&c.RefusalKeep, d.RefusalKeep)
+	if c.MaxRefusals == 0 {
+		c.MaxRefusals = d.MaxRefusals
+	}
 	if c.Drift == 0 {
 		c.Drift = d.Drift
 	}
@@ -316,6 +335,12 @@ func (c Config) Validate() error {
 	if c.MaxWaitersPerResource < 1 || c.MaxWatchersPerClient < 1 || c.MaxLeasesPerIdentity < 1 {
 		bad("max waiters per resource (%d), watchers per client (%d) and leases per identity (%d) must be at least 1",
 			c.MaxWaitersPerResource, c.MaxWatchersPerClient, c.MaxLeasesPerIdentity)
+	}
+	if c.RefusalKeep < 30*time.Second {
+		bad("refusal keep %v must be at least 30s: a client retries one request id for about 20s", c.RefusalKeep)
+	}
+	if c.MaxRefusals < 1 {
+		bad("max refusals %d must be at least 1", c.MaxRefusals)
 	}
 	if c.Policy != nil && c.PolicyFile != "" {
 		bad("give a policy or a policy file, not both")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
@@ -88,13 +89,27 @@ func toStatus(err error) error {
 	var (
 		field *fsm.FieldError
 		held  *fsm.HeldError
+		ended *fsm.EndedError
 		nl    *NotLeaderError
 	)
 	switch {
 	case errors.As(err, &field):
 		return withDetail(codes.InvalidArgument, err, &api.BadField{Field: field.Field, Limit: field.Limit})
 	case errors.Is(err, fsm.ErrRequestIDReused):
-		return withDetail(codes.InvalidArgument, err, &api.BadField{Field: "request_id", Limit: "must not be reused for another resource"})
+		return withDetail(codes.InvalidArgument, err, &api.BadField{Field: "request_id",
+			Limit: "names one request: a retry must carry the same resource, scope, holder, ttl and wait"})
+	case errors.As(err, &ended):
+		// A replayed grant whose lease has ended: the caller holds nothing.
+		return withDetail(codes.NotFound, err, &errdetails.ErrorInfo{
+			Reason: api.ReasonLeaseEnded, Domain: api.ErrorDomain,
+			Metadata: map[string]string{
+				"request_id": ended.RequestID,
+				"lease_id":   fmt.Sprintf("%x", ended.Lease.ID),
+				"resource":   ended.Lease.Resource,
+				"scope":      ended.Lease.Scope,
+				"token":      fmt.Sprint(ended.Lease.Token),
+			},
+		})
 	case errors.As(err, &held):
 		return withDetail(codes.FailedPrecondition, err, &api.ResourceHeld{
 			Resource: held.Resource, Holder: held.Holder, Token: held.Token, TimeLeft: durationpb.New(held.TimeLeft),

@@ -19,6 +19,7 @@ type metrics struct {
 
 	grants, renewals, releases, expirations prometheus.Counter
 	refusals                                *prometheus.CounterVec
+	refusalsEvicted                         prometheus.Counter
 	proposeSeconds                          prometheus.Histogram
 	batchCommands                           prometheus.Histogram
 }
@@ -37,7 +38,7 @@ func newMetrics(n *Node) *metrics {
 	m.expirations = counter("expirations_total", "Leases removed after expires_at + skew margin.")
 	m.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "leasefence", Name: "refusals_total",
-		Help: "Commands refused by the state machine, by reason: held, not_found, invalid, request_id_reused.",
+		Help: "Commands refused by the state machine, by reason: held, not_found, invalid, request_id_reused, lease_ended (a replayed grant that has ended).",
 	}, []string{"reason"})
 	m.proposeSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: "leasefence", Name: "propose_seconds",
@@ -50,7 +51,9 @@ func newMetrics(n *Node) *metrics {
 		Buckets: prometheus.ExponentialBuckets(1, 2, 12),
 	})
 	reg.MustRegister(m.refusals, m.proposeSeconds, m.batchCommands)
-	for _, r := range []string{"held", "not_found", "invalid", "request_id_reused"} {
+	m.refusalsEvicted = counter("dedup_refusals_evicted_total",
+		"Refused request ids forgotten before --refusal-keep because --max-refusals were remembered (oldest first): a late copy of such a request is no longer refused by its id.")
+	for _, r := range []string{"held", "not_found", "invalid", "request_id_reused", "lease_ended"} {
 		m.refusals.WithLabelValues(r)
 	}
 
@@ -67,6 +70,20 @@ func newMetrics(n *Node) *metrics {
 		n.sm.read(func(st *fsm.State) { v = st.Len() })
 		return float64(v)
 	})
+	dedupGauge := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "leasefence", Name: "dedup_entries",
+		Help: "Request ids the state machine remembers, by kind: grant (kept max ttl + skew margin) and refusal (kept --refusal-keep, at most --max-refusals).",
+	}, []string{"kind"})
+	reg.MustRegister(collectorFunc(func(ch chan<- prometheus.Metric) {
+		if n.raft == nil {
+			return
+		}
+		var g, r int
+		n.sm.read(func(st *fsm.State) { g, r = st.DedupLen() })
+		dedupGauge.WithLabelValues("grant").Set(float64(g))
+		dedupGauge.WithLabelValues("refusal").Set(float64(r))
+		dedupGauge.Collect(ch)
+	}, dedupGauge))
 	gauge("waiters", "Leader: Acquire calls queued with wait, over all resources.", func() float64 {
 		return float64(n.waiters.total())
 	})
@@ -134,6 +151,9 @@ func (m *metrics) observeApplied(a *fsm.Applied) {
 			m.expirations.Inc()
 		}
 	}
+	if a.RefusalsEvicted > 0 {
+		m.refusalsEvicted.Add(float64(a.RefusalsEvicted))
+	}
 	for _, r := range a.Results {
 		switch {
 		case r.Err == nil:
@@ -143,6 +163,8 @@ func (m *metrics) observeApplied(a *fsm.Applied) {
 			m.refusals.WithLabelValues("not_found").Inc()
 		case errors.Is(r.Err, fsm.ErrRequestIDReused):
 			m.refusals.WithLabelValues("request_id_reused").Inc()
+		case errors.Is(r.Err, fsm.ErrLeaseEnded):
+			m.refusals.WithLabelValues("lease_ended").Inc()
 		default:
 			m.refusals.WithLabelValues("invalid").Inc()
 		}

@@ -113,7 +113,11 @@ func (n *Node) proposeBatch(batch []*proposal) {
 		NowNs:        ls.now(n.clock),
 		SkewMarginNs: int64(n.cfg.SkewMargin),
 		DedupKeepNs:  int64(n.cfg.MaxTTL + n.cfg.SkewMargin),
-		Commands:     make([]*fsmpb.Command, len(live)),
+		// Refused request ids: a shorter window and a cap, so a storm of
+		// refused polls cannot grow the state without bound.
+		RefusalKeepNs: int64(n.cfg.RefusalKeep),
+		MaxRefusals:   uint64(n.cfg.MaxRefusals),
+		Commands:      make([]*fsmpb.Command, len(live)),
 	}
 	for i, p := range live {
 		b.Commands[i] = p.cmd

@@ -144,6 +144,12 @@ func (n *Node) acquireWaiting(ctx context.Context, cmd *fsmpb.Command) (fsm.Resu
 		if err != nil || !errors.As(res.Err, &held) {
 			return res, err
 		}
+		if res.Replayed {
+			// The request id's first outcome was a refusal, and a request
+			// id's first outcome is final: proposing again cannot change
+			// it, and with the holder gone (time left 0) would spin.
+			return res, nil
+		}
 		timer := time.NewTimer(held.TimeLeft + time.Millisecond)
 	wait:
 		for {

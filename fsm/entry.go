@@ -58,7 +58,7 @@ func decodeEntry(data []byte) (*fsmpb.Batch, error) {
 				return nil, fmt.Errorf("%w: batch command %d has no known op", ErrUnknownEntry, i)
 			}
 		}
-		if b.SkewMarginNs < 0 || b.DedupKeepNs < 0 {
+		if b.SkewMarginNs < 0 || b.DedupKeepNs < 0 || b.RefusalKeepNs < 0 {
 			return nil, fmt.Errorf("%w: negative parameter in batch header", ErrCorruptEntry)
 		}
 		return &b, nil

@@ -18,10 +18,40 @@ var (
 	// ErrNotFound is returned by Renew when the lease id is unknown or the
 	// lease is past its expires_at.
 	ErrNotFound = errors.New("fsm: lease not found or expired")
-	// ErrRequestIDReused is returned when a request id that produced a grant
-	// is presented again for another resource.
-	ErrRequestIDReused = errors.New("fsm: request id reused for another resource")
+	// ErrRequestIDReused is returned when a request id is presented again
+	// with any parameter other than its first use's: resource, effective
+	// scope, holder, ttl or wait. A request id names one request; nothing
+	// changes. errors.Is(err, ErrInvalidArgument) is true too.
+	ErrRequestIDReused = &reusedError{}
+	// ErrLeaseEnded is returned (wrapped in an *EndedError) when an
+	// Acquire's request id replays a grant whose lease has since ended
+	// (released, or past its expires_at): the caller holds nothing.
+	ErrLeaseEnded = errors.New("fsm: the lease granted to this request id has ended")
 )
+
+// reusedError is ErrRequestIDReused's type: an invalid argument.
+type reusedError struct{}
+
+func (*reusedError) Error() string {
+	return "fsm: request id reused with other parameters (a request id names one request)"
+}
+
+// Unwrap makes errors.Is(ErrRequestIDReused, ErrInvalidArgument) true.
+func (*reusedError) Unwrap() error { return ErrInvalidArgument }
+
+// EndedError is the answer to a replayed Acquire whose grant has ended.
+type EndedError struct {
+	RequestID string
+	// Lease is the grant as it was last held.
+	Lease Lease
+}
+
+func (e *EndedError) Error() string {
+	return fmt.Sprintf("fsm: request id %q was granted lease %x on %q (token %d), which has ended", e.RequestID, e.Lease.ID, e.Lease.Resource, e.Lease.Token)
+}
+
+// Unwrap makes errors.Is(err, ErrLeaseEnded) true.
+func (e *EndedError) Unwrap() error { return ErrLeaseEnded }
 
 // Errors of Apply itself: the entry cannot be applied at all. A node that
 // meets one must stop, or replicas would diverge.

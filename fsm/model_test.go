@@ -19,14 +19,24 @@ type model struct {
 	leases   []Lease // at most one per resource
 	counters map[string]uint64
 	dedup    map[string]dedupModel
+	seq      int
 }
 
 // dedupModel is a request id's first outcome: its lease, or refused (the
-// lease is then the holder's).
+// lease is then the holder's), with the request it answered.
 type dedupModel struct {
 	at      int64
+	seq     int // order of making, for the oldest-first eviction
 	lease   Lease
 	refused bool
+	req     reqModel
+}
+
+// reqModel is what a request id names: the request's parameters.
+type reqModel struct {
+	resource, scope, holder string
+	ttl                     int64
+	wait                    bool
 }
 
 func newModel() *model {
@@ -56,45 +66,53 @@ func (m *model) stamp(now int64) {
 	}
 }
 
-func (m *model) apply(margin, keep int64, c *fsmpb.Command) Result {
+// modelParams are a batch's parameters as the model reads them.
+type modelParams struct {
+	margin, keep, refusalKeep int64
+	maxRefusals               int
+}
+
+func (m *model) apply(p modelParams, c *fsmpb.Command) Result {
+	margin, keep := p.margin, p.keep
 	switch op := c.Op.(type) {
 	case *fsmpb.Command_Acquire:
 		a := op.Acquire
 		if a.TtlNs <= 2*margin {
 			return Result{Err: ErrInvalidArgument}
 		}
+		scope := a.Scope
+		if scope == "" {
+			scope = a.Resource
+		}
+		req := reqModel{a.Resource, scope, a.Holder, a.TtlNs, a.Wait}
 		if d, ok := m.dedup[a.RequestId]; ok && a.RequestId != "" {
-			if d.lease.Resource != a.Resource {
+			if d.req != req {
 				return Result{Err: ErrRequestIDReused}
 			}
 			if d.refused {
 				return Result{Err: ErrHeld, Replayed: true}
 			}
-			r := Result{Lease: d.lease, Replayed: true}
-			if i := m.find(func(l Lease) bool { return l.ID == d.lease.ID }); i >= 0 {
-				r.Lease, r.Remaining = m.leases[i], m.rem(m.leases[i])
+			if i := m.find(func(l Lease) bool { return l.ID == d.lease.ID }); i >= 0 && m.now < m.leases[i].ExpiresAt {
+				return Result{Lease: m.leases[i], Remaining: m.rem(m.leases[i]), Replayed: true}
 			}
-			return r
+			return Result{Err: ErrLeaseEnded, Replayed: true}
 		}
 		if i := m.find(func(l Lease) bool { return l.Resource == a.Resource }); i >= 0 {
 			if m.now <= m.leases[i].ExpiresAt+margin {
 				if a.RequestId != "" && !a.Wait {
-					m.dedup[a.RequestId] = dedupModel{m.now, m.leases[i], true}
+					m.addRefusal(a.RequestId, dedupModel{at: m.now, lease: m.leases[i], refused: true, req: req}, p.maxRefusals)
 				}
 				return Result{Err: ErrHeld}
 			}
 			m.leases = append(m.leases[:i], m.leases[i+1:]...)
-		}
-		scope := a.Scope
-		if scope == "" {
-			scope = a.Resource
 		}
 		m.counters[scope]++
 		l := Lease{Resource: a.Resource, Scope: scope, Token: m.counters[scope], Holder: a.Holder, TTL: a.TtlNs, GrantedAt: m.now, ExpiresAt: m.now + a.TtlNs}
 		copy(l.ID[:], a.LeaseId)
 		m.leases = append(m.leases, l)
 		if a.RequestId != "" {
-			m.dedup[a.RequestId] = dedupModel{at: m.now, lease: l}
+			m.seq++
+			m.dedup[a.RequestId] = dedupModel{at: m.now, seq: m.seq, lease: l, req: req}
 		}
 		return Result{Lease: l, Remaining: m.rem(l)}
 	case *fsmpb.Command_Renew:
@@ -132,14 +150,41 @@ func (m *model) apply(margin, keep int64, c *fsmpb.Command) Result {
 			m.leases = append(m.leases[:best], m.leases[best+1:]...)
 			n++
 		}
+		rkeep := p.refusalKeep
+		if rkeep == 0 {
+			rkeep = keep
+		}
 		for id, d := range m.dedup {
-			if m.now-d.at > keep {
+			if (!d.refused && m.now-d.at > keep) || (d.refused && m.now-d.at > rkeep) {
 				delete(m.dedup, id)
 			}
 		}
 		return Result{Expired: n}
 	}
 	panic("unknown op")
+}
+
+// addRefusal remembers a refusal, first forgetting the oldest refusals
+// while max (0: no cap) are remembered.
+func (m *model) addRefusal(id string, d dedupModel, max int) {
+	for max > 0 {
+		n, oldest := 0, ""
+		for k, e := range m.dedup {
+			if e.refused {
+				n++
+				if oldest == "" || e.seq < m.dedup[oldest].seq {
+					oldest = k
+				}
+			}
+		}
+		if n < max {
+			break
+		}
+		delete(m.dedup, oldest)
+	}
+	m.seq++
+	d.seq = m.seq
+	m.dedup[id] = d
 }
 
 func sameResult(got, want Result) error {
@@ -181,6 +226,8 @@ func TestStateMatchesReferenceModel(t *testing.T) {
 			stamp := now - sec*rapid.Int64Range(0, 1).Draw(rt, "lag") // stamps may lag behind
 			margin := testMargin
 			keep := rapid.SampledFrom([]int64{5 * sec, testKeep}).Draw(rt, "keep")
+			refusalKeep := rapid.SampledFrom([]int64{0, 2 * sec}).Draw(rt, "refusal keep")
+			maxRefusals := rapid.SampledFrom([]int{0, 1, 2}).Draw(rt, "max refusals")
 			n := rapid.IntRange(1, 4).Draw(rt, "batch")
 			cmds := make([]*fsmpb.Command, 0, n)
 			for i := 0; i < n; i++ {
@@ -202,6 +249,8 @@ func TestStateMatchesReferenceModel(t *testing.T) {
 					if rapid.Bool().Draw(rt, "with request id") {
 						a.RequestId = fmt.Sprintf("req-%d", rapid.IntRange(0, 6).Draw(rt, "req"))
 					}
+					a.Wait = rapid.IntRange(0, 4).Draw(rt, "wait") == 0
+					a.Holder = rapid.SampledFrom([]string{"w", "w", "v"}).Draw(rt, "holder")
 					cmds = append(cmds, &fsmpb.Command{Op: &fsmpb.Command_Acquire{Acquire: a}})
 				case 4, 5:
 					if len(ids) > 0 {
@@ -216,7 +265,8 @@ func TestStateMatchesReferenceModel(t *testing.T) {
 					cmds = append(cmds, &fsmpb.Command{Op: &fsmpb.Command_Tick{Tick: &fsmpb.Tick{MaxExpire: limit}}})
 				}
 			}
-			raw, err := EncodeBatch(&fsmpb.Batch{NowNs: stamp, SkewMarginNs: margin, DedupKeepNs: keep, Commands: cmds})
+			raw, err := EncodeBatch(&fsmpb.Batch{NowNs: stamp, SkewMarginNs: margin, DedupKeepNs: keep,
+				RefusalKeepNs: refusalKeep, MaxRefusals: uint64(maxRefusals), Commands: cmds})
 			if err != nil {
 				rt.Fatal(err)
 			}
@@ -234,7 +284,7 @@ func TestStateMatchesReferenceModel(t *testing.T) {
 			}
 			m.stamp(stamp)
 			for i, c := range cmds {
-				want := m.apply(margin, keep, c)
+				want := m.apply(modelParams{margin, keep, refusalKeep, maxRefusals}, c)
 				if err := sameResult(a.Results[i], want); err != nil {
 					rt.Fatalf("step %d cmd %d (%T): %v", step, i, c.Op, err)
 				}

@@ -17,6 +17,7 @@ var PlantedBugs = map[string]string{
 	BugGrantNoMargin:         "a new grant waits only for expires_at, not expires_at + skew margin",
 	BugRenewAfterExpiry:      "a renewal is accepted after expires_at (until the lease is removed)",
 	BugSnapshotDropsCounters: "snapshots store a scope's counter as its live lease's token (0 when free)",
+	BugDedupResourceOnly:     "a request id's retry is compared by resource only, so it replays across scopes, holders, ttls and wait",
 }
 
 var plantedOn = map[string]bool{}
@@ -42,3 +43,7 @@ func planted(name string) bool {
 	}
 	return plantedOn[name]
 }
+
+// ResetPlantedBugs switches every planted defect off again, for a test
+// that planted one. Call it only while no State is applying entries.
+func ResetPlantedBugs() { clear(plantedOn) }

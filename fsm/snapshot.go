@@ -39,7 +39,9 @@ type Snapshot struct {
 	now    int64
 	leases []*Lease // records never change (bar heapIdx, never read here)
 	scopes []scopeCounter
-	dedup  []dedupRef // shares the State's queue: its elements never change
+	// grants and refusals share the State's queues: their elements never
+	// change.
+	grants, refusals []dedupRef
 }
 
 type scopeCounter struct {
@@ -50,16 +52,17 @@ type scopeCounter struct {
 // Snapshot captures the state, cheaply enough to run under the node's
 // lock at a million leases: lease records are never changed once made
 // (renewal replaces them), so it copies the expiry heap's slice of
-// pointers; the request-id queue's elements are never written once
-// appended, so it keeps a slice of it; only the counters are copied
+// pointers; the request-id queues' elements are never written once
+// appended, so it keeps a slice of each; only the counters are copied
 // entry by entry. Nothing is encoded here: that is WriteTo's work, which
 // may run on another goroutine while the State applies more entries.
 func (s *State) Snapshot() *Snapshot {
 	sn := &Snapshot{
-		now:    s.now,
-		leases: append([]*Lease(nil), s.expiry...),
-		scopes: make([]scopeCounter, 0, s.scopes),
-		dedup:  s.dedupQ[s.dedupHead:len(s.dedupQ):len(s.dedupQ)],
+		now:      s.now,
+		leases:   append([]*Lease(nil), s.expiry...),
+		scopes:   make([]scopeCounter, 0, s.scopes),
+		grants:   s.grants.live(),
+		refusals: s.refusals.live(),
 	}
 	for name, e := range s.names {
 		c := e.counter
@@ -90,7 +93,7 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		LastNowNs:  sn.now,
 		LeaseCount: uint64(len(sn.leases)),
 		ScopeCount: uint64(len(sn.scopes)),
-		DedupCount: uint64(len(sn.dedup)),
+		DedupCount: uint64(len(sn.grants) + len(sn.refusals)),
 	})
 	// One message of each kind, refilled per record: encoding a million
 	// leases allocates nothing per lease.
@@ -104,12 +107,16 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		srec.Scope, srec.Counter = sc.scope, sc.counter
 		enc.write(recScope, &srec)
 	}
+	// Grants, then refusals, each in the order they were made.
 	drec := fsmpb.DedupRecord{Lease: &lrec}
-	for i := range sn.dedup {
-		d := &sn.dedup[i]
-		fillLeaseRecord(&lrec, d.lease)
-		drec.RequestId, drec.AtNs, drec.Refused = d.requestID, d.at, d.refused
-		enc.write(recDedup, &drec)
+	for _, q := range [][]dedupRef{sn.grants, sn.refusals} {
+		for i := range q {
+			d := &q[i]
+			fillLeaseRecord(&lrec, d.lease)
+			drec.RequestId, drec.AtNs, drec.Refused = d.requestID, d.at, d.refused
+			drec.Wait, drec.Params, drec.ParamsKnown = d.wait, d.params, !d.legacy
+			enc.write(recDedup, &drec)
+		}
 	}
 	enc.writeRaw(recEnd, nil)
 	if enc.err == nil {
@@ -200,7 +207,7 @@ func restore(br *bufio.Reader) (*State, error) {
 			return nil, fmt.Errorf("lease on %q has token %d above its scope counter %d", l.Resource, l.Token, c)
 		}
 	}
-	var lastAt int64
+	var lastAt [2]int64 // of grants, of refusals
 	for i := uint64(0); i < hdr.DedupCount; i++ {
 		var rec fsmpb.DedupRecord
 		if err := dec.read(recDedup, &rec); err != nil {
@@ -216,16 +223,28 @@ func restore(br *bufio.Reader) (*State, error) {
 		if err != nil {
 			return nil, fmt.Errorf("dedup %d: %w", i, err)
 		}
-		if rec.AtNs < lastAt {
+		kind := 0
+		if rec.Refused {
+			kind = 1
+		}
+		if rec.AtNs < lastAt[kind] {
 			return nil, fmt.Errorf("dedup %d: out of order", i)
 		}
-		lastAt = rec.AtNs
+		lastAt[kind] = rec.AtNs
+		if rec.Refused && rec.Wait {
+			return nil, fmt.Errorf("dedup %d: a waiting acquire's refusal", i)
+		}
+		if !rec.ParamsKnown && (rec.Wait || rec.Params != 0) {
+			return nil, fmt.Errorf("dedup %d: parameters without params_known", i)
+		}
 		if _, dup := s.dedup[rec.RequestId]; dup {
 			return nil, fmt.Errorf("dedup %d: request id listed twice", i)
 		}
 		// Share the held lease's record when it is this grant, not renewed
 		// since; otherwise keep a record of its own, outside every index.
-		d := dedupRef{requestID: rec.RequestId, at: rec.AtNs, refused: rec.Refused}
+		// An entry of a version that did not record parameters compares
+		// what its record holds (dedupRef.sameRequest).
+		d := dedupRef{requestID: rec.RequestId, at: rec.AtNs, refused: rec.Refused, wait: rec.Wait, params: rec.Params, legacy: !rec.ParamsKnown}
 		if held, ok := s.byID[l.ID]; ok && held.copy() == l {
 			d.lease = held
 		} else {
@@ -233,7 +252,11 @@ func restore(br *bufio.Reader) (*State, error) {
 			own.heapIdx = -1
 			d.lease = &own
 		}
-		s.addDedup(d)
+		if d.refused {
+			s.dedup[d.requestID] = refusalSeq | s.refusals.push(d)
+		} else {
+			s.dedup[d.requestID] = s.grants.push(d)
+		}
 	}
 	if err := dec.readEnd(); err != nil {
 		return nil, err

@@ -90,13 +90,15 @@ type Event struct {
 // Result is the outcome of one command of a batch.
 type Result struct {
 	// Err is a domain error (ErrHeld, ErrNotFound, ErrInvalidArgument,
-	// ErrRequestIDReused, possibly wrapped) or nil.
+	// ErrRequestIDReused, ErrLeaseEnded, possibly wrapped) or nil.
 	Err error
 	// Lease is the lease acted on, when there is one.
 	Lease Lease
 	// Remaining is expires_at - now at this command's stamp, never negative.
 	Remaining time.Duration
-	// Replayed is set when an Acquire's request id matched an earlier grant.
+	// Replayed is set when an Acquire's request id matched an earlier
+	// outcome: a live grant (Err nil), a refusal (*HeldError), or a grant
+	// whose lease has ended (*EndedError; Lease is the grant as last held).
 	Replayed bool
 	// Released is Release's answer: false for an unknown or expired id.
 	Released bool
@@ -110,20 +112,133 @@ type Applied struct {
 	Now     int64
 	Results []Result
 	Events  []Event
+	// RefusalsEvicted counts refused request ids forgotten before their
+	// refusal_keep because max_refusals was reached.
+	RefusalsEvicted int
 }
 
 // dedupRef is one request id's entry: what a retried Acquire needs to be
-// answered with the first outcome. It keeps the grant's own record (records
-// never change; a renewal makes a new one) instead of a copy of it.
+// answered with the first outcome, and to tell a retry from another request
+// under the same id. It keeps the grant's own record (records never change;
+// a renewal makes a new one) instead of a copy of it.
 type dedupRef struct {
 	requestID string
 	at        int64
 	// lease is the grant's record, or, when refused, the record of the
 	// lease that held the resource: a request id's first outcome is final
-	// either way.
-	lease   *Lease
+	// either way. A grant's record also holds the request's resource,
+	// effective scope, holder and ttl.
+	lease *Lease
+	// params is, for a refusal, requestFingerprint of the refused
+	// request's effective scope, holder, ttl and wait; 0 for a grant.
+	params  uint64
 	refused bool
+	wait    bool
+	// legacy marks an entry restored from a snapshot written before
+	// parameters were recorded: only what its record holds is compared.
+	legacy bool
 }
+
+// sameRequest reports whether c (already validated) is the request d
+// remembers: same resource, effective scope, holder, ttl and wait.
+//
+// A grant compares the fields themselves, from its lease record: a
+// request id can never replay a lease of another resource, scope, holder
+// or ttl. A refusal compares the resource (the holder's record has it) and
+// a 64-bit fingerprint of the rest. Two different requests with one id and
+// colliding fingerprints would get the first refusal again instead of
+// InvalidArgument: still a refusal, so a collision can never grant or
+// replay a lease; it only changes which error the caller sees.
+func (d *dedupRef) sameRequest(c *fsmpb.Acquire, scope string) bool {
+	if d.lease.Resource != c.Resource {
+		return false
+	}
+	if planted(BugDedupResourceOnly) {
+		return true
+	}
+	switch {
+	case d.refused && d.legacy:
+		return true // an older version compared the resource only
+	case d.refused:
+		return d.params == requestFingerprint(scope, c.Holder, c.TtlNs, c.Wait)
+	}
+	if d.lease.Scope != scope || d.lease.Holder != c.Holder || d.lease.TTL != c.TtlNs {
+		return false
+	}
+	return d.legacy || d.wait == c.Wait
+}
+
+// requestFingerprint is FNV-1a (64 bit) over an Acquire's effective scope,
+// holder, ttl and wait flag, each string length-prefixed so that no two
+// different parameter lists encode alike. Deterministic on every replica
+// and every version: it is written into snapshots.
+func requestFingerprint(scope, holder string, ttl int64, wait bool) uint64 {
+	const (
+		offset = 14695981039346656037
+		prime  = 1099511628211
+	)
+	h := uint64(offset)
+	byte1 := func(b byte) { h = (h ^ uint64(b)) * prime }
+	u64 := func(v uint64) {
+		for i := 0; i < 8; i++ {
+			byte1(byte(v >> (8 * i)))
+		}
+	}
+	str := func(s string) {
+		u64(uint64(len(s)))
+		for i := 0; i < len(s); i++ {
+			byte1(s[i])
+		}
+	}
+	str(scope)
+	str(holder)
+	u64(uint64(ttl))
+	if wait {
+		byte1(1)
+	} else {
+		byte1(0)
+	}
+	return h
+}
+
+// dedupQueue holds request-id entries in the order they were made (at is
+// non-decreasing since now is); q[head:] are live, and the entry with
+// sequence number seq is q[seq-base]. An element, once appended, is never
+// written again (pruning only moves head, and compaction copies the live
+// ones to a new array), so a Snapshot may keep a slice of it.
+type dedupQueue struct {
+	q    []dedupRef
+	head int
+	base uint64
+}
+
+func (q *dedupQueue) len() int                 { return len(q.q) - q.head }
+func (q *dedupQueue) get(seq uint64) *dedupRef { return &q.q[seq-q.base] }
+
+// live returns the live entries, capped so an append cannot write into
+// a Snapshot's view.
+func (q *dedupQueue) live() []dedupRef { return q.q[q.head:len(q.q):len(q.q)] }
+
+func (q *dedupQueue) push(d dedupRef) uint64 {
+	seq := q.base + uint64(len(q.q))
+	q.q = append(q.q, d)
+	return seq
+}
+
+// compact copies the live entries to a new array once a quarter of the
+// queue is dead: pruned entries are not cleared in place (a Snapshot may
+// be reading them), so they hold their records until then.
+func (q *dedupQueue) compact() {
+	if q.head > 1024 && q.head*4 > len(q.q) {
+		q.q = append([]dedupRef(nil), q.q[q.head:]...)
+		q.base += uint64(q.head)
+		q.head = 0
+	}
+}
+
+// refusalSeq marks a dedup map value as a sequence number of the refusal
+// queue rather than the grant queue.
+const refusalSeq = uint64(1) << 63
 
 // nameEntry is what the state knows under one name: the lease on the
 // resource of that name, and the token counter of the scope of that name.
@@ -153,17 +268,15 @@ type State struct {
 	byID   map[[LeaseIDLen]byte]*Lease
 	expiry expiryHeap
 	// dedup maps a live request id to its sequence number: its entry is
-	// dedupQ[seq-dedupBase]. The map holds no pointers of its own, and the
-	// entries sit by value in one slice.
-	dedup map[string]uint64
-	// dedupQ holds request-id entries in grant order (at is non-decreasing
-	// since now is); dedupQ[dedupHead:] are live. An element, once
-	// appended, is never written again (pruning only moves dedupHead, and
-	// compaction copies the live ones to a new array), so a Snapshot may
-	// keep a slice of it.
-	dedupQ    []dedupRef
-	dedupHead int
-	dedupBase uint64
+	// grants.get(seq), or refusals.get(seq&^refusalSeq) when refusalSeq is
+	// set. The map holds no pointers of its own, and the entries sit by
+	// value in the queues' slices. Grants are kept dedup_keep; refusals
+	// are kept refusal_keep and at most max_refusals of them (the oldest
+	// go first), so a storm of refused polls cannot grow the state without
+	// bound.
+	dedup    map[string]uint64
+	grants   dedupQueue
+	refusals dedupQueue
 }
 
 // New returns an empty State at cluster time zero.
@@ -253,20 +366,33 @@ func (s *State) applyBatch(b *fsmpb.Batch) *Applied {
 	if b.NowNs > s.now {
 		s.now = b.NowNs
 	}
+	p := batchParams{margin: b.SkewMarginNs, keep: b.DedupKeepNs, refusalKeep: b.RefusalKeepNs, maxRefusals: b.MaxRefusals}
+	if p.refusalKeep == 0 {
+		p.refusalKeep = p.keep
+	}
 	a := &Applied{Now: s.now, Results: make([]Result, len(b.Commands))}
 	for i, c := range b.Commands {
 		switch op := c.Op.(type) {
 		case *fsmpb.Command_Acquire:
-			a.Results[i] = s.acquire(a, op.Acquire, b.SkewMarginNs)
+			a.Results[i] = s.acquire(a, op.Acquire, p)
 		case *fsmpb.Command_Renew:
 			a.Results[i] = s.renew(a, op.Renew)
 		case *fsmpb.Command_Release:
 			a.Results[i] = s.release(a, op.Release)
 		case *fsmpb.Command_Tick:
-			a.Results[i] = s.tick(a, op.Tick, b.SkewMarginNs, b.DedupKeepNs)
+			a.Results[i] = s.tick(a, op.Tick, p)
 		}
 	}
 	return a
+}
+
+// batchParams are the leader's parameters, stamped into each entry so that
+// every replica decides alike whatever its own configuration.
+type batchParams struct {
+	margin      int64  // skew margin
+	keep        int64  // how long a grant's request id is remembered
+	refusalKeep int64  // how long a refusal's request id is remembered
+	maxRefusals uint64 // at most this many refusals remembered; 0: no cap
 }
 
 func (s *State) remaining(l *Lease) time.Duration {
@@ -302,14 +428,22 @@ func ValidateAcquire(c *fsmpb.Acquire, skewMargin int64) error {
 	return nil
 }
 
-func (s *State) acquire(a *Applied, c *fsmpb.Acquire, margin int64) Result {
+func (s *State) acquire(a *Applied, c *fsmpb.Acquire, p batchParams) Result {
+	margin := p.margin
 	if err := ValidateAcquire(c, margin); err != nil {
 		return Result{Err: err}
 	}
+	scope := c.Scope
+	if scope == "" {
+		scope = c.Resource
+	}
 	if c.RequestId != "" {
 		if seq, ok := s.dedup[c.RequestId]; ok {
-			d := &s.dedupQ[seq-s.dedupBase]
-			if d.lease.Resource != c.Resource {
+			d := s.dedupEntry(seq)
+			if !d.sameRequest(c, scope) {
+				// A request id names one request: never replay an outcome
+				// to another (a lease of another scope would hand out a
+				// token of the wrong sequence).
 				return Result{Err: ErrRequestIDReused}
 			}
 			if d.refused {
@@ -324,12 +458,17 @@ func (s *State) acquire(a *Applied, c *fsmpb.Acquire, margin int64) Result {
 			}
 			// The first outcome again. Remaining is measured now, at this
 			// command's stamp, so a client's safe window is never stretched.
-			r := Result{Lease: d.lease.copy(), Replayed: true}
-			if l, ok := s.byID[d.lease.ID]; ok {
-				r.Lease = l.copy()
-				r.Remaining = s.remaining(l)
+			l, held := s.byID[d.lease.ID]
+			if !held || s.now >= l.ExpiresAt {
+				// The grant has ended (released, expired, removed): say
+				// so, never answer it as a live grant with no time left.
+				ended := d.lease.copy()
+				if held {
+					ended = l.copy()
+				}
+				return Result{Err: &EndedError{RequestID: c.RequestId, Lease: ended}, Lease: ended, Replayed: true}
 			}
-			return r
+			return Result{Lease: l.copy(), Remaining: s.remaining(l), Replayed: true}
 		}
 	}
 	if cur := s.names[c.Resource].lease; cur != nil {
@@ -338,7 +477,10 @@ func (s *State) acquire(a *Applied, c *fsmpb.Acquire, margin int64) Result {
 		}
 		if s.now <= cur.ExpiresAt+margin {
 			if c.RequestId != "" && !c.Wait {
-				s.addDedup(dedupRef{requestID: c.RequestId, at: s.now, lease: cur, refused: true})
+				s.addRefusal(a, dedupRef{
+					requestID: c.RequestId, at: s.now, lease: cur, refused: true,
+					params: requestFingerprint(scope, c.Holder, c.TtlNs, c.Wait),
+				}, p.maxRefusals)
 			}
 			return Result{Err: &HeldError{
 				Resource: cur.Resource,
@@ -354,10 +496,6 @@ func (s *State) acquire(a *Applied, c *fsmpb.Acquire, margin int64) Result {
 	if _, dup := s.byID[id]; dup {
 		return Result{Err: &FieldError{Field: "lease_id", Limit: "must be unique"}}
 	}
-	scope := c.Scope
-	if scope == "" {
-		scope = c.Resource
-	}
 	l := &Lease{
 		ID:        id,
 		Resource:  c.Resource,
@@ -372,7 +510,7 @@ func (s *State) acquire(a *Applied, c *fsmpb.Acquire, margin int64) Result {
 	s.byID[id] = l
 	heap.Push(&s.expiry, l)
 	if c.RequestId != "" {
-		s.addDedup(dedupRef{requestID: c.RequestId, at: s.now, lease: l})
+		s.dedup[c.RequestId] = s.grants.push(dedupRef{requestID: c.RequestId, at: s.now, lease: l, wait: c.Wait})
 	}
 	a.Events = append(a.Events, Event{Type: EventGranted, Lease: l.copy(), Reason: "acquire", Now: s.now})
 	return Result{Lease: l.copy(), Remaining: s.remaining(l)}
@@ -419,40 +557,55 @@ func (s *State) release(a *Applied, c *fsmpb.Release) Result {
 	return Result{Released: true, Lease: out}
 }
 
-func (s *State) tick(a *Applied, c *fsmpb.Tick, margin, keep int64) Result {
+func (s *State) tick(a *Applied, c *fsmpb.Tick, p batchParams) Result {
 	n := 0
 	for len(s.expiry) > 0 && (c.MaxExpire == 0 || n < int(c.MaxExpire)) {
 		l := s.expiry[0]
-		if s.now <= l.ExpiresAt+margin {
+		if s.now <= l.ExpiresAt+p.margin {
 			break
 		}
 		s.remove(a, l, EventExpired, "tick")
 		n++
 	}
-	for s.dedupHead < len(s.dedupQ) {
-		d := &s.dedupQ[s.dedupHead]
+	s.prune(&s.grants, p.keep)
+	s.prune(&s.refusals, p.refusalKeep)
+	return Result{Expired: n}
+}
+
+// prune forgets q's request ids older than keep.
+func (s *State) prune(q *dedupQueue, keep int64) {
+	for q.len() > 0 {
+		d := &q.q[q.head]
 		if s.now-d.at <= keep {
 			break
 		}
 		delete(s.dedup, d.requestID)
-		s.dedupHead++
+		q.head++
 	}
-	// Compact the queue once a quarter of it is dead: pruned entries are
-	// not cleared in place (a Snapshot may be reading them), so they hold
-	// their records until then.
-	if s.dedupHead > 1024 && s.dedupHead*4 > len(s.dedupQ) {
-		s.dedupQ = append([]dedupRef(nil), s.dedupQ[s.dedupHead:]...)
-		s.dedupBase += uint64(s.dedupHead)
-		s.dedupHead = 0
-	}
-	return Result{Expired: n}
+	q.compact()
 }
 
-// addDedup appends a request-id entry; d.at must not be below the last
-// entry's.
-func (s *State) addDedup(d dedupRef) {
-	s.dedup[d.requestID] = s.dedupBase + uint64(len(s.dedupQ))
-	s.dedupQ = append(s.dedupQ, d)
+// dedupEntry returns the entry of a sequence number from the dedup map.
+func (s *State) dedupEntry(seq uint64) *dedupRef {
+	if seq&refusalSeq != 0 {
+		return s.refusals.get(seq &^ refusalSeq)
+	}
+	return s.grants.get(seq)
+}
+
+// addRefusal remembers a refused request id, first forgetting the oldest
+// refusals while max (0: no cap) are remembered. Every replica evicts the
+// same ones: max travels in the log entry.
+func (s *State) addRefusal(a *Applied, d dedupRef, max uint64) {
+	if max > 0 {
+		for uint64(s.refusals.len()) >= max {
+			delete(s.dedup, s.refusals.q[s.refusals.head].requestID)
+			s.refusals.head++
+			a.RefusalsEvicted++
+		}
+		s.refusals.compact()
+	}
+	s.dedup[d.requestID] = refusalSeq | s.refusals.push(d)
 }
 
 // remove deletes l from every index and records the event.
@@ -500,11 +653,30 @@ func (s *State) CountHeld(match func(holder string) bool) int {
 	return n
 }
 
+// DedupLen returns how many request ids the state remembers: grants and
+// refusals.
+func (s *State) DedupLen() (grants, refusals int) { return s.grants.len(), s.refusals.len() }
+
 // EachRequestID calls fn for every request id the state remembers (not
-// yet pruned), in order, with the cluster time of its outcome and the lease
-// it produced, or, when refused, the lease that held the resource.
+// yet pruned), in the order they were made, with the cluster time of its
+// outcome and the lease it produced, or, when refused, the lease that held
+// the resource.
 func (s *State) EachRequestID(fn func(requestID string, at int64, l Lease, refused bool)) {
-	for _, d := range s.dedupQ[s.dedupHead:] {
+	mergeDedup(s.grants.live(), s.refusals.live(), func(d *dedupRef) {
 		fn(d.requestID, d.at, d.lease.copy(), d.refused)
+	})
+}
+
+// mergeDedup calls fn for the entries of two queues in the order they
+// were made (by at; a grant before a refusal of the same instant).
+func mergeDedup(grants, refusals []dedupRef, fn func(d *dedupRef)) {
+	for len(grants) > 0 || len(refusals) > 0 {
+		if len(refusals) == 0 || (len(grants) > 0 && grants[0].at <= refusals[0].at) {
+			fn(&grants[0])
+			grants = grants[1:]
+		} else {
+			fn(&refusals[0])
+			refusals = refusals[1:]
+		}
 	}
 }

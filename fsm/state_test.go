@@ -271,8 +271,8 @@ func TestSnapshotIsUnchangedByLaterApplies(t *testing.T) {
 	if got := <-done; !bytes.Equal(got, want) {
 		t.Fatal("the snapshot changed with applies made after it was taken")
 	}
-	if s.Len() != 0 || len(s.dedup) != 0 || s.dedupHead != 0 {
-		t.Fatalf("the later applies did not expire and prune everything: %d leases, %d ids, head %d", s.Len(), len(s.dedup), s.dedupHead)
+	if s.Len() != 0 || len(s.dedup) != 0 || s.grants.head != 0 {
+		t.Fatalf("the later applies did not expire and prune everything: %d leases, %d ids, head %d", s.Len(), len(s.dedup), s.grants.head)
 	}
 	var buf bytes.Buffer
 	if _, err := sn.WriteTo(&buf); err != nil || !bytes.Equal(buf.Bytes(), want) {
@@ -407,7 +407,8 @@ func TestSnapshotRoundTripEveryRecordType(t *testing.T) {
 		t.Fatalf("restored: now=%d", r.Now())
 	}
 	// The dedup table survived: a replay is still recognised.
-	if res := apply(t, r, 4*sec, acquireCmd("a", 10*sec, 9, "req-a")); !res.Replayed {
+	c.GetAcquire().LeaseId = leaseID(9)
+	if res := apply(t, r, 4*sec, c); !res.Replayed || res.Err != nil {
 		t.Fatalf("dedup lost in snapshot: %+v", res)
 	}
 	// The expiry heap was rebuilt: expiry still works after restore.

@@ -26,6 +26,7 @@ const (
 	NameSafeWindows    = "safe-windows-disjoint"
 	NameFinalRead      = "fenced-updates-intact"
 	NameDurable        = "acknowledged-ops-durable" // 3
+	NameRequestIDs     = "request-id-identity"
 )
 
 // Anomalies a checker names in an invalid Result.
@@ -44,6 +45,8 @@ const (
 	AnomalyLostUpdate            = "lost-update"
 	AnomalyDuplicatedUpdate      = "duplicated-update"
 	AnomalyPhantomUpdate         = "phantom-update"
+	AnomalyReplayAcrossParams    = "request-id-replayed-across-parameters"
+	AnomalySecondGrantForRequest = "second-grant-for-one-request"
 )
 
 // Result is one checker's verdict over a run.
@@ -552,7 +555,51 @@ func CheckAll(h []Record, audit []fencekv.AuditRecord, skewMargin time.Duration)
 		CheckFinalRead(h),
 		CheckAcknowledgedDurable(h),
 		CheckLinearizable(h, 60*time.Second),
+		CheckRequestIDs(h),
 	}
+}
+
+// CheckRequestIDs checks that a request id names one request (DESIGN.md,
+// Acquire): an OpReuse that changed a parameter is never answered with a
+// lease, and one request id never yields two different leases (an
+// acquire's grant, and every identical duplicate answered with a lease,
+// name the same lease; a duplicate of a grant that has ended is refused,
+// never granted afresh).
+func CheckRequestIDs(h []Record) Result {
+	f := newFinding(NameRequestIDs)
+	granted := map[string]string{} // request id -> lease (hex)
+	grantOp := map[string]string{}
+	second := func(r Record, lease string) {
+		f.invalid(AnomalySecondGrantForRequest, "request id %s yielded lease %s (token %d) to %s %s by %s, after lease %s to %s",
+			r.RequestID, short(lease), r.Token, r.Type, r.Op, r.Worker, short(granted[r.RequestID]), grantOp[r.RequestID])
+	}
+	for _, r := range h {
+		if r.Kind != Complete || r.Result != OK || r.RequestID == "" || r.Type != OpAcquire || r.Lease == "" {
+			continue
+		}
+		if prev, ok := granted[r.RequestID]; ok && prev != r.Lease {
+			second(r, r.Lease)
+			continue
+		}
+		granted[r.RequestID], grantOp[r.RequestID] = r.Lease, r.Op
+	}
+	for _, r := range h {
+		if r.Type != OpReuse || r.Kind != Complete || r.Result == Unknown {
+			continue
+		}
+		f.r.Checked++
+		if r.Result != OK {
+			continue
+		}
+		switch prev, ok := granted[r.RequestID]; {
+		case r.Changed != "":
+			f.invalid(AnomalyReplayAcrossParams, "request id %s sent by %s with another %s (%s) was answered with lease %s (token %d)",
+				r.RequestID, r.Worker, r.Changed, r.Op, short(r.Value), r.Token)
+		case ok && prev != r.Value:
+			second(r, r.Value)
+		}
+	}
+	return f.done("request-id reuse")
 }
 
 // CheckAcknowledgedDurable is property 3 for renewals and releases (the

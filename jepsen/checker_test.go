@@ -72,6 +72,10 @@ func valid() *hb {
 		event("11.0", "released", "jl/0", 1, "K1", 55*ms, 5*ms, long+38*ms).
 		event("12.0", "granted", "jl/0", 2, "K2", 75*ms, 75*ms, long).
 		event("13.0", "released", "jl/0", 2, "K2", 115*ms, 75*ms, long)
+	// A reuse of a1's request id with another scope, refused.
+	b.recs = append(b.recs,
+		Record{Kind: Invoke, Worker: "w1", Op: "u1", Type: OpReuse, Resource: "r", RequestID: "R1", Changed: "scope", TimeNs: 30 * ms},
+		Record{Kind: Complete, Worker: "w1", Op: "u1", Type: OpReuse, Resource: "r", RequestID: "R1", Changed: "scope", TimeNs: 31 * ms, Result: Fail})
 	return b
 }
 
@@ -143,7 +147,7 @@ func TestValidHistoryPassesEveryChecker(t *testing.T) {
 	for _, r := range rs {
 		expect(t, r, Valid, "")
 	}
-	if p, f := Tally(rs); p != 7 || f != 0 {
+	if p, f := Tally(rs); p != 8 || f != 0 {
 		t.Fatalf("tally %d passed %d failed", p, f)
 	}
 }

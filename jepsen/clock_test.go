@@ -43,7 +43,7 @@ func TestOutOfSpecClockRateMakesOnlyExclusionCheckersNotRequired(t *testing.T) {
 	rs := check([]string{NemClockBump, NemClockStrobe}, validAudit())
 	expect(t, byName(rs, NameSafeWindows), Invalid, AnomalyOverlappingSafeWindow)
 	expect(t, byName(rs, NameGrantIntervals), Invalid, AnomalyAckedGrantMissing)
-	if p, f := Tally(rs); p != 5 || f != 2 || NotCounted(rs) != 0 {
+	if p, f := Tally(rs); p != 6 || f != 2 || NotCounted(rs) != 0 {
 		t.Fatalf("in spec: %d passed, %d failed, %d not counted", p, f, NotCounted(rs))
 	}
 	sum := &Summary{Results: rs}
@@ -53,7 +53,7 @@ func TestOutOfSpecClockRateMakesOnlyExclusionCheckersNotRequired(t *testing.T) {
 
 	// Out of spec: the same verdicts, printed and recorded, not counted.
 	rs = check([]string{NemKill, NemClockRate}, validAudit())
-	if p, f := Tally(rs); p != 5 || f != 0 || NotCounted(rs) != 2 {
+	if p, f := Tally(rs); p != 6 || f != 0 || NotCounted(rs) != 2 {
 		t.Fatalf("out of spec: %d passed, %d failed, %d not counted", p, f, NotCounted(rs))
 	}
 	for _, name := range []string{NameSafeWindows, NameGrantIntervals} {
@@ -81,7 +81,7 @@ func TestOutOfSpecClockRateMakesOnlyExclusionCheckersNotRequired(t *testing.T) {
 	audit := append(validAudit(), fencekv.AuditRecord{Seq: 7, Op: "put", Key: "r", Scope: "r", Token: 1, Outcome: fencekv.OutcomeAccepted})
 	rs = check([]string{NemClockRate}, audit)
 	expect(t, byName(rs, NameFencedTokens), Invalid, AnomalyStaleWriteAccepted)
-	if p, f := Tally(rs); p != 4 || f != 1 || !byName(rs, NameFencedTokens).Required() {
+	if p, f := Tally(rs); p != 5 || f != 1 || !byName(rs, NameFencedTokens).Required() {
 		t.Fatalf("out of spec with a stale write: %d passed, %d failed", p, f)
 	}
 	if sum := (&Summary{Results: rs}); !sum.Anomalous() {

@@ -37,6 +37,12 @@ const (
 	OpEvent = "event"
 	// OpWatchGap records that the watcher may have missed events.
 	OpWatchGap = "watch-gap"
+	// OpReuse sends an earlier acquire's request id again, with one
+	// parameter changed (Record.Changed) or, Changed empty, as an identical
+	// duplicate long after the first answer. A lease it is answered with is
+	// in Value (hex id) and Token, never in Lease: no other checker treats
+	// it as a grant.
+	OpReuse = "reuse"
 )
 
 // Results of a completion.
@@ -65,6 +71,9 @@ type Record struct {
 	// RequestID is the idempotency key an acquire was sent with
 	// (RequestIDOf(Op)); it finds the acquire in the nodes' Raft logs.
 	RequestID string `json:"request_id,omitempty"`
+	// Changed is the parameter an OpReuse changed: resource, scope,
+	// holder, ttl or wait; empty for an identical duplicate.
+	Changed string `json:"changed,omitempty"`
 
 	// Outcome (completions).
 	Result string `json:"result,omitempty"`

@@ -42,6 +42,8 @@ var PlantedBugs = []PlantedBug{
 		Nemeses: []string{"clock-bump"}, Time: 30 * time.Second, Catch: []string{NameSafeWindows, NameGrantIntervals, NameLinearizable}},
 	{Name: "release-ack-before-commit", In: "leased", What: "a release is acknowledged once proposed, before Raft commits it",
 		Nemeses: ComboNemeses, Time: 45 * time.Second, Catch: []string{NameLinearizable, NameDurable}},
+	{Name: "dedup-resource-only", In: "leased", What: "a request id's retry is compared by resource only, so it replays a lease across scopes, holders, ttls and wait",
+		Nemeses: nil, Time: 25 * time.Second, Catch: []string{NameRequestIDs}},
 	{Name: "accept-lower-token", In: "fencedkv", What: "fencedkv applies a write whose token is below the scope's highest",
 		Nemeses: []string{NemClientPause}, Time: 25 * time.Second, Catch: []string{NameFencedTokens, NameFinalRead}},
 }

@@ -207,6 +207,11 @@ func (w *workerState) cycle() {
 	tok := fence.TokenOf(lease)
 
 	w.write(base+"-w", res, tok, lease.ID().String(), lease.Err, func() int64 { return safeUntilNs(lease) })
+	// Sometimes send the acquire's request id again with one parameter
+	// changed, while the lease is held: it must be refused, never replayed.
+	if w.rng.IntN(4) == 0 {
+		w.reuse(base+"-u", res, RequestIDOf(base+"-a"), reuseChanges[w.rng.IntN(len(reuseChanges))])
+	}
 
 	// Sometimes hold the lease past a keep-alive renewal.
 	if w.rng.IntN(10) == 0 {
@@ -216,7 +221,64 @@ func (w *workerState) cycle() {
 	}
 
 	w.release(base+"-r", res, lease)
+	// Sometimes send it again unchanged, long after its answer: the grant
+	// has ended, so it is refused, never granted afresh.
+	if w.rng.IntN(6) == 0 {
+		w.reuse(base+"-d", res, RequestIDOf(base+"-a"), "")
+	}
 	w.sleep(0, 20*time.Millisecond)
+}
+
+// reuseChanges are the parameters an OpReuse changes.
+var reuseChanges = []string{"resource", "scope", "holder", "ttl", "wait"}
+
+// reuse sends the acquire of res that used request id rid again through
+// the API, as the client library sent it but with change applied, and
+// records the answer (OpReuse; a lease in Value and Token).
+func (w *workerState) reuse(op, res, rid, change string) {
+	req := &api.AcquireRequest{Resource: res, Holder: w.cfg.ID, Ttl: durationpb.New(w.cfg.TTL), RequestId: rid}
+	switch change {
+	case "resource":
+		for _, r := range w.cfg.Resources {
+			if r != res {
+				req.Resource = r
+				break
+			}
+		}
+	case "scope":
+		req.Scope = "jepsen-reuse-scope"
+	case "holder":
+		req.Holder = w.cfg.ID + "-other"
+	case "ttl":
+		req.Ttl = durationpb.New(w.cfg.TTL + time.Second)
+	case "wait":
+		req.Wait = true
+	}
+	inv := Record{Kind: Invoke, Op: op, Type: OpReuse, Resource: req.Resource, RequestID: rid, Changed: change}
+	w.emit(inv)
+	done := inv
+	done.Kind, done.TimeNs, done.Result = Complete, 0, Unknown
+	var lease *api.Lease
+	err := w.callNodes(func(ctx context.Context, c api.LeaseServiceClient) (bool, error) {
+		resp, err := c.Acquire(ctx, req)
+		if err == nil {
+			lease = resp.Lease
+		}
+		switch status.Code(err) {
+		case codes.OK, codes.FailedPrecondition, codes.InvalidArgument, codes.NotFound:
+			return true, err
+		}
+		return false, err
+	})
+	switch code := status.Code(err); {
+	case err == nil && lease != nil:
+		done.Result, done.Token, done.Value = OK, lease.Token, hex.EncodeToString(lease.Id)
+	case code == codes.FailedPrecondition, code == codes.InvalidArgument, code == codes.NotFound:
+		done.Result, done.Error = Fail, err.Error()
+	case err != nil:
+		done.Error = err.Error()
+	}
+	w.emit(done)
 }
 
 // acquire acquires res through the client library (no wait; the request

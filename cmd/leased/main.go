@@ -155,6 +155,8 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	fs.StringVar(&cfg.PolicyFile, "policy", "", "JSON authorization policy (identities, tokens, prefixes, admin; see docs/SECURITY.md); empty: everything allowed")
 	fs.IntVar(&cfg.MaxWaitersPerResource, "max-waiters-per-resource", cfg.MaxWaitersPerResource, "callers that may queue on one resource (Acquire with wait)")
 	fs.IntVar(&cfg.MaxWatchersPerClient, "max-watchers-per-client", cfg.MaxWatchersPerClient, "open watch streams per identity (per connection without a policy)")
+	fs.DurationVar(&cfg.RefusalKeep, "refusal-keep", cfg.RefusalKeep, "how long a refused Acquire's request id is remembered, so a late copy is refused again (>= 30s; must cover a client's retries of one request id)")
+	fs.IntVar(&cfg.MaxRefusals, "max-refusals", cfg.MaxRefusals, "refused request ids remembered at most; past it the oldest are forgotten first (about 110 B of heap and of snapshot each)")
 	fs.IntVar(&cfg.MaxLeasesPerIdentity, "max-leases-per-identity", cfg.MaxLeasesPerIdentity, "live leases one identity may hold (with --policy)")
 	var insecure bool
 	fs.BoolVar(&insecure, "insecure", false, "serve plaintext gRPC without TLS: local development only (anyone who reaches the port can take every lease)")

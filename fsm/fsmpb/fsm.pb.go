@@ -38,8 +38,16 @@ type Batch struct {
 	SkewMarginNs int64 `protobuf:"varint,2,opt,name=skew_margin_ns,json=skewMarginNs,proto3" json:"skew_margin_ns,omitempty"`
 	// dedup_keep_ns is how long request-id entries are kept (>= max_ttl +
 	// skew_margin).
-	DedupKeepNs   int64      `protobuf:"varint,3,opt,name=dedup_keep_ns,json=dedupKeepNs,proto3" json:"dedup_keep_ns,omitempty"`
-	Commands      []*Command `protobuf:"bytes,4,rep,name=commands,proto3" json:"commands,omitempty"`
+	DedupKeepNs int64      `protobuf:"varint,3,opt,name=dedup_keep_ns,json=dedupKeepNs,proto3" json:"dedup_keep_ns,omitempty"`
+	Commands    []*Command `protobuf:"bytes,4,rep,name=commands,proto3" json:"commands,omitempty"`
+	// refusal_keep_ns is how long the request id of a refused Acquire is
+	// remembered (a late copy of it is refused again within that window);
+	// 0 means dedup_keep_ns, as a leader that does not set it decided.
+	RefusalKeepNs int64 `protobuf:"varint,5,opt,name=refusal_keep_ns,json=refusalKeepNs,proto3" json:"refusal_keep_ns,omitempty"`
+	// max_refusals caps how many refused request ids are remembered: adding
+	// one past it forgets the oldest first. 0 means no cap (a leader that
+	// does not set it).
+	MaxRefusals   uint64 `protobuf:"varint,6,opt,name=max_refusals,json=maxRefusals,proto3" json:"max_refusals,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -100,6 +108,20 @@ func (x *Batch) GetCommands() []*Command {
 		return x.Commands
 	}
 	return nil
+}
+
+func (x *Batch) GetRefusalKeepNs() int64 {
+	if x != nil {
+		return x.RefusalKeepNs
+	}
+	return 0
+}
+
+func (x *Batch) GetMaxRefusals() uint64 {
+	if x != nil {
+		return x.MaxRefusals
+	}
+	return 0
 }
 
 // Command is one state change. An op this version does not know makes the
@@ -685,8 +707,19 @@ type DedupRecord struct {
 	AtNs      int64                  `protobuf:"varint,2,opt,name=at_ns,json=atNs,proto3" json:"at_ns,omitempty"`
 	// lease is the lease the request was granted, or, when refused is set,
 	// the lease that held the resource when it was refused.
-	Lease         *LeaseRecord `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
-	Refused       bool         `protobuf:"varint,4,opt,name=refused,proto3" json:"refused,omitempty"`
+	Lease   *LeaseRecord `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	Refused bool         `protobuf:"varint,4,opt,name=refused,proto3" json:"refused,omitempty"`
+	// wait is the wait flag of the request (always false for a refusal: a
+	// waiting acquire's refusals are not remembered).
+	Wait bool `protobuf:"varint,5,opt,name=wait,proto3" json:"wait,omitempty"`
+	// params is, for a refusal, the fingerprint of the refused request's
+	// effective scope, holder, ttl and wait (fsm.requestFingerprint); 0 for
+	// a grant, whose lease record holds them.
+	Params uint64 `protobuf:"fixed64,6,opt,name=params,proto3" json:"params,omitempty"`
+	// params_known is set by versions that record wait and params. An entry
+	// without it (an older snapshot) compares a retry's resource, and for a
+	// grant also its scope, holder and ttl, but not its wait flag.
+	ParamsKnown   bool `protobuf:"varint,7,opt,name=params_known,json=paramsKnown,proto3" json:"params_known,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -749,16 +782,39 @@ func (x *DedupRecord) GetRefused() bool {
 	return false
 }
 
+func (x *DedupRecord) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
+}
+
+func (x *DedupRecord) GetParams() uint64 {
+	if x != nil {
+		return x.Params
+	}
+	return 0
+}
+
+func (x *DedupRecord) GetParamsKnown() bool {
+	if x != nil {
+		return x.ParamsKnown
+	}
+	return false
+}
+
 var File_fsm_fsmpb_fsm_proto protoreflect.FileDescriptor
 
 const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x13fsm/fsmpb/fsm.proto\x12\x11leasefence.fsm.v1\"\xa0\x01\n" +
+	"\x13fsm/fsmpb/fsm.proto\x12\x11leasefence.fsm.v1\"\xeb\x01\n" +
 	"\x05Batch\x12\x15\n" +
 	"\x06now_ns\x18\x01 \x01(\x03R\x05nowNs\x12$\n" +
 	"\x0eskew_margin_ns\x18\x02 \x01(\x03R\fskewMarginNs\x12\"\n" +
 	"\rdedup_keep_ns\x18\x03 \x01(\x03R\vdedupKeepNs\x126\n" +
-	"\bcommands\x18\x04 \x03(\v2\x1a.leasefence.fsm.v1.CommandR\bcommands\"\xe0\x01\n" +
+	"\bcommands\x18\x04 \x03(\v2\x1a.leasefence.fsm.v1.CommandR\bcommands\x12&\n" +
+	"\x0frefusal_keep_ns\x18\x05 \x01(\x03R\rrefusalKeepNs\x12!\n" +
+	"\fmax_refusals\x18\x06 \x01(\x04R\vmaxRefusals\"\xe0\x01\n" +
 	"\aCommand\x126\n" +
 	"\aacquire\x18\x01 \x01(\v2\x1a.leasefence.fsm.v1.AcquireH\x00R\aacquire\x120\n" +
 	"\x05renew\x18\x02 \x01(\v2\x18.leasefence.fsm.v1.RenewH\x00R\x05renew\x126\n" +
@@ -801,13 +857,16 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rexpires_at_ns\x18\b \x01(\x03R\vexpiresAtNs\"=\n" +
 	"\vScopeRecord\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x18\n" +
-	"\acounter\x18\x02 \x01(\x04R\acounter\"\x91\x01\n" +
+	"\acounter\x18\x02 \x01(\x04R\acounter\"\xe0\x01\n" +
 	"\vDedupRecord\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x13\n" +
 	"\x05at_ns\x18\x02 \x01(\x03R\x04atNs\x124\n" +
 	"\x05lease\x18\x03 \x01(\v2\x1e.leasefence.fsm.v1.LeaseRecordR\x05lease\x12\x18\n" +
-	"\arefused\x18\x04 \x01(\bR\arefusedB2Z0github.com/leasefence/leasefence/fsm/fsmpb;fsmpbb\x06proto3"
+	"\arefused\x18\x04 \x01(\bR\arefused\x12\x12\n" +
+	"\x04wait\x18\x05 \x01(\bR\x04wait\x12\x16\n" +
+	"\x06params\x18\x06 \x01(\x06R\x06params\x12!\n" +
+	"\fparams_known\x18\a \x01(\bR\vparamsKnownB2Z0github.com/leasefence/leasefence/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_fsm_fsmpb_fsm_proto_rawDescOnce sync.Once

@@ -1,0 +1,17 @@
+package api
+
+// Reasons of the google.rpc.ErrorInfo details the service attaches to some
+// statuses (hand-written, beside the generated code: the server's error
+// table in cluster/errors.go and the client's inverse in client/errors.go
+// share them).
+const (
+	// ErrorDomain is the domain of every ErrorInfo this service sends.
+	ErrorDomain = "leasefence.v1"
+
+	// ReasonLeaseEnded marks a NotFound answering an Acquire whose
+	// request id replays a grant that has since ended (released, or past
+	// its expires_at). Metadata: request_id, lease_id (hex), resource,
+	// scope, token. The caller holds nothing: it must treat the lease as
+	// lost and Acquire again with a new request id.
+	ReasonLeaseEnded = "LEASE_ENDED"
+)
