@@ -105,7 +105,7 @@ func (k *keeper) add(l *Lease, sentAt time.Duration) {
 
 func (k *keeper) remove(l *Lease) {
 	k.mu.Lock()
-	if _, ok := k.leases[l.id]; ok {
+	if k.leases[l.id] == l {
 		delete(k.leases, l.id)
 		heap.Remove(&k.due, l.dueIdx)
 	}
