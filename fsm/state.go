@@ -164,6 +164,8 @@ type State struct {
 	dedupQ    []dedupRef
 	dedupHead int
 	dedupBase uint64
+	// owners counts the leases in byID per holder owner (held.go).
+	owners map[string]int
 }
 
 // New returns an empty State at cluster time zero.
@@ -209,6 +211,10 @@ func (s *State) setLease(l *Lease) {
 	e := s.names[l.Resource]
 	if e.lease == nil {
 		s.leases++
+		s.countOwner(l.Holder, 1)
+	} else if e.lease.Holder != l.Holder {
+		s.countOwner(e.lease.Holder, -1)
+		s.countOwner(l.Holder, 1)
 	}
 	e.lease = l
 	s.names[l.Resource] = e
@@ -465,6 +471,7 @@ func (s *State) remove(a *Applied, l *Lease, t EventType, reason string) {
 		s.names[l.Resource] = e
 	}
 	s.leases--
+	s.countOwner(l.Holder, -1)
 	delete(s.byID, l.ID)
 	a.Events = append(a.Events, Event{Type: t, Lease: l.copy(), Reason: reason, Now: s.now})
 }
