@@ -103,3 +103,37 @@ func TestGetAndBackupReportTheirContentsPosition(t *testing.T) {
 		t.Fatalf("watch resumed from the Get's position %d replayed %v at %v", windowPos, ev.Type, ev.Position)
 	}
 }
+
+// A stale Get says it is stale and which node's state, at which applied
+// index, answered; a linearizable one, answered by the leader, says it is
+// not.
+func TestStaleGetSaysItIsStaleWithNodeAndIndex(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	ctx := ctxT(t)
+	li, leader := tc.leader()
+	fi, follower := tc.follower()
+	if _, err := tc.client(li).Acquire(ctx, &api.AcquireRequest{Resource: "stale/r", Holder: "a", Ttl: durationpb.New(10 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	index := func(n *Node) uint64 {
+		var i uint64
+		n.sm.read(func(*fsm.State) { i = n.sm.index })
+		return i
+	}
+	before := index(follower)
+	g, err := tc.client(fi).Get(ctx, &api.GetRequest{Resource: "stale/r", Stale: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := index(follower)
+	if !g.Stale || g.NodeId != tc.cfgs[fi].ID || g.AppliedIndex < before || g.AppliedIndex > after {
+		t.Fatalf("stale get from %s: stale %v, node %q, index %d (follower at %d..%d)", tc.cfgs[fi].ID, g.Stale, g.NodeId, g.AppliedIndex, before, after)
+	}
+	g, err = tc.client(fi).Get(ctx, &api.GetRequest{Resource: "stale/r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Stale || g.NodeId != tc.cfgs[li].ID || g.Lease == nil || g.AppliedIndex > index(leader) {
+		t.Fatalf("linearizable get through %s: stale %v, node %q (leader %s), lease %v, index %d", tc.cfgs[fi].ID, g.Stale, g.NodeId, tc.cfgs[li].ID, g.Lease, g.AppliedIndex)
+	}
+}

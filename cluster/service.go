@@ -316,7 +316,8 @@ func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 			return nil, toStatus(err)
 		}
 	}
-	out := &api.GetResponse{}
+	// A stale answer says so, and whose state at which index it is.
+	out := &api.GetResponse{Stale: req.Stale, NodeId: s.n.cfg.ID}
 	if !req.Stale {
 		out.Waiters = uint32(s.n.waiters.waiting(req.Resource))
 	}
