@@ -122,8 +122,21 @@ func (l *Lease) Release(ctx context.Context) error {
 // remaining ttl was left, and moves the safe deadline (never backwards).
 // It reports whether the lease is still live.
 func (l *Lease) confirm(sentAt, remaining time.Duration) bool {
-	cfg := l.c.cfg
-	safe := sentAt + time.Duration(float64(remaining)*(1-cfg.Drift)) - cfg.Margin
+	cfg := &l.c.cfg
+	drift, margin := cfg.Drift, cfg.Margin
+	if k := &cfg.Testing; k.planted(BugSentAtOnAnswer) {
+		sentAt = l.c.clock.Now()
+	}
+	if k := &cfg.Testing; k.planted(BugFullTTL) {
+		remaining = l.ttl
+	}
+	if k := &cfg.Testing; k.planted(BugNoDrift) {
+		drift = 0
+	}
+	if k := &cfg.Testing; k.planted(BugZeroMargin) {
+		margin = 0
+	}
+	safe := sentAt + time.Duration(float64(remaining)*(1-drift)) - margin
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil {
