@@ -103,3 +103,44 @@ func TestSubscribeScanRacingEvictionRefusesOrIsExact(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkPublishWhileResuming times publish (apply's path) while other
+// goroutines keep resuming watches from the oldest retained position of a
+// full 256k-event ring, each scanning all of it.
+func BenchmarkPublishWhileResuming(b *testing.B) {
+	const size = 1 << 18
+	h := newHub(size)
+	for i := 0; i < size/64; i++ {
+		h.publish(uint64(i+1), applied("r", 64))
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			h.mu.Lock()
+			after := h.lost
+			h.mu.Unlock()
+			if w, _, ok := h.subscribe("other", false, &after); ok {
+				h.unsubscribe(w)
+			}
+		}
+	}()
+	one := applied("r", 1)
+	var worst time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		h.publish(uint64(size+i), one)
+		worst = max(worst, time.Since(start))
+	}
+	b.StopTimer()
+	close(stop)
+	<-done
+	b.ReportMetric(float64(worst.Microseconds()), "worst-µs")
+}
