@@ -922,11 +922,21 @@ type GetResponse struct {
 	// scope_token is the highest token issued so far in the resource's
 	// scope (the lease's scope when held, else the resource name).
 	ScopeToken uint64 `protobuf:"varint,3,opt,name=scope_token,json=scopeToken,proto3" json:"scope_token,omitempty"`
-	// applied_index is the Raft index the answer reflects.
+	// applied_index is the Raft index of the last entry applied to the state
+	// the answer was read from (on node_id): the answer reflects exactly the
+	// entries up to it. Watch after (applied_index, max seq) to miss nothing
+	// and see nothing twice.
 	AppliedIndex uint64 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	// waiters is how many Acquire calls with wait are queued on the
 	// resource at the leader (0 for a stale read).
-	Waiters       uint32 `protobuf:"varint,5,opt,name=waiters,proto3" json:"waiters,omitempty"`
+	Waiters uint32 `protobuf:"varint,5,opt,name=waiters,proto3" json:"waiters,omitempty"`
+	// stale is set when the answer was read from node_id's local state
+	// without confirming leadership (GetRequest.stale): it may lag what the
+	// cluster has committed. Unset for a linearizable read.
+	Stale bool `protobuf:"varint,6,opt,name=stale,proto3" json:"stale,omitempty"`
+	// node_id names the node whose state answered (the leader, for a
+	// linearizable read).
+	NodeId        string `protobuf:"bytes,7,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -994,6 +1004,20 @@ func (x *GetResponse) GetWaiters() uint32 {
 		return x.Waiters
 	}
 	return 0
+}
+
+func (x *GetResponse) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+func (x *GetResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
 }
 
 // Position orders events: the Raft index of the entry and the event's
@@ -1251,14 +1275,16 @@ const file_api_lease_proto_rawDesc = "" +
 	"\n" +
 	"GetRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
-	"\x05stale\x18\x02 \x01(\bR\x05stale\"\xd9\x01\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"\x88\x02\n" +
 	"\vGetResponse\x12*\n" +
 	"\x05lease\x18\x01 \x01(\v2\x14.leasefence.v1.LeaseR\x05lease\x12>\n" +
 	"\rttl_remaining\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\fttlRemaining\x12\x1f\n" +
 	"\vscope_token\x18\x03 \x01(\x04R\n" +
 	"scopeToken\x12#\n" +
 	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12\x18\n" +
-	"\awaiters\x18\x05 \x01(\rR\awaiters\"2\n" +
+	"\awaiters\x18\x05 \x01(\rR\awaiters\x12\x14\n" +
+	"\x05stale\x18\x06 \x01(\bR\x05stale\x12\x17\n" +
+	"\anode_id\x18\a \x01(\tR\x06nodeId\"2\n" +
 	"\bPosition\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\rR\x03seq\"g\n" +

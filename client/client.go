@@ -58,6 +58,9 @@ type Config struct {
 	KeepAliveInterval time.Duration
 	// Clock measures safe deadlines; nil means BootClock (counts suspend).
 	Clock Clock
+	// Testing holds per-client test switches (planted defects for the
+	// fault harness). It is empty unless built with the plantedbugs tag.
+	Testing TestingKnobs
 }
 
 func (c *Config) setDefaults() error {
@@ -87,7 +90,7 @@ func (c *Config) setDefaults() error {
 	case c.Margin < 0:
 		return fmt.Errorf("client: margin %v must be positive", c.Margin)
 	}
-	return nil
+	return c.Testing.validate()
 }
 
 // Client talks to a leasefence cluster. It is safe for concurrent use.

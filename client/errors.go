@@ -29,7 +29,11 @@ var (
 	ErrLeaseLost = errors.New("client: lease lost")
 	// ErrSafeDeadline ends a lease whose safe deadline passed without a
 	// confirmed renewal. The cluster may still count it as held for a
-	// while; this process must act as if it were not.
+	// while; this process must act as if it were not. Acquire returns it
+	// (wrapped, with no lease) when the grant, or the renewal a waiting
+	// Acquire confirms it with, was answered after the safe window it
+	// opened had already closed; that lease is released (best effort: the
+	// error says when the release failed and the lease ends with its ttl).
 	ErrSafeDeadline = errors.New("client: safe deadline passed without a confirmed renewal")
 	// ErrReleased ends a lease released through this client.
 	ErrReleased = errors.New("client: lease released")

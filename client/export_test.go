@@ -1,5 +1,15 @@
 package client
 
+import "time"
+
 // StallKeepAlive stops (or resumes) every renewal this client sends: the
 // test hook for a holder whose keep-alive cannot get through.
 func StallKeepAlive(c *Client, stalled bool) { c.keeper.stalled.Store(stalled) }
+
+// SafeUntilOnClock returns l's safe deadline as a reading of the client's
+// Clock.
+func SafeUntilOnClock(l *Lease) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.safeUntil
+}

@@ -41,6 +41,10 @@ type keeper struct {
 	// lastRecv is the client clock reading of the stream's last answer (or
 	// of its opening).
 	lastRecv atomic.Int64
+	// outstandingSince is when the stream last went from no renewal
+	// outstanding to one (c.clock), guarded by mu. Every renewal sent
+	// before it has been answered or forgotten with its stream.
+	outstandingSince time.Duration
 }
 
 // Stats counts a client's keep-alive work since it was created.
@@ -105,7 +109,7 @@ func (k *keeper) add(l *Lease, sentAt time.Duration) {
 
 func (k *keeper) remove(l *Lease) {
 	k.mu.Lock()
-	if _, ok := k.leases[l.id]; ok {
+	if k.leases[l.id] == l {
 		delete(k.leases, l.id)
 		heap.Remove(&k.due, l.dueIdx)
 	}
@@ -258,6 +262,9 @@ func (k *keeper) sendDue(stream api.LeaseService_KeepAliveClient) (time.Duration
 			continue
 		}
 		l.renewing, l.renewSentAt = true, now
+		if len(k.pending) == 0 {
+			k.outstandingSince = now
+		}
 		k.seq++
 		k.pending[k.seq] = pendingRenew{l: l, sentAt: now}
 		due = append(due, &api.KeepAliveRequest{LeaseId: l.id[:], Seq: k.seq})
@@ -286,17 +293,27 @@ func (k *keeper) sendDue(stream api.LeaseService_KeepAliveClient) (time.Duration
 // stream reaches may be cut off from the leader while others are not.
 const maxFailedRenewals = 2
 
-// silentFor returns how long renewals have been outstanding on this
-// stream with no answer at all (zero when none is outstanding). A slow but
-// answering node is not silent.
+// silentFor returns how long the node has said nothing while a renewal
+// was outstanding on this stream: the time since the later of its last
+// answer and the send of the oldest renewal still outstanding (zero when
+// none is). A slow but answering node is not silent, and neither is an
+// idle stream that has just been sent a renewal: silence counted from the
+// last answer alone made every renewal after an idle spell look
+// unanswered, so the stream was closed and the renewal sent twice.
+//
+// The oldest outstanding renewal is never sent before outstandingSince,
+// and one sent after it is outstanding only if an answer came since (an
+// entry leaves pending only on an answer or with its stream), so the later
+// of lastRecv and outstandingSince is the later of lastRecv and the oldest
+// outstanding send, found without scanning pending.
 func (k *keeper) silentFor() time.Duration {
 	k.mu.Lock()
-	outstanding := len(k.pending) > 0
+	outstanding, since := len(k.pending) > 0, k.outstandingSince
 	k.mu.Unlock()
 	if !outstanding {
 		return 0
 	}
-	return k.c.clock.Now() - time.Duration(k.lastRecv.Load())
+	return k.c.clock.Now() - max(time.Duration(k.lastRecv.Load()), since)
 }
 
 // streamEnded forgets the renewals in flight on a stream that ended: their

@@ -153,3 +153,49 @@ func TestRenewalUnansweredForLongIsSentAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestSilenceCountsFromTheOldestOutstandingRenewal: a stream idle for
+// longer than the silence bound is not silent when a renewal has just been
+// sent on it; it is once that renewal goes unanswered, and an answer to
+// any renewal resets the count.
+func TestSilenceCountsFromTheOldestOutstandingRenewal(t *testing.T) {
+	clk := &fakeClock{}
+	c := &Client{clock: clk, cfg: Config{KeepAliveInterval: 3 * time.Second}}
+	k := newKeeper(c)
+	c.keeper = k
+	for i := byte(0); i < 2; i++ {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		t.Cleanup(func() { cancel(nil) })
+		k.add(&Lease{c: c, id: ID{i, 2}, ttl: 30 * time.Second, ctx: ctx, cancel: cancel, safeUntil: time.Hour}, time.Duration(i)*time.Second)
+	}
+	k.lastRecv.Store(0) // the stream opened at 0 and has been idle since
+	at := func(now time.Duration, send bool) {
+		t.Helper()
+		clk.now = now
+		if send {
+			if _, _, err := k.sendDue(&recordingStream{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := k.silentFor(); got != 0 {
+		t.Fatalf("nothing outstanding, silent for %v", got)
+	}
+	at(3*time.Second, true) // first lease's renewal, after 3 s of idleness
+	if got := k.silentFor(); got != 0 {
+		t.Fatalf("renewal just sent on an idle stream: silent for %v, want 0", got)
+	}
+	at(4*time.Second, true) // second lease's renewal: the first is still the oldest
+	at(4500*time.Millisecond, false)
+	if got := k.silentFor(); got != 1500*time.Millisecond {
+		t.Fatalf("oldest renewal unanswered for 1.5 s: silent for %v", got)
+	}
+	k.lastRecv.Store(int64(4200 * time.Millisecond)) // an answer came (to either)
+	if got := k.silentFor(); got != 300*time.Millisecond {
+		t.Fatalf("answered at 4.2 s: silent for %v at 4.5 s, want 300ms", got)
+	}
+	k.streamEnded()
+	if got := k.silentFor(); got != 0 {
+		t.Fatalf("stream ended, nothing outstanding: silent for %v", got)
+	}
+}

@@ -87,3 +87,46 @@ func TestReplayOfEndedLeaseIsReportedLost(t *testing.T) {
 		t.Fatalf("replay of a released lease: %v", err)
 	}
 }
+
+// At the default ttl (10 s, a renewal every 3.3 s) the stream is idle
+// between renewals. Idleness is not silence: a renewal just sent on a
+// stream that has not spoken for 3 s has not gone unanswered. Over 30 s
+// one lease needs one stream and one send per renewal. (Silence measured
+// from the last answer closed the stream, moved to the next node and sent
+// the renewal twice on nearly every renewal.)
+func TestIdleKeepAliveStreamIsKeptAndEachRenewalSentOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for 30 s")
+	}
+	c, err := client.New(client.Config{Endpoints: []string{endpoint}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, "idle/stream") // default ttl
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	const window = 30 * time.Second
+	interval := l.TTL() / 3
+	select {
+	case <-l.Done():
+		t.Fatalf("lease ended: %v", l.Err())
+	case <-time.After(window):
+	}
+	st := c.Stats()
+	t.Logf("after %v: %+v", window, st)
+	want := uint64(window / interval) // renewals due in the window
+	if st.Streams != 1 {
+		t.Errorf("%d keep-alive streams opened, want 1", st.Streams)
+	}
+	if st.RenewalsSent < want-1 || st.RenewalsSent > want+1 {
+		t.Errorf("%d renewals sent in %v at one per %v, want %d±1", st.RenewalsSent, window, interval, want)
+	}
+	if st.RenewalsSent > st.RenewalsConfirmed+1 {
+		t.Errorf("%d renewals sent for %d confirmed: renewals were sent twice", st.RenewalsSent, st.RenewalsConfirmed)
+	}
+}

@@ -122,8 +122,21 @@ func (l *Lease) Release(ctx context.Context) error {
 // remaining ttl was left, and moves the safe deadline (never backwards).
 // It reports whether the lease is still live.
 func (l *Lease) confirm(sentAt, remaining time.Duration) bool {
-	cfg := l.c.cfg
-	safe := sentAt + time.Duration(float64(remaining)*(1-cfg.Drift)) - cfg.Margin
+	cfg := &l.c.cfg
+	drift, margin := cfg.Drift, cfg.Margin
+	if k := &cfg.Testing; k.planted(BugSentAtOnAnswer) {
+		sentAt = l.c.clock.Now()
+	}
+	if k := &cfg.Testing; k.planted(BugFullTTL) {
+		remaining = l.ttl
+	}
+	if k := &cfg.Testing; k.planted(BugNoDrift) {
+		drift = 0
+	}
+	if k := &cfg.Testing; k.planted(BugZeroMargin) {
+		margin = 0
+	}
+	safe := sentAt + time.Duration(float64(remaining)*(1-drift)) - margin
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil {
@@ -186,6 +199,10 @@ func (l *Lease) endLocked(err error) {
 // *HeldError (errors.Is ErrHeld) unless WithWait is given. The call is
 // retried on other nodes with the same request id, so a retry never yields
 // a second lease. The lease is kept alive until Release, loss, or Close.
+// Acquire never returns a lease whose safe window has already closed: when
+// the answer comes too late (a slow network, a paused process) it releases
+// that lease and fails with ErrSafeDeadline; acquire again, under a new
+// request id.
 func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lease, error) {
 	o := acquireOptions{ttl: DefaultTTL}
 	for _, f := range opts {
@@ -227,19 +244,43 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		// so the grant's safe window (measured from it) may already be
 		// spent. Renew once: its send time is fresh.
 		if err := c.renewOnce(ctx, l); err != nil {
-			l.end(ErrLeaseLost)
-			return nil, err
+			return nil, c.abandon(ctx, l, err)
 		}
-	} else {
-		l.confirm(sentAt, resp.TtlRemaining.AsDuration())
+	} else if !l.confirm(sentAt, resp.TtlRemaining.AsDuration()) {
+		// The answer came after the grant's safe window closed: the lease
+		// may still be held in the cluster, but this process must not use
+		// it. Never hand out a dead lease.
+		return nil, c.abandon(ctx, l, fmt.Errorf("%w: acquire %q: the grant (token %d) was answered after its safe window closed", ErrSafeDeadline, resource, l.token))
 	}
-	if l.Err() == nil {
-		c.keeper.add(l, l.lastSent)
-	}
+	c.keeper.add(l, l.lastSent)
 	return l, nil
 }
 
-// renewOnce renews l with a unary call and records the confirmation.
+// abandon ends a lease that Acquire will not hand out, releases it (best
+// effort, bounded by RequestTimeout even when ctx has ended) so the
+// resource is free at once rather than after its ttl, and returns err,
+// saying so when the release failed.
+func (c *Client) abandon(ctx context.Context, l *Lease, err error) error {
+	cause := ErrLeaseLost
+	if errors.Is(err, ErrSafeDeadline) {
+		cause = ErrSafeDeadline
+	}
+	l.end(cause)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.RequestTimeout)
+	defer cancel()
+	rerr := c.call(rctx, true, func(ctx context.Context, conn *grpc.ClientConn) error {
+		_, err := api.NewLeaseServiceClient(conn).Release(ctx, &api.ReleaseRequest{LeaseId: l.id[:]})
+		return err
+	})
+	if rerr != nil {
+		return fmt.Errorf("%w; releasing lease %v failed, it ends with its ttl: %v", err, l.id, rerr)
+	}
+	return err
+}
+
+// renewOnce renews l with a unary call and records the confirmation. It
+// fails with ErrSafeDeadline when the answer came after the safe window it
+// opens had already closed.
 func (c *Client) renewOnce(ctx context.Context, l *Lease) error {
 	var (
 		resp   *api.RenewResponse
@@ -254,7 +295,9 @@ func (c *Client) renewOnce(ctx context.Context, l *Lease) error {
 	if err != nil {
 		return err
 	}
-	l.confirm(sentAt, resp.TtlRemaining.AsDuration())
+	if !l.confirm(sentAt, resp.TtlRemaining.AsDuration()) {
+		return fmt.Errorf("%w: renewal of %q (token %d) answered after its safe window closed", ErrSafeDeadline, l.resource, l.token)
+	}
 	return nil
 }
 

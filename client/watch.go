@@ -81,13 +81,27 @@ type GetResult struct {
 	ScopeToken uint64
 	// Waiters queued on the resource at the leader.
 	Waiters int
-	// Position the answer reflects: watch WithAfter it to miss nothing.
+	// Position the answer reflects (exactly the entries up to it): watch
+	// WithAfter it to miss nothing and see nothing twice.
 	Position Position
+	// Stale is set for a GetStale answer: read from Node's local state
+	// without confirming leadership, it may lag the cluster.
+	Stale bool
+	// Node is the id of the node whose state answered (the leader's, for
+	// Get).
+	Node string
 }
 
 // Get reads the lease on resource, linearizably.
 func (c *Client) Get(ctx context.Context, resource string) (*GetResult, error) {
 	return c.get(ctx, resource, false)
+}
+
+// GetStale reads the lease on resource from whichever node answers, without
+// confirming leadership: cheaper, and possible without a quorum, but it may
+// miss recent changes. The result says so (Stale, Node, Position).
+func (c *Client) GetStale(ctx context.Context, resource string) (*GetResult, error) {
+	return c.get(ctx, resource, true)
 }
 
 func (c *Client) get(ctx context.Context, resource string, stale bool) (*GetResult, error) {
@@ -100,7 +114,7 @@ func (c *Client) get(ctx context.Context, resource string, stale bool) (*GetResu
 	if err != nil {
 		return nil, err
 	}
-	out := &GetResult{ScopeToken: resp.ScopeToken, Waiters: int(resp.Waiters), Position: Position{Index: resp.AppliedIndex, Seq: ^uint32(0)}}
+	out := &GetResult{ScopeToken: resp.ScopeToken, Waiters: int(resp.Waiters), Position: Position{Index: resp.AppliedIndex, Seq: ^uint32(0)}, Stale: resp.Stale, Node: resp.NodeId}
 	if pl := resp.Lease; pl != nil {
 		li := &LeaseInfo{Resource: pl.Resource, Scope: pl.Scope, Holder: pl.Holder, Token: pl.Token, TTL: pl.Ttl.AsDuration(), TimeLeft: resp.TtlRemaining.AsDuration()}
 		copy(li.ID[:], pl.Id)

@@ -31,7 +31,7 @@ const (
 	identityKey = "leasefence-identity"
 	// holderSep joins the caller's identity and its own label into the
 	// lease holder when a policy is on: "<identity>|<label>".
-	holderSep = "|"
+	holderSep = fsm.OwnerSep
 	// minTokenLen is the shortest bearer token a policy accepts.
 	minTokenLen = 16
 )
@@ -407,11 +407,12 @@ func watcherKey(ctx context.Context, c *caller) string {
 
 // checkLeaseLimit refuses, at the leader, an Acquire of resource by an
 // identity that already holds Config.MaxLeasesPerIdentity live leases
-// (counted in the applied state by holder label, see holderFor). When the
-// identity already holds resource the Acquire passes: it can only replay
-// (a retry whose first answer was lost) or be refused as held, never add a
-// lease. Acquires of one identity racing each other may overshoot by the
-// number in flight.
+// (counted in the applied state by holder label, see holderFor, with
+// fsm.State.HeldBy: O(1), and a lease counts until a Tick removes it, up
+// to skew_margin past its expiry). When the identity already holds
+// resource the Acquire passes: it can only replay (a retry whose first
+// answer was lost) or be refused as held, never add a lease. Acquires of
+// one identity racing each other may overshoot by the number in flight.
 func (n *Node) checkLeaseLimit(c *caller, resource string) error {
 	if n.policy == nil || c == nil || c.all() {
 		return nil
@@ -422,7 +423,7 @@ func (n *Node) checkLeaseLimit(c *caller, resource string) error {
 			held = -1
 			return
 		}
-		held = st.CountHeld(func(h string) bool { return holdsFor(h, c.name) })
+		held = st.HeldBy(c.name)
 	})
 	if max := n.cfg.MaxLeasesPerIdentity; held >= max {
 		n.log.Warn("lease limit reached", "identity", c.name, "leases", held, "max", max)

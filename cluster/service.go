@@ -334,12 +334,16 @@ func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 			return nil, toStatus(err)
 		}
 	}
-	out := &api.GetResponse{}
+	// A stale answer says so, and whose state at which index it is.
+	out := &api.GetResponse{Stale: req.Stale, NodeId: s.n.cfg.ID}
 	if !req.Stale {
 		out.Waiters = uint32(s.n.waiters.waiting(req.Resource))
 	}
 	s.n.sm.read(func(st *fsm.State) {
-		out.AppliedIndex = s.n.sm.applied.Load()
+		// The content's own index (changed with st under the lock), not
+		// the applied counter, which is recorded after the events are
+		// published and so may lag the content by one entry.
+		out.AppliedIndex = s.n.sm.index
 		out.ScopeToken = st.ScopeCounter(req.Resource)
 		l, ok := st.Lease(req.Resource)
 		if !ok || st.Now() > l.ExpiresAt {

@@ -42,6 +42,12 @@ type stateMachine struct {
 	onFatal func(error)
 	metrics *metrics        // set before raft starts
 	snaps   *snapshotPolicy // set before raft starts; nil: none
+
+	// testAfterPublish, when set (tests only), runs after an entry's
+	// events are published and before its index is recorded as applied:
+	// the window in which a reader sees the entry's content but not yet
+	// its index in applied.
+	testAfterPublish atomic.Pointer[func(index uint64)]
 }
 
 func newStateMachine(h *hub, log hclog.Logger, onFatal func(error)) *stateMachine {
@@ -79,6 +85,9 @@ func (m *stateMachine) Apply(l *raft.Log) interface{} {
 	}
 	if m.metrics != nil {
 		m.metrics.observeApplied(a)
+	}
+	if f := m.testAfterPublish.Load(); f != nil {
+		(*f)(l.Index)
 	}
 	m.setApplied(l.Index)
 	return a
@@ -144,9 +153,9 @@ func (m *stateMachine) Snapshot() (raft.FSMSnapshot, error) {
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	// raft calls Snapshot on the goroutine that calls Apply, so applied is
-	// exactly the last entry this snapshot contains.
-	return &fsmSnapshot{index: m.applied.Load(), sn: m.st.Snapshot(), log: m.log}, nil
+	// index changes with st under mu: exactly the last entry this
+	// snapshot contains (raft calls Snapshot between applies anyway).
+	return &fsmSnapshot{index: m.index, sn: m.st.Snapshot(), log: m.log}, nil
 }
 
 // Restore implements raft.FSM: builds fresh state from the snapshot and

@@ -3,6 +3,7 @@ package cluster
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/fsm"
@@ -22,18 +23,35 @@ func (p position) less(q position) bool {
 // hub fans applied lease events out to watchers and keeps the most recent
 // ones in a ring so that a watcher can resume from a position.
 //
+// Every event published gets a sequence number; the event numbered s sits
+// in ring[s % len(ring)] until the one numbered s+len(ring) replaces it.
+// Slots are written under mu but read without it (atomically), so that a
+// subscriber scanning the ring for its backlog never holds up publish,
+// which runs on apply's path: apply must never wait on a watcher.
+//
 // Invariant: every event after lost has either been delivered to the ring
 // or is still to come; events at or before lost may be missing (dropped
-// from the ring, or applied before a snapshot restore or a restart).
+// from the ring, or applied before a snapshot restore or a restart). The
+// ring retains exactly the events numbered [first, next).
 type hub struct {
-	mu     sync.Mutex
-	ring   []*api.WatchEvent // circular, len == capacity
-	head   int               // index of the oldest event
-	n      int               // events in the ring
-	lost   position          // resuming after a position below this is refused
-	gap    bool              // nothing applied yet: positions before the next entry are unknown
-	subs   map[*watcher]struct{}
-	subBuf int
+	mu          sync.Mutex
+	ring        []atomic.Pointer[ringSlot]
+	first, next uint64   // sequence numbers retained: [first, next)
+	lost        position // resuming after a position below this is refused
+	gap         bool     // nothing applied yet: positions before the next entry are unknown
+	subs        map[*watcher]struct{}
+	subBuf      int
+
+	// testScanning, when set (tests only), runs as subscribe starts to
+	// scan the ring for a backlog.
+	testScanning func()
+}
+
+// ringSlot is one retained event and its sequence number; never changed
+// once stored.
+type ringSlot struct {
+	seq uint64
+	ev  *api.WatchEvent
 }
 
 type watcher struct {
@@ -45,7 +63,7 @@ type watcher struct {
 }
 
 func newHub(capacity int) *hub {
-	return &hub{ring: make([]*api.WatchEvent, capacity), gap: true, subs: map[*watcher]struct{}{}, subBuf: 1024}
+	return &hub{ring: make([]atomic.Pointer[ringSlot], capacity), gap: true, subs: map[*watcher]struct{}{}, subBuf: 1024}
 }
 
 func (w *watcher) matches(resource string) bool {
@@ -66,9 +84,9 @@ func (h *hub) reset(index uint64) {
 		h.lost = p
 	}
 	for i := range h.ring {
-		h.ring[i] = nil
+		h.ring[i].Store(nil)
 	}
-	h.head, h.n = 0, 0
+	h.first = h.next
 	for w := range h.subs {
 		close(w.overflow)
 		delete(h.subs, w)
@@ -76,7 +94,8 @@ func (h *hub) reset(index uint64) {
 }
 
 // publish records the events of the entry at index and hands them to
-// watchers. A watcher whose buffer is full is cut, never waited for.
+// watchers. A watcher whose buffer is full is cut, never waited for; a
+// subscriber scanning the ring does not hold mu while it scans.
 func (h *hub) publish(index uint64, a *fsm.Applied) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -85,17 +104,18 @@ func (h *hub) publish(index uint64, a *fsm.Applied) {
 	// this one (configuration, no-ops) carried no events, so nothing is
 	// lost. (A restore comes first when there is a snapshot: reset.)
 	h.gap = false
+	size := uint64(len(h.ring))
 	for i, ev := range a.Events {
 		we := toWatchEvent(position{index, uint32(i)}, ev)
-		if h.n == len(h.ring) {
-			old := h.ring[h.head]
-			h.lost = position{old.Position.Index, old.Position.Seq}
-			h.ring[h.head] = nil
-			h.head = (h.head + 1) % len(h.ring)
-			h.n--
+		if h.next-h.first == size {
+			// Set lost before the slot is overwritten: a scan that finds
+			// the slot replaced learns that the event is gone from lost.
+			old := h.ring[h.first%size].Load()
+			h.lost = position{old.ev.Position.Index, old.ev.Position.Seq}
+			h.first++
 		}
-		h.ring[(h.head+h.n)%len(h.ring)] = we
-		h.n++
+		h.ring[h.next%size].Store(&ringSlot{seq: h.next, ev: we})
+		h.next++
 		for w := range h.subs {
 			if !w.matches(ev.Lease.Resource) {
 				continue
@@ -113,24 +133,53 @@ func (h *hub) publish(index uint64, a *fsm.Applied) {
 // subscribe registers a watcher. With after set, it first receives the
 // retained events after that position; ok is false when events after it
 // are no longer retained.
+//
+// The watcher is registered, and the retained range noted, under mu: every
+// event published from then on goes to its channel. The backlog (the
+// events of that range after the position) is collected with mu released,
+// so a long ring never holds up publish. A slot overwritten meanwhile held
+// an event at or before lost (publish moves lost first); so if after is not
+// below lost once the scan is done, none of those was needed, and the
+// backlog plus the channel have every event after the position exactly
+// once. Otherwise the resume is refused, as it would have been had it come
+// a little later.
 func (h *hub) subscribe(key string, prefix bool, after *position) (w *watcher, backlog []*api.WatchEvent, ok bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	w = &watcher{key: key, prefix: prefix, ch: make(chan *api.WatchEvent, h.subBuf), overflow: make(chan struct{})}
-	if after != nil {
-		// Before the first apply this node cannot tell what it missed.
-		if h.gap || after.less(h.lost) {
-			return nil, nil, false
-		}
-		for i := 0; i < h.n; i++ {
-			we := h.ring[(h.head+i)%len(h.ring)]
-			p := position{we.Position.Index, we.Position.Seq}
-			if after.less(p) && w.matches(we.Lease.Resource) {
-				backlog = append(backlog, we)
-			}
-		}
+	h.mu.Lock()
+	// Before the first apply this node cannot tell what it missed.
+	if after != nil && (h.gap || after.less(h.lost)) {
+		h.mu.Unlock()
+		return nil, nil, false
 	}
 	h.subs[w] = struct{}{}
+	from, to := h.first, h.next
+	h.mu.Unlock()
+	if after == nil {
+		return w, nil, true
+	}
+	if h.testScanning != nil {
+		h.testScanning()
+	}
+	size := uint64(len(h.ring))
+	for seq := from; seq < to; seq++ {
+		sl := h.ring[seq%size].Load()
+		if sl == nil || sl.seq != seq {
+			continue // evicted (or cleared by a restore) since: see lost below
+		}
+		we := sl.ev
+		if after.less(position{we.Position.Index, we.Position.Seq}) && w.matches(we.Lease.Resource) {
+			backlog = append(backlog, we)
+		}
+	}
+	h.mu.Lock()
+	refused := after.less(h.lost)
+	if refused {
+		delete(h.subs, w)
+	}
+	h.mu.Unlock()
+	if refused {
+		return nil, nil, false
+	}
 	return w, backlog, true
 }
 

@@ -277,6 +277,8 @@ type State struct {
 	dedup    map[string]uint64
 	grants   dedupQueue
 	refusals dedupQueue
+	// owners counts the leases in byID per holder owner (held.go).
+	owners map[string]int
 }
 
 // New returns an empty State at cluster time zero.
@@ -322,6 +324,10 @@ func (s *State) setLease(l *Lease) {
 	e := s.names[l.Resource]
 	if e.lease == nil {
 		s.leases++
+		s.countOwner(l.Holder, 1)
+	} else if e.lease.Holder != l.Holder {
+		s.countOwner(e.lease.Holder, -1)
+		s.countOwner(l.Holder, 1)
 	}
 	e.lease = l
 	s.names[l.Resource] = e
@@ -618,6 +624,7 @@ func (s *State) remove(a *Applied, l *Lease, t EventType, reason string) {
 		s.names[l.Resource] = e
 	}
 	s.leases--
+	s.countOwner(l.Holder, -1)
 	delete(s.byID, l.ID)
 	a.Events = append(a.Events, Event{Type: t, Lease: l.copy(), Reason: reason, Now: s.now})
 }

@@ -50,27 +50,39 @@ func New(c *client.Client, name, identity string, opts ...Option) *Election {
 // Campaign blocks until this candidate leads or ctx ends. Candidates are
 // served first come, first served. The returned lease is the leadership:
 // its Context ends when leadership is lost, and its Token is the
-// leadership's fencing token.
+// leadership's fencing token. A grant answered after its safe window
+// closed (client.ErrSafeDeadline) is not leadership: Campaign goes on
+// under a new request id.
 func (e *Election) Campaign(ctx context.Context) (*client.Lease, error) {
 	// One request id for the whole campaign: if an attempt was granted but
 	// its answer lost, the next attempt gets that lease back instead of
 	// queueing behind it.
-	opts := []client.AcquireOption{client.WithWait(), client.WithTTL(e.ttl), client.WithHolder(e.id), client.WithRequestID(newCampaignID())}
+	opts := []client.AcquireOption{client.WithWait(), client.WithTTL(e.ttl), client.WithHolder(e.id)}
 	if e.scope != "" {
 		opts = append(opts, client.WithScope(e.scope))
 	}
+	requestID := newCampaignID()
 	backoff := 50 * time.Millisecond
 	for {
-		l, err := e.c.Acquire(ctx, e.name, opts...)
+		l, err := e.c.Acquire(ctx, e.name, append(opts, client.WithRequestID(requestID))...)
 		if err == nil {
 			e.mu.Lock()
 			e.lease = l
 			e.mu.Unlock()
 			return l, nil
 		}
-		// A waiting Acquire ends when the leader it waited on changes;
-		// campaign again until ctx ends.
-		if ctx.Err() != nil || !(errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrIndeterminate)) {
+		switch {
+		case ctx.Err() != nil:
+			return nil, err
+		case errors.Is(err, client.ErrSafeDeadline), errors.Is(err, client.ErrLeaseLost):
+			// The grant this request id names was answered too late to
+			// use (Acquire released it) or has ended: its replay can
+			// only say so again. Campaign afresh under a new id.
+			requestID = newCampaignID()
+		case errors.Is(err, client.ErrUnavailable), errors.Is(err, client.ErrIndeterminate):
+			// A waiting Acquire ends when the leader it waited on
+			// changes; campaign again until ctx ends.
+		default:
 			return nil, err
 		}
 		select {

@@ -147,3 +147,50 @@ func TestObserveReportsEachLeaderChange(t *testing.T) {
 	}
 	t.Fatal("resignation never observed")
 }
+
+// delayFirstRenewReply holds back the answer to the first unary Renew (the
+// one a waiting Acquire confirms its grant with) for d.
+func delayFirstRenewReply(d time.Duration, n *atomic.Int32) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, m, req, reply, cc, opts...)
+		if err == nil && m == "/leasefence.v1.LeaseService/Renew" && n.Add(1) == 1 {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+		}
+		return err
+	}
+}
+
+// A campaign whose grant is confirmed only after its safe window closed
+// gets no leadership from it (Acquire released that lease) and campaigns
+// again with a new request id, rather than giving up or replaying the
+// released lease.
+func TestCampaignAfterLateGrantCampaignsAgain(t *testing.T) {
+	var renews atomic.Int32
+	cl, err := client.New(client.Config{
+		Endpoints:   []string{endpoint},
+		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(delayFirstRenewReply(2*time.Second, &renews))},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	e := election.New(cl, "leader/late", "a", election.WithTTL(2*time.Second))
+	l, err := e.Campaign(ctx)
+	if err != nil {
+		t.Fatalf("campaign after a late grant: %v", err)
+	}
+	defer e.Resign(ctx)
+	if renews.Load() < 2 {
+		t.Fatalf("the late grant was not exercised (%d renewals)", renews.Load())
+	}
+	if l.Token() < 2 || l.Err() != nil {
+		t.Fatalf("leadership token %d (err %v), want a fresh lease after the abandoned one", l.Token(), l.Err())
+	}
+}

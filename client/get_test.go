@@ -1,0 +1,40 @@
+package client_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/leasefence/leasefence/client"
+)
+
+// GetStale's answer says it is stale and which node answered; Get's does
+// not claim to be stale.
+func TestGetStaleSaysSoAndNamesTheNode(t *testing.T) {
+	c, err := client.New(client.Config{Endpoints: []string{endpoint}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, "stale/get")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	g, err := c.GetStale(ctx, "stale/get")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.Stale || g.Node == "" || g.Position.Index == 0 {
+		t.Fatalf("stale get: %+v", g)
+	}
+	g, err = c.Get(ctx, "stale/get")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Stale || g.Node == "" || g.Lease == nil || g.Lease.Token != l.Token() {
+		t.Fatalf("linearizable get: %+v", g)
+	}
+}

@@ -1,0 +1,20 @@
+package client
+
+// Names of the client's planted defects: each breaks the safe deadline
+// sent_at + ttl_remaining×(1−drift) − margin in one way, so that a check of
+// the holders' safe windows (the jepsen checker safe-windows-disjoint, and
+// this package's tests) can be shown to fail. Only a build with the
+// plantedbugs tag can switch them on, per client, through Config.Testing
+// (planted.go); see jepsen/README.md, "Planted bugs".
+const (
+	// BugSentAtOnAnswer takes sent_at when the answer arrives, not when
+	// the request was sent.
+	BugSentAtOnAnswer = "client-sent-at-on-answer"
+	// BugFullTTL uses the lease's full ttl instead of the ttl_remaining
+	// the answer reported.
+	BugFullTTL = "client-full-ttl"
+	// BugNoDrift ignores the drift bound.
+	BugNoDrift = "client-no-drift"
+	// BugZeroMargin subtracts no client margin.
+	BugZeroMargin = "client-zero-margin"
+)
