@@ -3,9 +3,9 @@ package ctl
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,11 +16,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/client"
 )
 
 // commands lists every leasectl command, in help order.
@@ -73,13 +72,6 @@ type annotatedError struct {
 func (e *annotatedError) Error() string { return e.err.Error() }
 func (e *annotatedError) Unwrap() error { return e.err }
 
-// newRequestID returns 16 random bytes in hex.
-func newRequestID() string {
-	var b [16]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 func (a *app) defaultHolder() string {
 	if h, err := a.hostname(); err == nil && h != "" {
 		return "leasectl@" + h
@@ -91,7 +83,8 @@ func setupAcquire(a *app, fs *flag.FlagSet) func(context.Context, []string) erro
 	ttl := fs.Duration("ttl", 0, "lease time to live, e.g. 10s (required)")
 	scope := fs.String("scope", "", "fencing `SCOPE` to draw the token from (default: the resource name)")
 	holder := fs.String("holder", "", "`LABEL` naming the holder for humans and logs (default leasectl@HOSTNAME)")
-	wait := fs.Bool("wait", false, "queue until the resource is free; only an explicit --timeout bounds the wait, Ctrl-C cancels")
+	wait := &a.unbounded // a waiting acquire has no default bound
+	fs.BoolVar(wait, "wait", false, "queue until the resource is free; only an explicit --timeout bounds the wait, Ctrl-C cancels")
 	requestID := fs.String("request-id", "", "request `ID` for safe retries: one id yields at most one lease (default: 16 random bytes in hex)")
 	return func(ctx context.Context, args []string) error {
 		if *ttl <= 0 {
@@ -99,7 +92,7 @@ func setupAcquire(a *app, fs *flag.FlagSet) func(context.Context, []string) erro
 		}
 		id := *requestID
 		if id == "" {
-			id = newRequestID()
+			id = client.NewRequestID()
 		}
 		h := *holder
 		if h == "" {
@@ -116,18 +109,14 @@ func setupAcquire(a *app, fs *flag.FlagSet) func(context.Context, []string) erro
 			RequestId: id,
 			Wait:      *wait,
 		}
-		cctx, cancel := a.commandContext(ctx, *wait)
-		defer cancel()
-		var resp *api.AcquireResponse
-		_, err := a.cl.call(cctx, func(ctx context.Context, _ string, cc grpc.ClientConnInterface) error {
-			r, err := api.NewLeaseServiceClient(cc).Acquire(ctx, req)
-			resp = r
-			return err
-		})
+		opts := []client.InvokeOption{client.Mutation()}
+		if *wait {
+			opts = append(opts, client.NoAttemptTimeout())
+		}
+		resp, _, err := rpc(ctx, a, api.NewLeaseServiceClient, api.LeaseServiceClient.Acquire, req, opts...)
 		if err != nil {
 			ae := &annotatedError{err: err, fields: map[string]any{"request_id": id}}
-			switch status.Code(err) {
-			case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unknown, codes.Internal:
+			if errors.Is(err, client.ErrIndeterminate) {
 				ae.note = fmt.Sprintf("leasectl: the outcome is unknown; `leasectl acquire %s --ttl %s --request-id %s` returns it without a second lease",
 					args[0], *ttl, id)
 			}
@@ -144,14 +133,7 @@ func setupRenew(a *app, fs *flag.FlagSet) func(context.Context, []string) error 
 		if err != nil {
 			return err
 		}
-		cctx, cancel := a.commandContext(ctx, false)
-		defer cancel()
-		var resp *api.RenewResponse
-		_, err = a.cl.call(cctx, func(ctx context.Context, _ string, cc grpc.ClientConnInterface) error {
-			r, err := api.NewLeaseServiceClient(cc).Renew(ctx, &api.RenewRequest{LeaseId: id})
-			resp = r
-			return err
-		})
+		resp, _, err := rpc(ctx, a, api.NewLeaseServiceClient, api.LeaseServiceClient.Renew, &api.RenewRequest{LeaseId: id}, client.Mutation())
 		if err != nil {
 			return err
 		}
@@ -166,16 +148,12 @@ func setupRelease(a *app, fs *flag.FlagSet) func(context.Context, []string) erro
 		if err != nil {
 			return err
 		}
-		cctx, cancel := a.commandContext(ctx, false)
-		defer cancel()
-		var resp *api.ReleaseResponse
 		attempts := 0
-		_, err = a.cl.call(cctx, func(ctx context.Context, _ string, cc grpc.ClientConnInterface) error {
+		countAttempts := func(c api.LeaseServiceClient, ctx context.Context, r *api.ReleaseRequest, o ...grpc.CallOption) (*api.ReleaseResponse, error) {
 			attempts++
-			r, err := api.NewLeaseServiceClient(cc).Release(ctx, &api.ReleaseRequest{LeaseId: id})
-			resp = r
-			return err
-		})
+			return c.Release(ctx, r, o...)
+		}
+		resp, _, err := rpc(ctx, a, api.NewLeaseServiceClient, countAttempts, &api.ReleaseRequest{LeaseId: id}, client.Mutation())
 		if err != nil {
 			return err
 		}
@@ -203,14 +181,7 @@ func setupRelease(a *app, fs *flag.FlagSet) func(context.Context, []string) erro
 func setupGet(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 	stale := fs.Bool("stale", false, "answer from the first reachable node without confirming leadership")
 	return func(ctx context.Context, args []string) error {
-		cctx, cancel := a.commandContext(ctx, false)
-		defer cancel()
-		var resp *api.GetResponse
-		_, err := a.cl.call(cctx, func(ctx context.Context, _ string, cc grpc.ClientConnInterface) error {
-			r, err := api.NewLeaseServiceClient(cc).Get(ctx, &api.GetRequest{Resource: args[0], Stale: *stale})
-			resp = r
-			return err
-		})
+		resp, _, err := rpc(ctx, a, api.NewLeaseServiceClient, api.LeaseServiceClient.Get, &api.GetRequest{Resource: args[0], Stale: *stale})
 		if err != nil {
 			return err
 		}
@@ -243,15 +214,7 @@ func setupGet(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 
 // status calls ClusterService.Status on the first node that answers.
 func (a *app) status(ctx context.Context) (*api.StatusResponse, string, error) {
-	cctx, cancel := a.commandContext(ctx, false)
-	defer cancel()
-	var resp *api.StatusResponse
-	addr, err := a.cl.call(cctx, func(ctx context.Context, _ string, cc grpc.ClientConnInterface) error {
-		r, err := api.NewClusterServiceClient(cc).Status(ctx, &api.StatusRequest{})
-		resp = r
-		return err
-	})
-	return resp, addr, err
+	return rpc(ctx, a, api.NewClusterServiceClient, api.ClusterServiceClient.Status, &api.StatusRequest{})
 }
 
 func setupStatus(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
@@ -343,13 +306,8 @@ func setupMembersList(a *app, fs *flag.FlagSet) func(context.Context, []string) 
 func setupMembersAdd(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 	nonvoter := fs.Bool("nonvoter", false, "add the node as a nonvoter (replicates, does not vote)")
 	return func(ctx context.Context, args []string) error {
-		cctx, cancel := a.commandContext(ctx, false)
-		defer cancel()
 		req := &api.JoinRequest{Id: args[0], Addr: args[1], Nonvoter: *nonvoter}
-		_, err := a.cl.call(cctx, func(ctx context.Context, _ string, cc grpc.ClientConnInterface) error {
-			_, err := api.NewClusterServiceClient(cc).Join(ctx, req)
-			return err
-		})
+		_, _, err := rpc(ctx, a, api.NewClusterServiceClient, api.ClusterServiceClient.Join, req, client.Mutation())
 		if err != nil {
 			return err
 		}
@@ -368,12 +326,7 @@ func setupMembersAdd(a *app, fs *flag.FlagSet) func(context.Context, []string) e
 
 func setupMembersRemove(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 	return func(ctx context.Context, args []string) error {
-		cctx, cancel := a.commandContext(ctx, false)
-		defer cancel()
-		_, err := a.cl.call(cctx, func(ctx context.Context, _ string, cc grpc.ClientConnInterface) error {
-			_, err := api.NewClusterServiceClient(cc).Remove(ctx, &api.RemoveRequest{Id: args[0]})
-			return err
-		})
+		_, _, err := rpc(ctx, a, api.NewClusterServiceClient, api.ClusterServiceClient.Remove, &api.RemoveRequest{Id: args[0]}, client.Mutation())
 		if err != nil {
 			return err
 		}
@@ -392,14 +345,7 @@ func setupTransfer(a *app, fs *flag.FlagSet) func(context.Context, []string) err
 		if len(args) == 1 {
 			req.Id = args[0]
 		}
-		cctx, cancel := a.commandContext(ctx, false)
-		defer cancel()
-		var resp *api.TransferLeadershipResponse
-		_, err := a.cl.call(cctx, func(ctx context.Context, _ string, cc grpc.ClientConnInterface) error {
-			r, err := api.NewClusterServiceClient(cc).TransferLeadership(ctx, req)
-			resp = r
-			return err
-		})
+		resp, _, err := rpc(ctx, a, api.NewClusterServiceClient, api.ClusterServiceClient.TransferLeadership, req, client.Mutation())
 		if err != nil {
 			return err
 		}
@@ -413,18 +359,17 @@ func setupTransfer(a *app, fs *flag.FlagSet) func(context.Context, []string) err
 }
 
 func setupSnapshotSave(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+	a.unbounded = true // a large download may take long
 	return func(ctx context.Context, args []string) error {
 		path := args[0]
-		cctx, cancel := a.commandContext(ctx, true)
-		defer cancel()
 		var (
 			data  []byte
 			last  *api.SnapshotChunk
 			index uint64
 		)
-		_, err := a.cl.call(cctx, func(ctx context.Context, _ string, cc grpc.ClientConnInterface) error {
+		err := a.cl.Invoke(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
 			data, last = data[:0], nil // a retry starts the download over
-			s, err := api.NewClusterServiceClient(cc).Snapshot(ctx, &api.SnapshotRequest{})
+			s, err := api.NewClusterServiceClient(conn).Snapshot(ctx, &api.SnapshotRequest{})
 			if err != nil {
 				return err
 			}
@@ -442,7 +387,7 @@ func setupSnapshotSave(a *app, fs *flag.FlagSet) func(context.Context, []string)
 					last = c
 				}
 			}
-		})
+		}, client.NoAttemptTimeout())
 		if err != nil {
 			return err
 		}

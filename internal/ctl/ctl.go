@@ -5,11 +5,13 @@
 // through Main or Run with their own arguments and writers; cmd/leasectl only
 // calls Main and exits with its status.
 //
-// Every node answers every call (the server forwards to the leader), so each
-// command tries the configured endpoints in order and moves on when a call
-// fails with codes.Unavailable (which is also how gRPC reports connection
-// errors). An Unavailable that carries an api.NotLeader detail with a leader
-// address sends the next attempt to that address first. See cluster.call.
+// leasectl is a thin layer over package client, as etcdctl is over
+// clientv3: every call goes through client.Invoke, the client's one call
+// loop, so failover (the configured endpoints in turn, a leader hint first),
+// retries, request ids, TLS and the bearer token are the client's, and a fix
+// to any of them reaches the CLI too. This package parses the command line,
+// builds requests, and turns answers and the client's errors into output and
+// exit statuses (see report).
 package ctl
 
 import (
@@ -26,7 +28,7 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc/credentials"
+	"github.com/leasefence/leasefence/client"
 )
 
 // Exit statuses of Main and Run.
@@ -89,7 +91,10 @@ type app struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	hostname       func() (string, error)
-	retry          retryPolicy
+	// retryFor is the client's Config.RetryFor (zero: the client's
+	// default); connectTimeout bounds one connection attempt.
+	retryFor       time.Duration
+	connectTimeout time.Duration
 
 	// Global flags, valid once parse has run.
 	endpoints  []string
@@ -102,23 +107,28 @@ type app struct {
 	tlsConfig              *tls.Config
 	// token (--token) is sent as "authorization: Bearer <token>".
 	token string
+	// unbounded: the command has no default bound (acquire --wait, watch,
+	// snapshot save); only an explicit --timeout applies. Set by the
+	// command's setup or flags.
+	unbounded bool
 
-	cl *cluster
+	cl *client.Client
 }
 
 func newApp(stdin io.Reader, stdout, stderr io.Writer) *app {
 	return &app{
-		stdin:    stdin,
-		stdout:   stdout,
-		stderr:   stderr,
-		getenv:   os.Getenv,
-		hostname: os.Hostname,
-		retry:    defaultRetryPolicy,
+		stdin:          stdin,
+		stdout:         stdout,
+		stderr:         stderr,
+		getenv:         os.Getenv,
+		hostname:       os.Hostname,
+		connectTimeout: connectTimeout,
 	}
 }
 
 // command is one leasectl subcommand. setup defines the command's own flags
-// on fs and returns the function that runs it with the positional arguments.
+// on fs and returns the function that runs it with the positional arguments
+// and a context bounded by --timeout (commandContext).
 type command struct {
 	name    string // "acquire", or "members add"
 	args    string // positional synopsis, e.g. "RESOURCE"
@@ -199,13 +209,13 @@ func (a *app) run(ctx context.Context, args []string) int {
 		return a.usageFailure(cmd, fs, usageErrorf("%s takes %s", cmd.name, arity(cmd)))
 	}
 
-	a.cl = newCluster(a.endpoints, a.retry)
-	if a.tlsConfig != nil {
-		a.cl.creds = credentials.NewTLS(a.tlsConfig)
+	if a.cl, err = a.newClient(); err != nil {
+		return a.usageFailure(cmd, fs, err)
 	}
-	a.cl.token = a.token
-	defer a.cl.close()
-	err = runCmd(ctx, pos)
+	defer a.cl.Close()
+	cctx, cancel := a.commandContext(ctx, a.unbounded)
+	defer cancel()
+	err = runCmd(cctx, pos)
 	if err == nil {
 		return ExitOK
 	}

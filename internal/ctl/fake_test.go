@@ -258,16 +258,13 @@ type result struct {
 }
 
 // newTestApp is an app with no environment, a fixed host name and quick
-// retries.
+// retries (the client gives up after 300ms of failures).
 func newTestApp(stdout, stderr *syncBuffer) *app {
 	a := newApp(strings.NewReader(""), stdout, stderr)
 	a.getenv = func(string) string { return "" }
 	a.hostname = func() (string, error) { return "testhost", nil }
-	a.retry = retryPolicy{
-		rounds:         2,
-		pause:          func(int) time.Duration { return 10 * time.Millisecond },
-		connectTimeout: time.Second,
-	}
+	a.retryFor = 300 * time.Millisecond
+	a.connectTimeout = time.Second
 	return a
 }
 

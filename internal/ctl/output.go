@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/client"
 )
 
 // roundDuration formats a measured duration for people: to the millisecond
@@ -195,7 +196,8 @@ func (a *app) printLease(l *api.Lease, left time.Duration, replayed bool, reques
 // was cancelled, the command was interrupted.
 //
 // An *annotatedError adds its fields to the JSON object and its note to
-// stderr.
+// stderr. The message and the status come from the first row of failures
+// that matches err; the JSON "code" is the gRPC code of the last attempt.
 func (a *app) report(ctx context.Context, err error) int {
 	var extra map[string]any
 	note := ""
@@ -203,19 +205,28 @@ func (a *app) report(ctx context.Context, err error) int {
 	if errors.As(err, &ae) {
 		extra, note, err = ae.fields, ae.note, ae.err
 	}
-	st := status.Convert(err)
-	code := exitCode(st.Code())
+	f := classify(err)
+	st := lastStatus(err)
+	msg := f.say(err, st)
+	code := f.exit
+	if code < 0 {
+		code = exitCode(st.Code())
+	}
 	if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
 		code = ExitInterrupted
 	}
 	if a.json {
-		obj := map[string]any{"error": st.Message(), "code": st.Code().String()}
+		jsonMsg := st.Message()
+		if f.own {
+			jsonMsg = strings.TrimPrefix(msg, "leasectl: ")
+		}
+		obj := map[string]any{"error": jsonMsg, "code": st.Code().String()}
 		for k, v := range extra {
 			obj[k] = v
 		}
-		var ue *unreachableError
-		if errors.As(err, &ue) {
-			obj["tried"] = ue.tried
+		var ce *client.CallError
+		if errors.As(err, &ce) {
+			obj["tried"] = ce.Tried
 		}
 		for _, d := range st.Details() {
 			switch d := d.(type) {
@@ -233,33 +244,93 @@ func (a *app) report(ctx context.Context, err error) int {
 			}
 		}
 		a.printJSON(obj)
-		if note != "" {
-			fmt.Fprintln(a.stderr, note)
-		}
-		return code
+	} else {
+		fmt.Fprintln(a.stderr, msg)
 	}
-	fmt.Fprintln(a.stderr, humanError(st))
 	if note != "" {
 		fmt.Fprintln(a.stderr, note)
 	}
 	return code
 }
 
-// humanError is the one-line message for a failed call.
-func humanError(st *status.Status) string {
-	for _, d := range st.Details() {
-		switch d := d.(type) {
-		case *api.ResourceHeld:
-			return fmt.Sprintf("held by %s (token %d), free in %s",
-				d.GetHolder(), d.GetToken(), roundDuration(asDuration(d.GetTimeLeft())))
-		case *api.BadField:
-			msg := fmt.Sprintf("leasectl: invalid %s: %s", d.GetField(), st.Message())
-			if d.GetLimit() != "" {
-				msg += " (limit " + d.GetLimit() + ")"
-			}
-			return msg
+// failure is how leasectl reports one class of error.
+type failure struct {
+	// is matches the class (errors.Is for a client sentinel: a new
+	// sentinel is one more row).
+	is func(error) bool
+	// exit is the exit status; -1 means by the gRPC code (exitCode).
+	exit int
+	// say is the one-line message; st is the last attempt's status.
+	say func(err error, st *status.Status) string
+	// own: the JSON "error" is say's message, not the service's.
+	own bool
+}
+
+// failures maps the client's errors to messages and exit statuses. The
+// first row that matches wins; the last matches everything.
+var failures = []failure{
+	{is: sentinel(client.ErrHeld), exit: ExitRefused, say: sayHeld},
+	{is: sentinel(client.ErrInvalidArgument), exit: ExitFailed, say: sayInvalid},
+	{is: sentinel(client.ErrUnavailable), exit: ExitFailed, say: sayUnreachable, own: true},
+	{is: func(error) bool { return true }, exit: -1, say: sayStatus},
+}
+
+func sentinel(target error) func(error) bool {
+	return func(err error) bool { return errors.Is(err, target) }
+}
+
+func classify(err error) failure {
+	for _, f := range failures {
+		if f.is(err) {
+			return f
 		}
 	}
+	return failures[len(failures)-1]
+}
+
+// lastStatus is the status of the last attempt of a call (with the
+// service's details), or err's own status when no call was made.
+func lastStatus(err error) *status.Status {
+	var ce *client.CallError
+	if errors.As(err, &ce) && ce.Last != nil {
+		return status.Convert(ce.Last)
+	}
+	return status.Convert(err)
+}
+
+func tried(err error) string {
+	var ce *client.CallError
+	if errors.As(err, &ce) {
+		return strings.Join(ce.Tried, ", ")
+	}
+	return ""
+}
+
+func sayHeld(err error, st *status.Status) string {
+	var h *client.HeldError
+	if !errors.As(err, &h) {
+		return sayStatus(err, st)
+	}
+	return fmt.Sprintf("held by %s (token %d), free in %s", h.Holder, h.Token, roundDuration(h.TimeLeft))
+}
+
+func sayInvalid(err error, st *status.Status) string {
+	var ie *client.InvalidError
+	if !errors.As(err, &ie) || ie.Field == "" {
+		return sayStatus(err, st)
+	}
+	msg := fmt.Sprintf("leasectl: invalid %s: %s", ie.Field, ie.Message)
+	if ie.Limit != "" {
+		msg += " (limit " + ie.Limit + ")"
+	}
+	return msg
+}
+
+func sayUnreachable(err error, st *status.Status) string {
+	return fmt.Sprintf("leasectl: cluster unreachable (tried %s): %s (%s)", tried(err), st.Message(), st.Code())
+}
+
+func sayStatus(_ error, st *status.Status) string {
 	return fmt.Sprintf("leasectl: %s (%s)", st.Message(), st.Code())
 }
 
