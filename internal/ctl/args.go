@@ -131,6 +131,62 @@ func reorder(fs *flag.FlagSet, args []string) []string {
 	return append(out, pos...)
 }
 
+// retryCommand returns args (the command line as given, without the
+// program name) as one line a POSIX shell runs as leasectl did, every
+// argument quoted where it needs it, with "--request-id id" added unless
+// addID is false (an id given on the line is in args already). The token's
+// value is not echoed: "$LEASEFENCE_TOKEN" stands for it, so that a secret
+// does not land in logs. fs tells which flags take a separate value.
+func retryCommand(fs *flag.FlagSet, args []string, id string, addID bool) string {
+	out := []string{"leasectl"}
+	var rest []string // from "--" on: positional, after the added flag
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" {
+			rest = args[i:]
+			break
+		}
+		if len(arg) < 2 || arg[0] != '-' {
+			out = append(out, shellQuote(arg))
+			continue
+		}
+		name, _, inline := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-"), "=")
+		f := fs.Lookup(name)
+		separate := !inline && f != nil && !isBoolFlag(f) && i+1 < len(args)
+		switch {
+		case name == "token" && inline:
+			out = append(out, arg[:strings.IndexByte(arg, '=')+1]+tokenFromEnv)
+		case name == "token" && separate:
+			out = append(out, arg, tokenFromEnv)
+			i++
+		case separate:
+			out = append(out, shellQuote(arg), shellQuote(args[i+1]))
+			i++
+		default:
+			out = append(out, shellQuote(arg))
+		}
+	}
+	if addID {
+		out = append(out, "--request-id", shellQuote(id))
+	}
+	for _, arg := range rest {
+		out = append(out, shellQuote(arg))
+	}
+	return strings.Join(out, " ")
+}
+
+// tokenFromEnv stands for the token's value in a command leasectl prints.
+const tokenFromEnv = `"$` + EnvToken + `"`
+
+// shellQuote returns s as one word for a POSIX shell: as is when it holds
+// only characters no shell treats specially, else in single quotes.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
 // findCommand finds the command word(s) among args, wherever global or
 // command flags put them, and returns the command and args without them.
 // It returns flag.ErrHelp for -h, -help or --help before any command.

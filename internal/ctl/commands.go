@@ -117,8 +117,8 @@ func setupAcquire(a *app, fs *flag.FlagSet) func(context.Context, []string) erro
 		if err != nil {
 			ae := &annotatedError{err: err, fields: map[string]any{"request_id": id}}
 			if errors.Is(err, client.ErrIndeterminate) {
-				ae.note = fmt.Sprintf("leasectl: the outcome is unknown; `leasectl acquire %s --ttl %s --request-id %s` returns it without a second lease",
-					args[0], *ttl, id)
+				ae.note = "leasectl: retry with the same request id; it returns the first outcome, never a second lease:\n  " +
+					retryCommand(fs, a.args, id, *requestID == "")
 			}
 			return ae
 		}

@@ -45,8 +45,8 @@ const (
 	ExitFailed = 2
 	// ExitInterrupted: a command other than watch was cancelled by SIGINT or
 	// SIGTERM before it finished (128 + SIGINT, the shell convention). The
-	// outcome of a write cancelled in flight is unknown; acquire prints its
-	// request id so that a retry with --request-id returns the same outcome.
+	// outcome of a write cancelled in flight is unknown; acquire prints the
+	// whole command again with its request id, which returns that outcome.
 	ExitInterrupted = 130
 )
 
@@ -95,6 +95,9 @@ type app struct {
 	// default); connectTimeout bounds one connection attempt.
 	retryFor       time.Duration
 	connectTimeout time.Duration
+
+	// args is the command line as given (without the program name).
+	args []string
 
 	// Global flags, valid once parse has run.
 	endpoints  []string
@@ -175,6 +178,7 @@ func (c *command) synopsis(fs *flag.FlagSet) string {
 }
 
 func (a *app) run(ctx context.Context, args []string) int {
+	a.args = args
 	cmd, rest, err := findCommand(args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

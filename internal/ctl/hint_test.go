@@ -1,0 +1,82 @@
+package ctl
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/leasefence/leasefence/api"
+)
+
+// outcomeUnknown answers every Acquire as a node whose proposal's outcome
+// it cannot know.
+func outcomeUnknown(context.Context, *api.AcquireRequest) (*api.AcquireResponse, error) {
+	return nil, status.Error(codes.Unavailable, "cluster: outcome unknown")
+}
+
+// retryHint returns the lines of stderr after the first: the note that
+// tells how to learn the outcome.
+func retryHint(stderr string) string {
+	_, rest, _ := strings.Cut(stderr, "\n")
+	return rest
+}
+
+func TestOutcomeUnknownHintReproducesTheWholeCommand(t *testing.T) {
+	t.Parallel()
+	f := start(t, &fake{onAcquire: outcomeUnknown})
+	const note = "leasectl: retry with the same request id; it returns the first outcome, never a second lease:\n"
+
+	// Every flag given, global ones included, quoted for the shell; the
+	// token's value is not echoed: the hint takes it from the environment.
+	res := runCtl(t, "--endpoints", f.addr, "--timeout", "30s", "acquire", "jobs/a b", "--ttl", "10s", "--scope", "dk",
+		"--holder", "w'a", "--wait", "--token", "s3cret", "--request-id", "rid-1")
+	want := note + "  leasectl --endpoints " + f.addr + ` --timeout 30s acquire 'jobs/a b' --ttl 10s --scope dk --holder 'w'\''a' --wait --token "$LEASEFENCE_TOKEN" --request-id rid-1` + "\n"
+	if got := retryHint(res.stderr); res.code != ExitFailed || got != want {
+		t.Errorf("exit %d, hint:\n%s\nwant:\n%s", res.code, got, want)
+	}
+
+	// Without --request-id the generated one is added, before a "--" so
+	// that it stays a flag; --flag=value forms are kept as given.
+	res = runCtl(t, "acquire", "--ttl=10s", "--scope=shard 7", "--json", "--token=s3cret", "--endpoints", f.addr, "--", "-odd")
+	var out struct {
+		RequestID string `json:"request_id"`
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &out); err != nil || out.RequestID == "" {
+		t.Fatalf("stdout %q: %v", res.stdout, err)
+	}
+	want = note + "  leasectl acquire --ttl=10s '--scope=shard 7' --json --token=\"$LEASEFENCE_TOKEN\" --endpoints " + f.addr +
+		" --request-id " + out.RequestID + " -- -odd\n"
+	if got := res.stderr; res.code != ExitFailed || got != want {
+		t.Errorf("exit %d, stderr:\n%s\nwant:\n%s", res.code, got, want)
+	}
+	for _, r := range acquireRequests(f) {
+		if r.GetScope() == "shard 7" && r.GetResource() != "-odd" {
+			t.Errorf("request %v: the resource after -- is -odd", r)
+		}
+	}
+}
+func TestShellQuote(t *testing.T) {
+	t.Parallel()
+	cases := map[string]string{
+		"jobs/42":           "jobs/42",
+		"127.0.0.1:7001,x":  "127.0.0.1:7001,x",
+		"--ttl=10s":         "--ttl=10s",
+		"":                  "''",
+		"a b":               "'a b'",
+		"it's":              `'it'\''s'`,
+		"$HOME":             `'$HOME'`,
+		"a;rm -rf /":        `'a;rm -rf /'`,
+		"`x`":               "'`x`'",
+		"tab\there":         "'tab\there'",
+		"worker-a@host_1+2": "worker-a@host_1+2",
+	}
+	for in, want := range cases {
+		if got := shellQuote(in); got != want {
+			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
