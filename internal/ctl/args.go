@@ -337,8 +337,9 @@ Each command tries the endpoints in order and moves on when a node is
 unavailable; a node that names the leader sends the next try there.
 
 exit status: 0 success; 1 refused by the service (resource held, lease not
-found, ...); 2 bad usage, invalid argument or cluster unreachable;
-130 interrupted (watch ends with 0 when interrupted).
+found, ...) or acquire --wait timed out waiting; 2 bad usage, invalid
+argument, no leader/quorum, outcome unknown, or cluster unreachable (no node
+answered); 130 interrupted (watch ends with 0 when interrupted).
 Run "leasectl help COMMAND" for a command's flags.
 `
 

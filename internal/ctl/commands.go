@@ -116,7 +116,12 @@ func setupAcquire(a *app, fs *flag.FlagSet) func(context.Context, []string) erro
 		resp, _, err := rpc(ctx, a, api.NewLeaseServiceClient, api.LeaseServiceClient.Acquire, req, opts...)
 		if err != nil {
 			ae := &annotatedError{err: err, fields: map[string]any{"request_id": id}}
-			if errors.Is(err, client.ErrIndeterminate) {
+			unknown := errors.Is(err, client.ErrIndeterminate)
+			if *wait && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// --timeout ended the wait, not the cluster.
+				ae.err, unknown = a.waitTimedOut(ctx, req, err, ae.fields)
+			}
+			if unknown {
 				ae.note = "leasectl: retry with the same request id; it returns the first outcome, never a second lease:\n  " +
 					retryCommand(fs, a.args, id, *requestID == "")
 			}
@@ -126,6 +131,52 @@ func setupAcquire(a *app, fs *flag.FlagSet) func(context.Context, []string) erro
 		return nil
 	}
 }
+
+// waitTimedOut builds the error of an acquire --wait that --timeout ended,
+// saying who holds the resource now (a fresh read, after the command's
+// deadline), and adds the lease to fields. It reports whether the outcome is
+// still unknown: the grant may have come as the deadline passed unless the
+// resource is now free or held under another holder label.
+func (a *app) waitTimedOut(ctx context.Context, req *api.AcquireRequest, err error, fields map[string]any) (error, bool) {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	e := &waitTimeoutError{resource: req.GetResource(), after: a.timeout, err: err}
+	g, _, gerr := rpc(gctx, a, api.NewLeaseServiceClient, api.LeaseServiceClient.Get, &api.GetRequest{Resource: req.GetResource()})
+	if gerr != nil {
+		return e, true
+	}
+	e.read, e.lease, e.left = true, g.GetLease(), asDuration(g.GetTtlRemaining())
+	if l := e.lease; l != nil {
+		fields["resource"], fields["holder"], fields["token"] = l.GetResource(), l.GetHolder(), l.GetToken()
+		fields["time_left"] = roundDuration(e.left)
+		return e, l.GetHolder() == req.GetHolder()
+	}
+	return e, false
+}
+
+// waitTimeoutError: acquire --wait ran out of its --timeout while the
+// resource stayed held.
+type waitTimeoutError struct {
+	resource string
+	after    time.Duration
+	read     bool       // the resource could be read after the timeout
+	lease    *api.Lease // the lease that held it then; nil when free
+	left     time.Duration
+	err      error // the call's error
+}
+
+func (e *waitTimeoutError) Error() string {
+	msg := fmt.Sprintf("timed out waiting for %s after %v", e.resource, e.after)
+	switch {
+	case e.lease != nil:
+		msg += fmt.Sprintf("; held by %s (token %d), time left %s", e.lease.GetHolder(), e.lease.GetToken(), roundDuration(e.left))
+	case e.read:
+		msg += "; it is free now"
+	}
+	return msg
+}
+
+func (e *waitTimeoutError) Unwrap() error { return e.err }
 
 func setupRenew(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 	return func(ctx context.Context, args []string) error {

@@ -37,11 +37,15 @@ const (
 	// which reports "released false", and a watch ended by an interrupt).
 	ExitOK = 0
 	// ExitRefused: the service refused the request (FailedPrecondition,
-	// NotFound, AlreadyExists, PermissionDenied, ResourceExhausted).
+	// NotFound, AlreadyExists, PermissionDenied, ResourceExhausted), or
+	// acquire --wait ran out of its --timeout while the resource stayed held
+	// ("timed out waiting; held by ...").
 	ExitRefused = 1
-	// ExitFailed: bad usage, InvalidArgument, an unreachable cluster
-	// (Unavailable or DeadlineExceeded after trying every endpoint), or any
-	// other error that is not a refusal.
+	// ExitFailed: bad usage, InvalidArgument, no leader/quorum (a node
+	// answered that it knows no leader), an outcome unknown (a write sent
+	// without an answer; acquire prints the command that learns it), an
+	// unreachable cluster (no node answered before the client's retries or
+	// the deadline ran out), or any other error that is not a refusal.
 	ExitFailed = 2
 	// ExitInterrupted: a command other than watch was cancelled by SIGINT or
 	// SIGTERM before it finished (128 + SIGINT, the shell convention). The

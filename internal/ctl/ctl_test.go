@@ -3,6 +3,8 @@ package ctl
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -19,7 +21,15 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	cleanupLeased()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 func acquireRequests(f *fake) []*api.AcquireRequest {
@@ -313,13 +323,16 @@ func TestAcquireWaitHasNoDeadlineUnlessGivenAndInterruptCancels(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", res.code, res.stderr)
 	}
 
-	// An explicit --timeout bounds the wait.
+	// An explicit --timeout bounds the wait; running out of it is no
+	// failure of the cluster: it says so and exits 1. (The fake cannot
+	// say who holds the resource: the outcome stays unknown.)
 	res = runCtl(t, "acquire", "jobs/42", "--ttl", "10s", "--wait", "--timeout", "200ms", "--endpoints", f.addr)
 	if s := <-calls; !s.hasDeadline {
 		t.Error("acquire --wait --timeout sent no deadline")
 	}
-	if res.code != ExitFailed {
-		t.Errorf("exit %d, want %d", res.code, ExitFailed)
+	if res.code != ExitRefused || !strings.HasPrefix(res.stderr, "leasectl: timed out waiting for jobs/42 after 200ms\n") ||
+		!strings.Contains(res.stderr, "--request-id ") {
+		t.Errorf("exit %d, want %d; stderr %q", res.code, ExitRefused, res.stderr)
 	}
 }
 

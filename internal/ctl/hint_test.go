@@ -80,3 +80,34 @@ func TestShellQuote(t *testing.T) {
 		}
 	}
 }
+
+// "cluster unreachable" only when no node answered; a node that answered it
+// knows no leader makes it "no leader/quorum"; an acquire sent without an
+// answer is "outcome unknown".
+func TestFailureWordingSaysWhatTheNodesAnswered(t *testing.T) {
+	t.Parallel()
+	noLeader := start(t, &fake{})
+	noLeader.onGet = func(context.Context, *api.GetRequest) (*api.GetResponse, error) {
+		return nil, notLeader(t, "")
+	}
+	unknown := start(t, &fake{onAcquire: outcomeUnknown})
+	dead := deadAddr(t)
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no node answered", []string{"get", "jobs/42", "--endpoints", dead},
+			"leasectl: cluster unreachable (tried " + dead + "): "},
+		{"a node knows no leader", []string{"get", "jobs/42", "--endpoints", dead + "," + noLeader.addr},
+			"leasectl: no leader/quorum: a node answered that it knows no leader (an election is under way, or most nodes are down or cut off); tried " + dead + ", " + noLeader.addr + "\n"},
+		{"no answer to an acquire", []string{"acquire", "jobs/42", "--ttl", "10s", "--endpoints", unknown.addr},
+			"leasectl: outcome unknown (tried " + unknown.addr + "): cluster: outcome unknown\n"},
+	}
+	for _, c := range cases {
+		res := runCtl(t, c.args...)
+		if line := firstLine(res.stderr) + "\n"; res.code != ExitFailed || !strings.HasPrefix(line, c.want) {
+			t.Errorf("%s: exit %d, stderr:\n%s\nwant exit %d, first line %q", c.name, res.code, res.stderr, ExitFailed, c.want)
+		}
+	}
+}

@@ -268,11 +268,30 @@ type failure struct {
 
 // failures maps the client's errors to messages and exit statuses. The
 // first row that matches wins; the last matches everything.
+//
+// "cluster unreachable" is said only when no node answered: a node that
+// answered it knows no leader makes it "no leader/quorum"; a write sent
+// without an answer is "outcome unknown".
 var failures = []failure{
+	{is: isA[*waitTimeoutError], exit: ExitRefused, say: sayOwn, own: true},
 	{is: sentinel(client.ErrHeld), exit: ExitRefused, say: sayHeld},
 	{is: sentinel(client.ErrInvalidArgument), exit: ExitFailed, say: sayInvalid},
+	{is: answeredNoLeader, exit: ExitFailed, say: sayNoLeader, own: true},
+	{is: sentinel(client.ErrIndeterminate), exit: ExitFailed, say: sayUnknown, own: true},
 	{is: sentinel(client.ErrUnavailable), exit: ExitFailed, say: sayUnreachable, own: true},
 	{is: func(error) bool { return true }, exit: -1, say: sayStatus},
+}
+
+func isA[T error](err error) bool {
+	var t T
+	return errors.As(err, &t)
+}
+
+// answeredNoLeader: a node answered that it knows no leader (an election
+// under way, or no quorum).
+func answeredNoLeader(err error) bool {
+	var ce *client.CallError
+	return errors.As(err, &ce) && ce.NoLeader
 }
 
 func sentinel(target error) func(error) bool {
@@ -324,6 +343,16 @@ func sayInvalid(err error, st *status.Status) string {
 		msg += " (limit " + ie.Limit + ")"
 	}
 	return msg
+}
+
+func sayOwn(err error, _ *status.Status) string { return "leasectl: " + err.Error() }
+
+func sayNoLeader(err error, _ *status.Status) string {
+	return fmt.Sprintf("leasectl: no leader/quorum: a node answered that it knows no leader (an election is under way, or most nodes are down or cut off); tried %s", tried(err))
+}
+
+func sayUnknown(err error, st *status.Status) string {
+	return fmt.Sprintf("leasectl: outcome unknown (tried %s): %s", tried(err), st.Message())
 }
 
 func sayUnreachable(err error, st *status.Status) string {
