@@ -115,6 +115,7 @@ func setupAcquire(a *app, fs *flag.FlagSet) func(context.Context, []string) erro
 		}
 		resp, _, err := rpc(ctx, a, api.NewLeaseServiceClient, api.LeaseServiceClient.Acquire, req, opts...)
 		if err != nil {
+			err = withValues(err, map[string]string{"resource": args[0], "scope": *scope, "holder": h, "ttl": ttl.String(), "request_id": id})
 			ae := &annotatedError{err: err, fields: map[string]any{"request_id": id}}
 			unknown := errors.Is(err, client.ErrIndeterminate)
 			if *wait && errors.Is(ctx.Err(), context.DeadlineExceeded) {

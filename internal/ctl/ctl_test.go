@@ -283,7 +283,7 @@ func TestInvalidArgumentShowsTheField(t *testing.T) {
 		return nil, withDetail(t, codes.InvalidArgument, "ttl too short", &api.BadField{Field: "ttl", Limit: ">= 2s"})
 	}
 	res := runCtl(t, "acquire", "jobs/42", "--ttl", "1s", "--endpoints", f.addr)
-	if res.code != ExitFailed || !strings.Contains(res.stderr, "invalid ttl: ttl too short (limit >= 2s)") {
+	if res.code != ExitFailed || !strings.Contains(res.stderr, "invalid --ttl 1s: must be >= 2s") {
 		t.Errorf("exit %d, stderr %q", res.code, res.stderr)
 	}
 	if strings.Contains(res.stderr, "outcome is unknown") {

@@ -275,6 +275,7 @@ type failure struct {
 var failures = []failure{
 	{is: isA[*waitTimeoutError], exit: ExitRefused, say: sayOwn, own: true},
 	{is: sentinel(client.ErrHeld), exit: ExitRefused, say: sayHeld},
+	{is: isA[*invalidValue], exit: ExitFailed, say: sayOwn, own: true},
 	{is: sentinel(client.ErrInvalidArgument), exit: ExitFailed, say: sayInvalid},
 	{is: answeredNoLeader, exit: ExitFailed, say: sayNoLeader, own: true},
 	{is: sentinel(client.ErrIndeterminate), exit: ExitFailed, say: sayUnknown, own: true},
@@ -338,11 +339,48 @@ func sayInvalid(err error, st *status.Status) string {
 	if !errors.As(err, &ie) || ie.Field == "" {
 		return sayStatus(err, st)
 	}
-	msg := fmt.Sprintf("leasectl: invalid %s: %s", ie.Field, ie.Message)
-	if ie.Limit != "" {
-		msg += " (limit " + ie.Limit + ")"
+	return fmt.Sprintf("leasectl: invalid %s: %s", ie.Field, mustBe(ie.Limit))
+}
+
+// invalidValue is an InvalidArgument about a value from the command line:
+// it names the flag and the value given, and the limit, once.
+type invalidValue struct {
+	name, value, limit string
+	err                error
+}
+
+func (e *invalidValue) Error() string {
+	return fmt.Sprintf("invalid %s %s: %s", e.name, shellQuote(e.value), mustBe(e.limit))
+}
+
+func (e *invalidValue) Unwrap() error { return e.err }
+
+// withValues turns an InvalidArgument about one of the request fields in
+// given (field name → the value from the command line) into an
+// *invalidValue; other errors pass unchanged.
+func withValues(err error, given map[string]string) error {
+	var ie *client.InvalidError
+	if !errors.As(err, &ie) {
+		return err
 	}
-	return msg
+	v, ok := given[ie.Field]
+	if !ok {
+		return err
+	}
+	name := "--" + strings.ReplaceAll(ie.Field, "_", "-")
+	if ie.Field == "resource" {
+		name = "resource"
+	}
+	return &invalidValue{name: name, value: v, limit: ie.Limit, err: err}
+}
+
+// mustBe phrases a limit from the service as a rule: "within [2s, 10m0s]"
+// becomes "must be within [2s, 10m0s]".
+func mustBe(limit string) string {
+	if limit == "" || strings.HasPrefix(limit, "must") || strings.HasPrefix(limit, "required") {
+		return limit
+	}
+	return "must be " + limit
 }
 
 func sayOwn(err error, _ *status.Status) string { return "leasectl: " + err.Error() }
