@@ -37,6 +37,7 @@ type fake struct {
 	onJoin     func(context.Context, *api.JoinRequest) (*api.JoinResponse, error)
 	onRemove   func(context.Context, *api.RemoveRequest) (*api.RemoveResponse, error)
 	onTransfer func(context.Context, *api.TransferLeadershipRequest) (*api.TransferLeadershipResponse, error)
+	onSnapshot func(*api.SnapshotRequest, grpc.ServerStreamingServer[api.SnapshotChunk]) error
 
 	mu    sync.Mutex
 	calls []call
@@ -147,6 +148,14 @@ func (f *fake) TransferLeadership(ctx context.Context, r *api.TransferLeadership
 		return nil, unimplemented("TransferLeadership")
 	}
 	return f.onTransfer(ctx, r)
+}
+
+func (f *fake) Snapshot(r *api.SnapshotRequest, s grpc.ServerStreamingServer[api.SnapshotChunk]) error {
+	f.record("Snapshot", r)
+	if f.onSnapshot == nil {
+		return unimplemented("Snapshot")
+	}
+	return f.onSnapshot(r, s)
 }
 
 // start serves f on a fresh loopback port until the test ends, and returns f.

@@ -2,9 +2,13 @@ package ctl
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"testing"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/leasefence/leasefence/api"
 )
@@ -34,6 +38,44 @@ func TestInvalidArgumentSaysTheValueAndTheLimitOnce(t *testing.T) {
 		res := runCtl(t, append(c.args, "--endpoints", f.addr)...)
 		if res.code != ExitFailed || res.stderr != c.want {
 			t.Errorf("%q: exit %d, stderr %q, want %d and %q", c.args, res.code, res.stderr, ExitFailed, c.want)
+		}
+	}
+}
+
+func TestErrorsCarryNoPackagePrefixOrRawCode(t *testing.T) {
+	t.Parallel()
+	f := start(t, &fake{
+		onAcquire: func(context.Context, *api.AcquireRequest) (*api.AcquireResponse, error) {
+			return nil, status.Error(codes.PermissionDenied, `cluster: permission denied: "billing" may not resource "jobs/1"`)
+		},
+		onRenew: func(context.Context, *api.RenewRequest) (*api.RenewResponse, error) {
+			return nil, status.Error(codes.NotFound, "fsm: lease not found or expired")
+		},
+		onJoin: func(context.Context, *api.JoinRequest) (*api.JoinResponse, error) {
+			return nil, status.Error(codes.ResourceExhausted, "cluster: limit reached: 7 members at most")
+		},
+		onSnapshot: func(_ *api.SnapshotRequest, s grpc.ServerStreamingServer[api.SnapshotChunk]) error {
+			body := []byte("lease state")
+			sum := sha256.Sum256(body)
+			data := append(body, sum[:]...)
+			return s.Send(&api.SnapshotChunk{Data: data, Index: 9, Size: uint64(len(data)), Sha256: hex.EncodeToString(sum[:])})
+		},
+	})
+	dir := t.TempDir()
+	cases := []struct {
+		args []string
+		want string
+		code int
+	}{
+		{[]string{"acquire", "jobs/1", "--ttl", "5s"}, `leasectl: permission denied: "billing" may not resource "jobs/1"` + "\n", ExitRefused},
+		{[]string{"renew", testLeaseHex}, "leasectl: lease not found or expired\n", ExitRefused},
+		{[]string{"members", "add", "n9", "h:1"}, "leasectl: limit reached: 7 members at most\n", ExitRefused},
+		{[]string{"snapshot", "save", dir + "/no/such/dir/x"}, "leasectl: open " + dir + "/no/such/dir/x.part: no such file or directory\n", ExitFailed},
+	}
+	for _, c := range cases {
+		res := runCtl(t, append(c.args, "--endpoints", f.addr)...)
+		if res.code != c.code || res.stderr != c.want {
+			t.Errorf("%q: exit %d, stderr %q; want %d and %q", c.args, res.code, res.stderr, c.code, c.want)
 		}
 	}
 }

@@ -390,16 +390,70 @@ func sayNoLeader(err error, _ *status.Status) string {
 }
 
 func sayUnknown(err error, st *status.Status) string {
-	return fmt.Sprintf("leasectl: outcome unknown (tried %s): %s", tried(err), st.Message())
+	msg := fmt.Sprintf("leasectl: outcome unknown (tried %s)", tried(err))
+	why := strings.TrimPrefix(strings.TrimPrefix(plainMessage(st.Message()), "outcome unknown"), ": ")
+	if why != "" {
+		msg += ": " + why
+	}
+	return msg
 }
 
 func sayUnreachable(err error, st *status.Status) string {
-	return fmt.Sprintf("leasectl: cluster unreachable (tried %s): %s (%s)", tried(err), st.Message(), st.Code())
+	return fmt.Sprintf("leasectl: cluster unreachable (tried %s): %s", tried(err), plainMessage(st.Message()))
 }
 
-func sayStatus(_ error, st *status.Status) string {
-	return fmt.Sprintf("leasectl: %s (%s)", st.Message(), st.Code())
+// sayStatus says a service's answer without its package prefixes or raw
+// gRPC code (the code in words where the message does not say it), and a
+// local error (a file that cannot be written) as it is.
+func sayStatus(err error, st *status.Status) string {
+	if !isStatus(err) {
+		return "leasectl: " + err.Error()
+	}
+	msg := plainMessage(st.Message())
+	if w, ok := codeWords[st.Code()]; ok && !strings.Contains(strings.ToLower(msg), w) {
+		msg = w + ": " + msg
+	}
+	return "leasectl: " + msg
 }
+
+// isStatus reports whether err came from a call (a node's answer or a
+// transport failure) rather than from leasectl itself.
+func isStatus(err error) bool {
+	var ce *client.CallError
+	if errors.As(err, &ce) {
+		return true
+	}
+	_, ok := status.FromError(err)
+	return ok
+}
+
+// codeWords says the gRPC codes a node answers with in words.
+var codeWords = map[codes.Code]string{
+	codes.PermissionDenied:   "permission denied",
+	codes.Unauthenticated:    "not authenticated",
+	codes.NotFound:           "not found",
+	codes.AlreadyExists:      "already exists",
+	codes.ResourceExhausted:  "limit reached",
+	codes.FailedPrecondition: "refused",
+	codes.DeadlineExceeded:   "timed out",
+	codes.Canceled:           "interrupted",
+	codes.Unimplemented:      "not supported by this node",
+	codes.Internal:           "internal error on the node",
+}
+
+// plainMessage drops the package prefixes ("cluster: ", "fsm: ") from the
+// front of a node's message.
+func plainMessage(msg string) string {
+	for {
+		word, rest, ok := strings.Cut(msg, ": ")
+		if !ok || !packagePrefix[word] {
+			return msg
+		}
+		msg = rest
+	}
+}
+
+var packagePrefix = map[string]bool{"cluster": true, "fsm": true, "client": true, "transport": true, "fence": true, "leased": true}
 
 // exitCode maps a gRPC code to an exit status: refusals are 1, everything
 // else that failed is 2.
