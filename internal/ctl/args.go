@@ -408,12 +408,14 @@ func (a *app) help(args []string) int {
 	name := strings.Join(words, " ")
 	cmd := lookupCommand(name)
 	if cmd == nil || cmd.setup == nil {
-		if name == "members" {
-			for _, c := range commands {
-				if strings.HasPrefix(c.name, "members ") {
-					a.printCommandHelp(a.stdout, c)
-				}
+		found := false
+		for _, c := range commands {
+			if strings.HasPrefix(c.name, name+" ") { // a group: members, snapshot
+				a.printCommandHelp(a.stdout, c)
+				found = true
 			}
+		}
+		if found {
 			return ExitOK
 		}
 		fmt.Fprintf(a.stderr, "leasectl help: unknown command %q\n", name)

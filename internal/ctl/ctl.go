@@ -189,8 +189,12 @@ func (a *app) run(ctx context.Context, args []string) int {
 			a.printHelp(a.stdout)
 			return ExitOK
 		}
-		fmt.Fprintf(a.stderr, "leasectl: %v\n\n", err)
-		a.printHelp(a.stderr)
+		fmt.Fprintf(a.stderr, "leasectl: %v\n", err)
+		if group := commandGroup(args); group != "" {
+			fmt.Fprintf(a.stderr, "run \"leasectl help %s\" for its commands\n", group)
+		} else {
+			fmt.Fprintln(a.stderr, `run "leasectl help" for the commands`)
+		}
 		return ExitFailed
 	}
 	if cmd.name == "help" {
@@ -245,13 +249,28 @@ func arity(c *command) string {
 	}
 }
 
+// commandGroup returns "members" or "snapshot" when the first word of args
+// names a group of commands, else "".
+func commandGroup(args []string) string {
+	for _, arg := range args {
+		if strings.HasPrefix(arg, "-") {
+			continue
+		}
+		if arg == "members" || arg == "snapshot" {
+			return arg
+		}
+		return ""
+	}
+	return ""
+}
+
 // usageFailure reports a usage error on stderr (and as a JSON object on
 // stdout with --json) and returns ExitFailed.
 func (a *app) usageFailure(cmd *command, fs *flag.FlagSet, err error) int {
 	if a.json {
 		a.printJSON(map[string]any{"error": err.Error(), "code": "Usage"})
 	}
-	fmt.Fprintf(a.stderr, "leasectl %s: %v\nusage: %s\n", cmd.name, err, cmd.synopsis(fs))
+	fmt.Fprintf(a.stderr, "leasectl %s: %v\nusage: %s\nrun \"leasectl help %s\" for its flags\n", cmd.name, err, cmd.synopsis(fs), cmd.name)
 	return ExitFailed
 }
 

@@ -595,7 +595,7 @@ func TestUsageErrors(t *testing.T) {
 func TestHelp(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}, {"help", "acquire"}, {"acquire", "-h"},
-		{"members", "add", "--help"}, {"help", "members"}} {
+		{"members", "add", "--help"}, {"help", "members"}, {"help", "snapshot"}} {
 		res := runCtl(t, args...)
 		if res.code != ExitOK || !strings.Contains(res.stdout, "usage: leasectl") {
 			t.Errorf("%q: exit %d, stdout %q", args, res.code, res.stdout)

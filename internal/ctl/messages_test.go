@@ -79,3 +79,29 @@ func TestErrorsCarryNoPackagePrefixOrRawCode(t *testing.T) {
 		}
 	}
 }
+
+// A usage error prints the one command's usage and where to read more, not
+// the whole help.
+func TestUsageErrorPrintsTheCommandsUsageOnly(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"frobnicate"}, "leasectl: unknown command \"frobnicate\"\nrun \"leasectl help\" for the commands\n"},
+		{[]string{}, "leasectl: no command given\nrun \"leasectl help\" for the commands\n"},
+		{[]string{"members"}, "leasectl: members needs a subcommand: list, add or remove\nrun \"leasectl help members\" for its commands\n"},
+		{[]string{"acquire", "jobs/42"}, "leasectl acquire: --ttl is required and must be positive\n" +
+			"usage: leasectl acquire RESOURCE --ttl DURATION [--holder LABEL] [--request-id ID] [--scope SCOPE] [--wait]\n" +
+			"run \"leasectl help acquire\" for its flags\n"},
+		{[]string{"members", "add", "n4"}, "leasectl members add: members add takes 2 argument(s): ID ADDR\n" +
+			"usage: leasectl members add ID ADDR [--nonvoter]\n" +
+			"run \"leasectl help members add\" for its flags\n"},
+	}
+	for _, c := range cases {
+		res := runCtl(t, c.args...)
+		if res.code != ExitFailed || res.stderr != c.want || res.stdout != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr:\n%s\nwant %d and:\n%s", c.args, res.code, res.stdout, res.stderr, ExitFailed, c.want)
+		}
+	}
+}
