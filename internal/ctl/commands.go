@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -57,6 +58,9 @@ var commands = []*command{
 	{name: "snapshot save", args: "FILE", minArgs: 1, maxArgs: 1,
 		summary: "save a consistent backup of the lease state (checksummed); leased --restore starts a new cluster from it",
 		setup:   setupSnapshotSave},
+	{name: "version", minArgs: 0, maxArgs: 0,
+		summary: "print leasectl's version, the commit it was built from and its Go version",
+		setup:   setupVersion},
 	{name: "help", args: "[COMMAND]", minArgs: 0, maxArgs: 2,
 		summary: "show help"},
 }
@@ -178,6 +182,39 @@ func (e *waitTimeoutError) Error() string {
 }
 
 func (e *waitTimeoutError) Unwrap() error { return e.err }
+
+func setupVersion(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+	return func(context.Context, []string) error {
+		version, commit, modified, goVersion := "unknown", "unknown", false, runtime.Version()
+		if bi, ok := a.buildInfo(); ok && bi != nil {
+			if bi.Main.Version != "" {
+				version = bi.Main.Version
+			}
+			goVersion = bi.GoVersion
+			for _, kv := range bi.Settings {
+				switch kv.Key {
+				case "vcs.revision":
+					commit = kv.Value
+				case "vcs.modified":
+					modified = kv.Value == "true"
+				}
+			}
+		}
+		if a.json {
+			a.printJSON(map[string]any{"version": version, "commit": commit, "modified": modified, "go": goVersion})
+			return nil
+		}
+		if modified {
+			commit += " (modified)"
+		}
+		k := newKV(a.stdout)
+		k.row("version", version)
+		k.row("commit", commit)
+		k.row("go", goVersion)
+		k.flush()
+		return nil
+	}
+}
 
 func setupRenew(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 	return func(ctx context.Context, args []string) error {

@@ -23,6 +23,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"syscall"
@@ -95,6 +96,7 @@ type app struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	hostname       func() (string, error)
+	buildInfo      func() (*debug.BuildInfo, bool)
 	// retryFor is the client's Config.RetryFor (zero: the client's
 	// default); connectTimeout bounds one connection attempt.
 	retryFor       time.Duration
@@ -129,6 +131,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *app {
 		stderr:         stderr,
 		getenv:         os.Getenv,
 		hostname:       os.Hostname,
+		buildInfo:      debug.ReadBuildInfo,
 		connectTimeout: connectTimeout,
 	}
 }

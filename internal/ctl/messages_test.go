@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"runtime"
+	"runtime/debug"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -102,6 +104,32 @@ func TestUsageErrorPrintsTheCommandsUsageOnly(t *testing.T) {
 		res := runCtl(t, c.args...)
 		if res.code != ExitFailed || res.stderr != c.want || res.stdout != "" {
 			t.Errorf("%q: exit %d, stdout %q, stderr:\n%s\nwant %d and:\n%s", c.args, res.code, res.stdout, res.stderr, ExitFailed, c.want)
+		}
+	}
+}
+
+func TestVersionPrintsVersionCommitAndGo(t *testing.T) {
+	t.Parallel()
+	info := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v0.2.0"}, Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "6cf3111aa0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5"}, {Key: "vcs.modified", Value: "true"}}}
+	for _, c := range []struct {
+		info *debug.BuildInfo
+		json bool
+		want string
+	}{
+		{info, false, "version v0.2.0\ncommit  6cf3111aa0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5 (modified)\ngo      go1.26.8\n"},
+		{info, true, `{"commit":"6cf3111aa0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5","go":"go1.26.8","modified":true,"version":"v0.2.0"}` + "\n"},
+		{nil, false, "version unknown\ncommit  unknown\ngo      " + runtime.Version() + "\n"},
+	} {
+		var stdout, stderr syncBuffer
+		a := newTestApp(&stdout, &stderr)
+		a.buildInfo = func() (*debug.BuildInfo, bool) { return c.info, c.info != nil }
+		args := []string{"version"}
+		if c.json {
+			args = append(args, "--json")
+		}
+		if code := a.run(context.Background(), args); code != ExitOK || stdout.String() != c.want {
+			t.Errorf("%q: exit %d, stdout:\n%s\nwant:\n%s\nstderr %q", args, code, stdout.String(), c.want, stderr.String())
 		}
 	}
 }
