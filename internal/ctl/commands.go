@@ -32,7 +32,7 @@ var commands = []*command{
 		summary: "extend a live lease by its ttl, keeping its token",
 		setup:   setupRenew},
 	{name: "release", args: "LEASE_ID", minArgs: 1, maxArgs: 1,
-		summary: "release a lease; an unknown or expired id prints \"released false\"",
+		summary: "release a lease; an unknown or expired id prints \"released false\" and exits 0 (release is idempotent)",
 		setup:   setupRelease},
 	{name: "get", args: "RESOURCE", minArgs: 1, maxArgs: 1,
 		summary: "show the current lease of a resource (linearizable unless --stale)",

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"os"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -131,5 +133,22 @@ func TestVersionPrintsVersionCommitAndGo(t *testing.T) {
 		if code := a.run(context.Background(), args); code != ExitOK || stdout.String() != c.want {
 			t.Errorf("%q: exit %d, stdout:\n%s\nwant:\n%s\nstderr %q", args, code, stdout.String(), c.want, stderr.String())
 		}
+	}
+}
+
+// release of an unknown or expired id is no error (release is idempotent):
+// exit 0 with "released false", and the help and the README say so.
+func TestReleaseOfUnknownIDExitCodeIsTheSameInHelpAndREADME(t *testing.T) {
+	t.Parallel()
+	const rule = `an unknown or expired id prints "released false" and exits 0`
+	if res := runCtl(t, "help", "release"); !strings.Contains(res.stdout, rule) {
+		t.Errorf("leasectl help release does not say %q:\n%s", rule, res.stdout)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(strings.Fields(string(readme)), " "), "`release` of "+rule) {
+		t.Errorf("README does not say \"`release` of %s\"", rule)
 	}
 }
