@@ -137,3 +137,18 @@ func TestAcquireWaitTimeoutSaysTimedOutWaitingAndWhoHoldsIt(t *testing.T) {
 		t.Errorf("took %v to time out after 1s", took)
 	}
 }
+
+func TestTransferLeadershipNamesTheNewLeaderOnARealCluster(t *testing.T) {
+	c := testcluster.Start(t, leasedBinary(t), 3)
+	old := c.Procs[c.Leader()]
+	res := leasectlOn(c.Endpoints(), "transfer-leadership")
+	m := regexp.MustCompile(`^leader now (n[0-9]) \((127\.0\.0\.1:[0-9]+)\)\n$`).FindStringSubmatch(res.stdout)
+	if res.code != ExitOK || m == nil || m[1] == old.ID {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want a leader other than %s", res.code, res.stdout, res.stderr, old.ID)
+	}
+	for _, p := range c.Procs {
+		if p.ID == m[1] && p.Addr != m[2] {
+			t.Errorf("printed %s at %s, it listens on %s", m[1], m[2], p.Addr)
+		}
+	}
+}

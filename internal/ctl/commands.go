@@ -434,16 +434,67 @@ func setupTransfer(a *app, fs *flag.FlagSet) func(context.Context, []string) err
 		if len(args) == 1 {
 			req.Id = args[0]
 		}
+		prev := ""
+		if st, _, err := a.status(ctx); err == nil {
+			prev = st.GetLeaderId()
+		}
 		resp, _, err := rpc(ctx, a, api.NewClusterServiceClient, api.ClusterServiceClient.TransferLeadership, req, client.Mutation())
 		if err != nil {
 			return err
 		}
-		if a.json {
-			a.printJSON(map[string]any{"leader_id": resp.GetLeaderId()})
-		} else {
-			fmt.Fprintf(a.stdout, "leader now %s\n", resp.GetLeaderId())
+		id, addr := a.newLeader(ctx, resp.GetLeaderId(), prev, req.GetId())
+		switch {
+		case a.json:
+			a.printJSON(map[string]any{"leader_id": id, "leader_addr": addr})
+		case id == "":
+			fmt.Fprintln(a.stdout, "leadership handed over; no node knows the new leader yet (see leasectl status)")
+		case addr == "":
+			fmt.Fprintf(a.stdout, "leader now %s\n", id)
+		default:
+			fmt.Fprintf(a.stdout, "leader now %s (%s)\n", id, addr)
 		}
 		return nil
+	}
+}
+
+// newLeader returns the leader after a transfer, with its address: the one
+// the answer named, else the first one a node reports that is the target
+// (when one was asked for) or another than prev. The old leader answers
+// before it has heard from the new one, so its answer often names none;
+// newLeader asks the cluster until one is known, for up to 10s or until ctx
+// ends, and returns "" when none is.
+func (a *app) newLeader(ctx context.Context, named, prev, target string) (id, addr string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	wanted := func(id string) bool {
+		if target != "" {
+			return id == target
+		}
+		return id != "" && id != prev
+	}
+	id = named
+	for {
+		if st, _, err := a.status(ctx); err == nil {
+			if !wanted(id) && wanted(st.GetLeaderId()) {
+				id = st.GetLeaderId()
+			}
+			if wanted(id) {
+				for _, m := range st.GetMembers() {
+					if m.GetId() == id {
+						addr = m.GetAddr()
+					}
+				}
+				return id, addr
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if wanted(id) {
+				return id, ""
+			}
+			return "", ""
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 

@@ -529,9 +529,9 @@ func TestMembershipCommandsWrapClusterService(t *testing.T) {
 		{[]string{"members", "add", "n6", "f:1"}, "added n6 (f:1) as voter\n",
 			"Join", &api.JoinRequest{Id: "n6", Addr: "f:1"}},
 		{[]string{"members", "remove", "n4"}, "removed n4\n", "Remove", &api.RemoveRequest{Id: "n4"}},
-		{[]string{"transfer-leadership", "n2"}, "leader now n2\n",
+		{[]string{"transfer-leadership", "n2"}, "leader now n2 (b:1)\n",
 			"TransferLeadership", &api.TransferLeadershipRequest{Id: "n2"}},
-		{[]string{"transfer-leadership"}, "leader now n3\n",
+		{[]string{"transfer-leadership"}, "leader now n3 (c:1)\n",
 			"TransferLeadership", &api.TransferLeadershipRequest{}},
 	}
 	for _, c := range cases {

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -150,5 +151,36 @@ func TestReleaseOfUnknownIDExitCodeIsTheSameInHelpAndREADME(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(strings.Fields(string(readme)), " "), "`release` of "+rule) {
 		t.Errorf("README does not say \"`release` of %s\"", rule)
+	}
+}
+
+// The old leader answers a transfer before it has heard from the new one,
+// so its answer names no leader: transfer-leadership asks the cluster until
+// a new leader is known, and prints it with its address.
+func TestTransferLeadershipPrintsTheNewLeader(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	statuses := 0
+	f := start(t, &fake{
+		onStatus: func(context.Context, *api.StatusRequest) (*api.StatusResponse, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			statuses++
+			s := testStatus("a:1", "b:1", "c:1") // n1 leads
+			switch {
+			case statuses == 2: // just after the transfer: no leader yet
+				s.LeaderId, s.LeaderAddr = "", ""
+			case statuses > 2:
+				s.LeaderId, s.LeaderAddr = "n3", "c:1"
+			}
+			return s, nil
+		},
+		onTransfer: func(context.Context, *api.TransferLeadershipRequest) (*api.TransferLeadershipResponse, error) {
+			return &api.TransferLeadershipResponse{}, nil
+		},
+	})
+	res := runCtl(t, "transfer-leadership", "--endpoints", f.addr)
+	if res.code != ExitOK || res.stdout != "leader now n3 (c:1)\n" {
+		t.Errorf("exit %d, stdout %q, stderr %q; want \"leader now n3 (c:1)\"", res.code, res.stdout, res.stderr)
 	}
 }
