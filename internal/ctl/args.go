@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -48,6 +49,19 @@ func (a *app) finishGlobalFlags(fs *flag.FlagSet) error {
 	})
 	if len(a.endpoints) == 0 {
 		return usageErrorf("no endpoints: set --endpoints or $%s", EnvEndpoints)
+	}
+	for _, e := range a.endpoints {
+		// Without a port, gRPC would dial :443 and fail later, obscurely.
+		host, port, err := net.SplitHostPort(e)
+		switch {
+		case err != nil && strings.Contains(err.Error(), "missing port"), err == nil && port == "":
+			if host == "" {
+				host = strings.TrimSuffix(e, ":")
+			}
+			return usageErrorf("endpoint %q: missing port (want host:port, e.g. %s)", e, net.JoinHostPort(host, "7001"))
+		case err != nil:
+			return usageErrorf("endpoint %q: want host:port ([host]:port for IPv6): %v", e, err)
+		}
 	}
 	if a.tlsCert != "" || a.tlsKey != "" || a.tlsCA != "" {
 		if a.tlsCA == "" {

@@ -184,3 +184,35 @@ func TestTransferLeadershipPrintsTheNewLeader(t *testing.T) {
 		t.Errorf("exit %d, stdout %q, stderr %q; want \"leader now n3 (c:1)\"", res.code, res.stdout, res.stderr)
 	}
 }
+
+// An endpoint without a port used to dial :443 and fail later with a
+// transport error; it is a usage error that says so, before any call.
+func TestEndpointWithoutPortIsAUsageError(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{[]string{"status", "--endpoints", "localhost"}, "",
+			"leasectl status: endpoint \"localhost\": missing port (want host:port, e.g. localhost:7001)\n"},
+		{[]string{"status", "--endpoints", "127.0.0.1:7001,10.0.0.2:"}, "",
+			"leasectl status: endpoint \"10.0.0.2:\": missing port (want host:port, e.g. 10.0.0.2:7001)\n"},
+		{[]string{"status"}, "node-1:7001,node-2",
+			"leasectl status: endpoint \"node-2\": missing port (want host:port, e.g. node-2:7001)\n"},
+	}
+	for _, c := range cases {
+		var stdout, stderr syncBuffer
+		a := newTestApp(&stdout, &stderr)
+		a.getenv = func(k string) string {
+			if k == EnvEndpoints {
+				return c.env
+			}
+			return ""
+		}
+		code := a.run(context.Background(), c.args)
+		if first := firstLine(stderr.String()) + "\n"; code != ExitFailed || first != c.want {
+			t.Errorf("%q (env %q): exit %d, stderr:\n%s\nwant %d, first line %q", c.args, c.env, code, stderr.String(), ExitFailed, c.want)
+		}
+	}
+}
