@@ -161,11 +161,17 @@ func (f *fake) Snapshot(r *api.SnapshotRequest, s grpc.ServerStreamingServer[api
 // start serves f on a fresh loopback port until the test ends, and returns f.
 func start(t *testing.T, f *fake) *fake {
 	t.Helper()
+	return startWith(t, f)
+}
+
+// startWith is start with server options (TLS credentials).
+func startWith(t *testing.T, f *fake, opts ...grpc.ServerOption) *fake {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	api.RegisterLeaseServiceServer(srv, f)
 	api.RegisterClusterServiceServer(srv, f)
 	f.addr = ln.Addr().String()

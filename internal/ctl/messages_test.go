@@ -3,8 +3,10 @@ package ctl
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -13,9 +15,12 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/internal/certgen"
+	"github.com/leasefence/leasefence/transport"
 )
 
 // Golden messages of issue 18: what was wrong, once, with the value given
@@ -214,5 +219,30 @@ func TestEndpointWithoutPortIsAUsageError(t *testing.T) {
 		if first := firstLine(stderr.String()) + "\n"; code != ExitFailed || first != c.want {
 			t.Errorf("%q (env %q): exit %d, stderr:\n%s\nwant %d, first line %q", c.args, c.env, code, stderr.String(), ExitFailed, c.want)
 		}
+	}
+}
+
+// A plaintext leasectl against a node that speaks TLS used to end in
+// "error reading server preface: EOF"; it says what to pass.
+func TestPlaintextAgainstTLSNodeSaysToPassTLSFlags(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if _, err := certgen.WriteCluster(dir, []string{"node"}, []string{"client"}, transport.DefaultPeerIdentity); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "node.crt"), filepath.Join(dir, "node.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := startWith(t, &fake{onStatus: func(context.Context, *api.StatusRequest) (*api.StatusResponse, error) {
+		return testStatus("a:1", "b:1", "c:1"), nil
+	}}, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13})))
+	res := runCtl(t, "status", "--endpoints", f.addr, "--timeout", "2s")
+	const hint = "leasectl: the node closed the connection before answering: it may speak TLS; pass --tls-ca FILE (with --tls-cert and --tls-key where it asks for a client certificate)\n"
+	if res.code != ExitFailed || !strings.HasSuffix(res.stderr, hint) {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit %d, ending in:\n%s", res.code, res.stderr, ExitFailed, hint)
+	}
+	if res := runCtl(t, "status", "--endpoints", f.addr, "--tls-ca", filepath.Join(dir, "ca.crt")); res.code != ExitOK {
+		t.Errorf("with --tls-ca: exit %d, stderr %q", res.code, res.stderr)
 	}
 }

@@ -215,6 +215,10 @@ func (a *app) report(ctx context.Context, err error) int {
 	if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
 		code = ExitInterrupted
 	}
+	if a.tlsConfig == nil && strings.Contains(st.Message(), "error reading server preface: EOF") {
+		// A TLS node closes a plaintext connection at once.
+		note = strings.TrimPrefix(note+"\n"+tlsHint, "\n")
+	}
 	if a.json {
 		jsonMsg := st.Message()
 		if f.own {
@@ -252,6 +256,10 @@ func (a *app) report(ctx context.Context, err error) int {
 	}
 	return code
 }
+
+// tlsHint follows an error where a node closed a plaintext connection
+// before answering, as a node that speaks TLS does.
+const tlsHint = "leasectl: the node closed the connection before answering: it may speak TLS; pass --tls-ca FILE (with --tls-cert and --tls-key where it asks for a client certificate)"
 
 // failure is how leasectl reports one class of error.
 type failure struct {
