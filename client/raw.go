@@ -78,7 +78,7 @@ func (c *Client) Invoke(ctx context.Context, op func(ctx context.Context, conn *
 	if len(ce.Tried) == 0 {
 		return err // nothing was attempted (closed client, bad address)
 	}
-	if o.mutation && outcomeUnknown(err) {
+	if o.mutation && outcomeUnknown(err) && !errors.Is(err, ErrIndeterminate) {
 		err = fmt.Errorf("%w: %w", ErrIndeterminate, err)
 	}
 	ce.Err = err
