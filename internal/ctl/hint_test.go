@@ -110,4 +110,17 @@ func TestFailureWordingSaysWhatTheNodesAnswered(t *testing.T) {
 			t.Errorf("%s: exit %d, stderr:\n%s\nwant exit %d, first line %q", c.name, res.code, res.stderr, ExitFailed, c.want)
 		}
 	}
+
+	// --json tells the classes apart by "reason".
+	for args, want := range map[string]string{
+		"get jobs/42 --endpoints " + dead:                       "unreachable",
+		"get jobs/42 --endpoints " + dead + "," + noLeader.addr: "no_leader",
+		"acquire jobs/42 --ttl 10s --endpoints " + unknown.addr: "outcome_unknown",
+	} {
+		res := runCtl(t, append(strings.Fields(args), "--json")...)
+		var out struct{ Reason string }
+		if err := json.Unmarshal([]byte(res.stdout), &out); err != nil || out.Reason != want {
+			t.Errorf("%s --json: stdout %q, want reason %q", args, res.stdout, want)
+		}
+	}
 }

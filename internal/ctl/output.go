@@ -225,6 +225,9 @@ func (a *app) report(ctx context.Context, err error) int {
 			jsonMsg = strings.TrimPrefix(msg, "leasectl: ")
 		}
 		obj := map[string]any{"error": jsonMsg, "code": st.Code().String()}
+		if f.reason != "" {
+			obj["reason"] = f.reason
+		}
 		for k, v := range extra {
 			obj[k] = v
 		}
@@ -272,6 +275,9 @@ type failure struct {
 	say func(err error, st *status.Status) string
 	// own: the JSON "error" is say's message, not the service's.
 	own bool
+	// reason, when set, goes in the JSON object as "reason", for scripts
+	// that must tell the classes apart (the "code" is the last attempt's).
+	reason string
 }
 
 // failures maps the client's errors to messages and exit statuses. The
@@ -281,13 +287,13 @@ type failure struct {
 // answered it knows no leader makes it "no leader/quorum"; a write sent
 // without an answer is "outcome unknown".
 var failures = []failure{
-	{is: isA[*waitTimeoutError], exit: ExitRefused, say: sayOwn, own: true},
+	{is: isA[*waitTimeoutError], exit: ExitRefused, say: sayOwn, own: true, reason: "timed_out_waiting"},
 	{is: sentinel(client.ErrHeld), exit: ExitRefused, say: sayHeld},
 	{is: isA[*invalidValue], exit: ExitFailed, say: sayOwn, own: true},
 	{is: sentinel(client.ErrInvalidArgument), exit: ExitFailed, say: sayInvalid},
-	{is: answeredNoLeader, exit: ExitFailed, say: sayNoLeader, own: true},
-	{is: sentinel(client.ErrIndeterminate), exit: ExitFailed, say: sayUnknown, own: true},
-	{is: sentinel(client.ErrUnavailable), exit: ExitFailed, say: sayUnreachable, own: true},
+	{is: answeredNoLeader, exit: ExitFailed, say: sayNoLeader, own: true, reason: "no_leader"},
+	{is: sentinel(client.ErrIndeterminate), exit: ExitFailed, say: sayUnknown, own: true, reason: "outcome_unknown"},
+	{is: sentinel(client.ErrUnavailable), exit: ExitFailed, say: sayUnreachable, own: true, reason: "unreachable"},
 	{is: func(error) bool { return true }, exit: -1, say: sayStatus},
 }
 
