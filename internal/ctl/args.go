@@ -32,7 +32,7 @@ func (a *app) globalFlags(fs *flag.FlagSet) {
 			return nil
 		})
 	a.endpoints, _ = parseEndpoints(def)
-	fs.DurationVar(&a.timeout, "timeout", DefaultTimeout, "bound on the whole command, retries included; 0 means none (acquire --wait and watch: none unless given)")
+	fs.DurationVar(&a.timeout, "timeout", DefaultTimeout, "bound on the whole command, retries included (default "+DefaultTimeout.String()+"); 0 means none (acquire --wait, watch and snapshot save: none unless given)")
 	fs.BoolVar(&a.json, "json", false, "print one JSON object per result, and errors as JSON on stdout")
 	fs.StringVar(&a.tlsCert, "tls-cert", a.getenv(EnvTLSCert), "PEM client certificate `file` for mutual TLS, with --tls-key and --tls-ca (default $"+EnvTLSCert+")")
 	fs.StringVar(&a.tlsKey, "tls-key", a.getenv(EnvTLSKey), "PEM private key `file` of --tls-cert (default $"+EnvTLSKey+")")

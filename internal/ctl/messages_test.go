@@ -246,3 +246,12 @@ func TestPlaintextAgainstTLSNodeSaysToPassTLSFlags(t *testing.T) {
 		t.Errorf("with --tls-ca: exit %d, stderr %q", res.code, res.stderr)
 	}
 }
+
+func TestHelpStatesTheDefaultTimeout(t *testing.T) {
+	t.Parallel()
+	res := runCtl(t, "help")
+	const want = "  --timeout duration     bound on the whole command, retries included (default 5s); 0 means none (acquire --wait, watch and snapshot save: none unless given)\n"
+	if !strings.Contains(res.stdout, want) {
+		t.Errorf("help lacks\n%s\nin:\n%s", want, res.stdout)
+	}
+}
