@@ -116,6 +116,7 @@ func setupAcquire(a *app, fs *flag.FlagSet) func(context.Context, []string) erro
 		opts := []client.InvokeOption{client.Mutation()}
 		if *wait {
 			opts = append(opts, client.NoAttemptTimeout())
+			a.sayWaiting(ctx, req.GetResource())
 		}
 		resp, _, err := rpc(ctx, a, api.NewLeaseServiceClient, api.LeaseServiceClient.Acquire, req, opts...)
 		if err != nil {
@@ -135,6 +136,21 @@ func setupAcquire(a *app, fs *flag.FlagSet) func(context.Context, []string) erro
 		a.printLease(resp.GetLease(), asDuration(resp.GetTtlRemaining()), resp.GetReplayed(), id)
 		return nil
 	}
+}
+
+// sayWaiting tells, before an acquire --wait, who holds the resource and
+// how many callers wait ahead. It says nothing when the resource is free or
+// cannot be read within a second: the wait itself is what matters.
+func (a *app) sayWaiting(ctx context.Context, resource string) {
+	gctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	g, _, err := rpc(gctx, a, api.NewLeaseServiceClient, api.LeaseServiceClient.Get, &api.GetRequest{Resource: resource})
+	l := g.GetLease()
+	if err != nil || l == nil {
+		return
+	}
+	fmt.Fprintf(a.stderr, "leasectl: waiting for %s: held by %s (token %d), time left %s, %d waiting ahead; Ctrl-C to stop\n",
+		resource, l.GetHolder(), l.GetToken(), roundDuration(asDuration(g.GetTtlRemaining())), g.GetWaiters())
 }
 
 // waitTimedOut builds the error of an acquire --wait that --timeout ended,

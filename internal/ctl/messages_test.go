@@ -12,11 +12,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/internal/certgen"
@@ -253,5 +255,26 @@ func TestHelpStatesTheDefaultTimeout(t *testing.T) {
 	const want = "  --timeout duration     bound on the whole command, retries included (default 5s); 0 means none (acquire --wait, watch and snapshot save: none unless given)\n"
 	if !strings.Contains(res.stdout, want) {
 		t.Errorf("help lacks\n%s\nin:\n%s", want, res.stdout)
+	}
+}
+
+// acquire --wait on a held resource says it is waiting, on whom, and how
+// many wait ahead, before it waits.
+func TestAcquireWaitSaysItIsWaiting(t *testing.T) {
+	t.Parallel()
+	f := start(t, &fake{
+		onGet: func(_ context.Context, r *api.GetRequest) (*api.GetResponse, error) {
+			return &api.GetResponse{Lease: testLease(r.GetResource()), TtlRemaining: durationpb.New(4049 * time.Millisecond),
+				ScopeToken: 7, Waiters: 2}, nil
+		},
+		onAcquire: granting,
+	})
+	res := runCtl(t, "acquire", "jobs/42", "--ttl", "10s", "--wait", "--endpoints", f.addr)
+	const want = "leasectl: waiting for jobs/42: held by worker-a (token 7), time left 4s, 2 waiting ahead; Ctrl-C to stop\n"
+	if res.code != ExitOK || res.stderr != want || !strings.Contains(res.stdout, "token     7\n") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want stderr %q", res.code, res.stdout, res.stderr, want)
+	}
+	if res := runCtl(t, "acquire", "jobs/42", "--ttl", "10s", "--endpoints", f.addr); res.stderr != "" {
+		t.Errorf("without --wait: stderr %q", res.stderr)
 	}
 }
