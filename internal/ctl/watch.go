@@ -69,6 +69,7 @@ func (w *watcher) run(ctx context.Context) error {
 		w.pos = w.baseline(ctx)
 	}
 	var (
+		started  bool // the header is printed
 		prevAddr string
 		prevErr  error
 	)
@@ -76,6 +77,10 @@ func (w *watcher) run(ctx context.Context) error {
 		healthy := false
 		err := w.a.cl.Invoke(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
 			addr := conn.Target()
+			if !started {
+				started = true
+				fmt.Fprintf(w.a.stderr, "leasectl: watching %s %s on %s; Ctrl-C to stop\n", w.what(), w.from(), addr)
+			}
 			if prevErr != nil {
 				fmt.Fprintf(w.a.stderr, "leasectl: watch: %s: %s; resuming after %s on %s\n",
 					prevAddr, status.Convert(prevErr).Message(), formatPosition(w.pos), addr)
@@ -99,6 +104,25 @@ func (w *watcher) run(ctx context.Context) error {
 		}
 		return err
 	}
+}
+
+// what names what the watch follows, for its header.
+func (w *watcher) what() string {
+	switch {
+	case w.prefix && w.key == "":
+		return "every resource"
+	case w.prefix:
+		return "every resource under " + w.key
+	}
+	return w.key
+}
+
+// from says where the watch starts, in the form --after takes.
+func (w *watcher) from() string {
+	if w.pos == nil {
+		return "from now"
+	}
+	return "after " + formatPosition(w.pos)
 }
 
 // baseline returns the position just after the last entry applied by the
