@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"runtime"
 	"strconv"
@@ -416,6 +417,13 @@ func setupMembersAdd(a *app, fs *flag.FlagSet) func(context.Context, []string) e
 		if err != nil {
 			return err
 		}
+		if !answers(ctx, args[1]) {
+			consequence := "until a node runs there, it counts against the quorum"
+			if *nonvoter {
+				consequence = "it replicates nothing until a node runs there"
+			}
+			fmt.Fprintf(a.stderr, "leasectl: warning: nothing answers at %s: %s\n", args[1], consequence)
+		}
 		suffrage := "voter"
 		if *nonvoter {
 			suffrage = "nonvoter"
@@ -427,6 +435,20 @@ func setupMembersAdd(a *app, fs *flag.FlagSet) func(context.Context, []string) e
 		}
 		return nil
 	}
+}
+
+// answers reports whether something accepts a connection at addr within a
+// second.
+func answers(ctx context.Context, addr string) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 func setupMembersRemove(a *app, fs *flag.FlagSet) func(context.Context, []string) error {

@@ -278,3 +278,22 @@ func TestAcquireWaitSaysItIsWaiting(t *testing.T) {
 		t.Errorf("without --wait: stderr %q", res.stderr)
 	}
 }
+
+// members add of an address where nothing listens warns (a voter that never
+// starts counts against the quorum), and adds it all the same.
+func TestMembersAddWarnsWhenNothingAnswersAtTheAddress(t *testing.T) {
+	t.Parallel()
+	f := start(t, &fake{onJoin: func(context.Context, *api.JoinRequest) (*api.JoinResponse, error) {
+		return &api.JoinResponse{}, nil
+	}})
+	dead := deadAddr(t)
+	res := runCtl(t, "members", "add", "n4", dead, "--endpoints", f.addr)
+	wantErr := "leasectl: warning: nothing answers at " + dead + ": until a node runs there, it counts against the quorum\n"
+	if res.code != ExitOK || res.stdout != "added n4 ("+dead+") as voter\n" || res.stderr != wantErr {
+		t.Errorf("exit %d, stdout %q, stderr %q; want stderr %q", res.code, res.stdout, res.stderr, wantErr)
+	}
+	res = runCtl(t, "members", "add", "n5", f.addr, "--endpoints", f.addr)
+	if res.code != ExitOK || res.stderr != "" {
+		t.Errorf("live address: exit %d, stderr %q", res.code, res.stderr)
+	}
+}
