@@ -349,6 +349,12 @@ func setupStatus(a *app, fs *flag.FlagSet) func(context.Context, []string) error
 		}
 		k := newKV(a.stdout)
 		k.row("node", fmt.Sprintf("%s (%s) %s", s.GetId(), s.GetAddr(), s.GetState()))
+		// Status is each node's own view: only the leader's is current.
+		if s.GetState() == "leader" {
+			k.row("view", s.GetId()+"'s own, the leader's")
+		} else {
+			k.row("view", s.GetId()+"'s own, as a "+s.GetState()+": it may lag the leader's")
+		}
 		k.row("leader", leader)
 		k.row("term", s.GetTerm())
 		k.row("commit index", s.GetCommitIndex())

@@ -466,6 +466,7 @@ func TestStatusOutput(t *testing.T) {
 	}})
 	res := runCtl(t, "status", "--endpoints", f.addr)
 	want := "node           n2 (10.0.0.2:7001) follower\n" +
+		"view           n2's own, as a follower: it may lag the leader's\n" +
 		"leader         n1 (10.0.0.1:7001)\n" +
 		"term           3\n" +
 		"commit index   120\n" +
