@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"testing"
@@ -103,4 +104,33 @@ func TestInvokeMutationWithoutAnAnswerIsIndeterminateButARefusalIsNot(t *testing
 	if errors.Is(err, client.ErrIndeterminate) || !errors.As(err, &he) || he.Holder != "a" || he.Token != 3 {
 		t.Errorf("refusal: err = %v, want a *HeldError and a known outcome", err)
 	}
+}
+
+// A tool that speaks the API itself (leasectl does) runs its calls through
+// the client's call loop, and so gets its failover, retries and errors.
+func ExampleClient_Invoke() {
+	ctx := context.Background()
+	c, err := client.New(client.Config{Endpoints: []string{endpoint}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+
+	var st *api.StatusResponse
+	err = c.Invoke(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
+		var err error
+		st, err = api.NewClusterServiceClient(conn).Status(ctx, &api.StatusRequest{})
+		return err
+	})
+	var ce *client.CallError
+	switch {
+	case errors.As(err, &ce) && ce.NoLeader:
+		fmt.Println("no leader; tried", ce.Tried)
+	case err != nil:
+		fmt.Println(err)
+	default:
+		fmt.Println(st.GetState(), len(st.GetMembers()), "member")
+	}
+	// Output: leader 1 member
 }
