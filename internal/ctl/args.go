@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -31,7 +32,7 @@ func (a *app) globalFlags(fs *flag.FlagSet) {
 			return nil
 		})
 	a.endpoints, _ = parseEndpoints(def)
-	fs.DurationVar(&a.timeout, "timeout", DefaultTimeout, "bound on the whole command, retries included; 0 means none (acquire --wait and watch: none unless given)")
+	fs.DurationVar(&a.timeout, "timeout", DefaultTimeout, "bound on the whole command, retries included (default "+DefaultTimeout.String()+"); 0 means none (acquire --wait, watch and snapshot save: none unless given)")
 	fs.BoolVar(&a.json, "json", false, "print one JSON object per result, and errors as JSON on stdout")
 	fs.StringVar(&a.tlsCert, "tls-cert", a.getenv(EnvTLSCert), "PEM client certificate `file` for mutual TLS, with --tls-key and --tls-ca (default $"+EnvTLSCert+")")
 	fs.StringVar(&a.tlsKey, "tls-key", a.getenv(EnvTLSKey), "PEM private key `file` of --tls-cert (default $"+EnvTLSKey+")")
@@ -48,6 +49,19 @@ func (a *app) finishGlobalFlags(fs *flag.FlagSet) error {
 	})
 	if len(a.endpoints) == 0 {
 		return usageErrorf("no endpoints: set --endpoints or $%s", EnvEndpoints)
+	}
+	for _, e := range a.endpoints {
+		// Without a port, gRPC would dial :443 and fail later, obscurely.
+		host, port, err := net.SplitHostPort(e)
+		switch {
+		case err != nil && strings.Contains(err.Error(), "missing port"), err == nil && port == "":
+			if host == "" {
+				host = strings.TrimSuffix(e, ":")
+			}
+			return usageErrorf("endpoint %q: missing port (want host:port, e.g. %s)", e, net.JoinHostPort(host, "7001"))
+		case err != nil:
+			return usageErrorf("endpoint %q: want host:port ([host]:port for IPv6): %v", e, err)
+		}
 	}
 	if a.tlsCert != "" || a.tlsKey != "" || a.tlsCA != "" {
 		if a.tlsCA == "" {
@@ -129,6 +143,62 @@ func reorder(fs *flag.FlagSet, args []string) []string {
 	out = append(out, flags...)
 	out = append(out, "--")
 	return append(out, pos...)
+}
+
+// retryCommand returns args (the command line as given, without the
+// program name) as one line a POSIX shell runs as leasectl did, every
+// argument quoted where it needs it, with "--request-id id" added unless
+// addID is false (an id given on the line is in args already). The token's
+// value is not echoed: "$LEASEFENCE_TOKEN" stands for it, so that a secret
+// does not land in logs. fs tells which flags take a separate value.
+func retryCommand(fs *flag.FlagSet, args []string, id string, addID bool) string {
+	out := []string{"leasectl"}
+	var rest []string // from "--" on: positional, after the added flag
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" {
+			rest = args[i:]
+			break
+		}
+		if len(arg) < 2 || arg[0] != '-' {
+			out = append(out, shellQuote(arg))
+			continue
+		}
+		name, _, inline := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-"), "=")
+		f := fs.Lookup(name)
+		separate := !inline && f != nil && !isBoolFlag(f) && i+1 < len(args)
+		switch {
+		case name == "token" && inline:
+			out = append(out, arg[:strings.IndexByte(arg, '=')+1]+tokenFromEnv)
+		case name == "token" && separate:
+			out = append(out, arg, tokenFromEnv)
+			i++
+		case separate:
+			out = append(out, shellQuote(arg), shellQuote(args[i+1]))
+			i++
+		default:
+			out = append(out, shellQuote(arg))
+		}
+	}
+	if addID {
+		out = append(out, "--request-id", shellQuote(id))
+	}
+	for _, arg := range rest {
+		out = append(out, shellQuote(arg))
+	}
+	return strings.Join(out, " ")
+}
+
+// tokenFromEnv stands for the token's value in a command leasectl prints.
+const tokenFromEnv = `"$` + EnvToken + `"`
+
+// shellQuote returns s as one word for a POSIX shell: as is when it holds
+// only characters no shell treats specially, else in single quotes.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // findCommand finds the command word(s) among args, wherever global or
@@ -281,8 +351,9 @@ Each command tries the endpoints in order and moves on when a node is
 unavailable; a node that names the leader sends the next try there.
 
 exit status: 0 success; 1 refused by the service (resource held, lease not
-found, ...); 2 bad usage, invalid argument or cluster unreachable;
-130 interrupted (watch ends with 0 when interrupted).
+found, ...) or acquire --wait timed out waiting; 2 bad usage, invalid
+argument, no leader/quorum, outcome unknown, or cluster unreachable (no node
+answered); 130 interrupted (watch ends with 0 when interrupted).
 Run "leasectl help COMMAND" for a command's flags.
 `
 
@@ -351,12 +422,14 @@ func (a *app) help(args []string) int {
 	name := strings.Join(words, " ")
 	cmd := lookupCommand(name)
 	if cmd == nil || cmd.setup == nil {
-		if name == "members" {
-			for _, c := range commands {
-				if strings.HasPrefix(c.name, "members ") {
-					a.printCommandHelp(a.stdout, c)
-				}
+		found := false
+		for _, c := range commands {
+			if strings.HasPrefix(c.name, name+" ") { // a group: members, snapshot
+				a.printCommandHelp(a.stdout, c)
+				found = true
 			}
+		}
+		if found {
 			return ExitOK
 		}
 		fmt.Fprintf(a.stderr, "leasectl help: unknown command %q\n", name)

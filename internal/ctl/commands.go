@@ -3,24 +3,25 @@ package ctl
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/client"
 )
 
 // commands lists every leasectl command, in help order.
@@ -32,7 +33,7 @@ var commands = []*command{
 		summary: "extend a live lease by its ttl, keeping its token",
 		setup:   setupRenew},
 	{name: "release", args: "LEASE_ID", minArgs: 1, maxArgs: 1,
-		summary: "release a lease; an unknown or expired id prints \"released false\"",
+		summary: "release a lease; an unknown or expired id prints \"released false\" and exits 0 (release is idempotent)",
 		setup:   setupRelease},
 	{name: "get", args: "RESOURCE", minArgs: 1, maxArgs: 1,
 		summary: "show the current lease of a resource (linearizable unless --stale)",
@@ -58,6 +59,9 @@ var commands = []*command{
 	{name: "snapshot save", args: "FILE", minArgs: 1, maxArgs: 1,
 		summary: "save a consistent backup of the lease state (checksummed); leased --restore starts a new cluster from it",
 		setup:   setupSnapshotSave},
+	{name: "version", minArgs: 0, maxArgs: 0,
+		summary: "print leasectl's version, the commit it was built from and its Go version",
+		setup:   setupVersion},
 	{name: "help", args: "[COMMAND]", minArgs: 0, maxArgs: 2,
 		summary: "show help"},
 }
@@ -73,13 +77,6 @@ type annotatedError struct {
 func (e *annotatedError) Error() string { return e.err.Error() }
 func (e *annotatedError) Unwrap() error { return e.err }
 
-// newRequestID returns 16 random bytes in hex.
-func newRequestID() string {
-	var b [16]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 func (a *app) defaultHolder() string {
 	if h, err := a.hostname(); err == nil && h != "" {
 		return "leasectl@" + h
@@ -91,7 +88,8 @@ func setupAcquire(a *app, fs *flag.FlagSet) func(context.Context, []string) erro
 	ttl := fs.Duration("ttl", 0, "lease time to live, e.g. 10s (required)")
 	scope := fs.String("scope", "", "fencing `SCOPE` to draw the token from (default: the resource name)")
 	holder := fs.String("holder", "", "`LABEL` naming the holder for humans and logs (default leasectl@HOSTNAME)")
-	wait := fs.Bool("wait", false, "queue until the resource is free; only an explicit --timeout bounds the wait, Ctrl-C cancels")
+	wait := &a.unbounded // a waiting acquire has no default bound
+	fs.BoolVar(wait, "wait", false, "queue until the resource is free; only an explicit --timeout bounds the wait, Ctrl-C cancels")
 	requestID := fs.String("request-id", "", "request `ID` for safe retries: one id yields at most one lease (default: 16 random bytes in hex)")
 	return func(ctx context.Context, args []string) error {
 		if *ttl <= 0 {
@@ -99,7 +97,7 @@ func setupAcquire(a *app, fs *flag.FlagSet) func(context.Context, []string) erro
 		}
 		id := *requestID
 		if id == "" {
-			id = newRequestID()
+			id = client.NewRequestID()
 		}
 		h := *holder
 		if h == "" {
@@ -116,24 +114,121 @@ func setupAcquire(a *app, fs *flag.FlagSet) func(context.Context, []string) erro
 			RequestId: id,
 			Wait:      *wait,
 		}
-		cctx, cancel := a.commandContext(ctx, *wait)
-		defer cancel()
-		var resp *api.AcquireResponse
-		_, err := a.cl.call(cctx, func(ctx context.Context, _ string, cc grpc.ClientConnInterface) error {
-			r, err := api.NewLeaseServiceClient(cc).Acquire(ctx, req)
-			resp = r
-			return err
-		})
+		opts := []client.InvokeOption{client.Mutation()}
+		if *wait {
+			opts = append(opts, client.NoAttemptTimeout())
+			a.sayWaiting(ctx, req.GetResource())
+		}
+		resp, _, err := rpc(ctx, a, api.NewLeaseServiceClient, api.LeaseServiceClient.Acquire, req, opts...)
 		if err != nil {
+			err = withValues(err, map[string]string{"resource": args[0], "scope": *scope, "holder": h, "ttl": ttl.String(), "request_id": id})
 			ae := &annotatedError{err: err, fields: map[string]any{"request_id": id}}
-			switch status.Code(err) {
-			case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unknown, codes.Internal:
-				ae.note = fmt.Sprintf("leasectl: the outcome is unknown; `leasectl acquire %s --ttl %s --request-id %s` returns it without a second lease",
-					args[0], *ttl, id)
+			unknown := errors.Is(err, client.ErrIndeterminate)
+			if *wait && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// --timeout ended the wait, not the cluster.
+				ae.err, unknown = a.waitTimedOut(ctx, req, err, ae.fields)
+			}
+			if unknown {
+				ae.note = "leasectl: retry with the same request id; it returns the first outcome, never a second lease:\n  " +
+					retryCommand(fs, a.args, id, *requestID == "")
 			}
 			return ae
 		}
 		a.printLease(resp.GetLease(), asDuration(resp.GetTtlRemaining()), resp.GetReplayed(), id)
+		return nil
+	}
+}
+
+// sayWaiting tells, before an acquire --wait, who holds the resource and
+// how many callers wait ahead. It says nothing when the resource is free or
+// cannot be read within a second: the wait itself is what matters.
+func (a *app) sayWaiting(ctx context.Context, resource string) {
+	gctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	g, _, err := rpc(gctx, a, api.NewLeaseServiceClient, api.LeaseServiceClient.Get, &api.GetRequest{Resource: resource})
+	l := g.GetLease()
+	if err != nil || l == nil {
+		return
+	}
+	fmt.Fprintf(a.stderr, "leasectl: waiting for %s: held by %s (token %d), time left %s, %d waiting ahead; Ctrl-C to stop\n",
+		resource, l.GetHolder(), l.GetToken(), roundDuration(asDuration(g.GetTtlRemaining())), g.GetWaiters())
+}
+
+// waitTimedOut builds the error of an acquire --wait that --timeout ended,
+// saying who holds the resource now (a fresh read, after the command's
+// deadline), and adds the lease to fields. It reports whether the outcome is
+// still unknown: the grant may have come as the deadline passed unless the
+// resource is now free or held under another holder label.
+func (a *app) waitTimedOut(ctx context.Context, req *api.AcquireRequest, err error, fields map[string]any) (error, bool) {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	e := &waitTimeoutError{resource: req.GetResource(), after: a.timeout, err: err}
+	g, _, gerr := rpc(gctx, a, api.NewLeaseServiceClient, api.LeaseServiceClient.Get, &api.GetRequest{Resource: req.GetResource()})
+	if gerr != nil {
+		return e, true
+	}
+	e.read, e.lease, e.left = true, g.GetLease(), asDuration(g.GetTtlRemaining())
+	if l := e.lease; l != nil {
+		fields["resource"], fields["holder"], fields["token"] = l.GetResource(), l.GetHolder(), l.GetToken()
+		fields["time_left"] = roundDuration(e.left)
+		return e, l.GetHolder() == req.GetHolder()
+	}
+	return e, false
+}
+
+// waitTimeoutError: acquire --wait ran out of its --timeout while the
+// resource stayed held.
+type waitTimeoutError struct {
+	resource string
+	after    time.Duration
+	read     bool       // the resource could be read after the timeout
+	lease    *api.Lease // the lease that held it then; nil when free
+	left     time.Duration
+	err      error // the call's error
+}
+
+func (e *waitTimeoutError) Error() string {
+	msg := fmt.Sprintf("timed out waiting for %s after %v", e.resource, e.after)
+	switch {
+	case e.lease != nil:
+		msg += fmt.Sprintf("; held by %s (token %d), time left %s", e.lease.GetHolder(), e.lease.GetToken(), roundDuration(e.left))
+	case e.read:
+		msg += "; it is free now"
+	}
+	return msg
+}
+
+func (e *waitTimeoutError) Unwrap() error { return e.err }
+
+func setupVersion(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+	return func(context.Context, []string) error {
+		version, commit, modified, goVersion := "unknown", "unknown", false, runtime.Version()
+		if bi, ok := a.buildInfo(); ok && bi != nil {
+			if bi.Main.Version != "" {
+				version = bi.Main.Version
+			}
+			goVersion = bi.GoVersion
+			for _, kv := range bi.Settings {
+				switch kv.Key {
+				case "vcs.revision":
+					commit = kv.Value
+				case "vcs.modified":
+					modified = kv.Value == "true"
+				}
+			}
+		}
+		if a.json {
+			a.printJSON(map[string]any{"version": version, "commit": commit, "modified": modified, "go": goVersion})
+			return nil
+		}
+		if modified {
+			commit += " (modified)"
+		}
+		k := newKV(a.stdout)
+		k.row("version", version)
+		k.row("commit", commit)
+		k.row("go", goVersion)
+		k.flush()
 		return nil
 	}
 }
@@ -144,14 +239,7 @@ func setupRenew(a *app, fs *flag.FlagSet) func(context.Context, []string) error 
 		if err != nil {
 			return err
 		}
-		cctx, cancel := a.commandContext(ctx, false)
-		defer cancel()
-		var resp *api.RenewResponse
-		_, err = a.cl.call(cctx, func(ctx context.Context, _ string, cc grpc.ClientConnInterface) error {
-			r, err := api.NewLeaseServiceClient(cc).Renew(ctx, &api.RenewRequest{LeaseId: id})
-			resp = r
-			return err
-		})
+		resp, _, err := rpc(ctx, a, api.NewLeaseServiceClient, api.LeaseServiceClient.Renew, &api.RenewRequest{LeaseId: id}, client.Mutation())
 		if err != nil {
 			return err
 		}
@@ -166,16 +254,12 @@ func setupRelease(a *app, fs *flag.FlagSet) func(context.Context, []string) erro
 		if err != nil {
 			return err
 		}
-		cctx, cancel := a.commandContext(ctx, false)
-		defer cancel()
-		var resp *api.ReleaseResponse
 		attempts := 0
-		_, err = a.cl.call(cctx, func(ctx context.Context, _ string, cc grpc.ClientConnInterface) error {
+		countAttempts := func(c api.LeaseServiceClient, ctx context.Context, r *api.ReleaseRequest, o ...grpc.CallOption) (*api.ReleaseResponse, error) {
 			attempts++
-			r, err := api.NewLeaseServiceClient(cc).Release(ctx, &api.ReleaseRequest{LeaseId: id})
-			resp = r
-			return err
-		})
+			return c.Release(ctx, r, o...)
+		}
+		resp, _, err := rpc(ctx, a, api.NewLeaseServiceClient, countAttempts, &api.ReleaseRequest{LeaseId: id}, client.Mutation())
 		if err != nil {
 			return err
 		}
@@ -203,14 +287,7 @@ func setupRelease(a *app, fs *flag.FlagSet) func(context.Context, []string) erro
 func setupGet(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 	stale := fs.Bool("stale", false, "answer from the first reachable node without confirming leadership")
 	return func(ctx context.Context, args []string) error {
-		cctx, cancel := a.commandContext(ctx, false)
-		defer cancel()
-		var resp *api.GetResponse
-		_, err := a.cl.call(cctx, func(ctx context.Context, _ string, cc grpc.ClientConnInterface) error {
-			r, err := api.NewLeaseServiceClient(cc).Get(ctx, &api.GetRequest{Resource: args[0], Stale: *stale})
-			resp = r
-			return err
-		})
+		resp, _, err := rpc(ctx, a, api.NewLeaseServiceClient, api.LeaseServiceClient.Get, &api.GetRequest{Resource: args[0], Stale: *stale})
 		if err != nil {
 			return err
 		}
@@ -243,15 +320,7 @@ func setupGet(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 
 // status calls ClusterService.Status on the first node that answers.
 func (a *app) status(ctx context.Context) (*api.StatusResponse, string, error) {
-	cctx, cancel := a.commandContext(ctx, false)
-	defer cancel()
-	var resp *api.StatusResponse
-	addr, err := a.cl.call(cctx, func(ctx context.Context, _ string, cc grpc.ClientConnInterface) error {
-		r, err := api.NewClusterServiceClient(cc).Status(ctx, &api.StatusRequest{})
-		resp = r
-		return err
-	})
-	return resp, addr, err
+	return rpc(ctx, a, api.NewClusterServiceClient, api.ClusterServiceClient.Status, &api.StatusRequest{})
 }
 
 func setupStatus(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
@@ -280,6 +349,12 @@ func setupStatus(a *app, fs *flag.FlagSet) func(context.Context, []string) error
 		}
 		k := newKV(a.stdout)
 		k.row("node", fmt.Sprintf("%s (%s) %s", s.GetId(), s.GetAddr(), s.GetState()))
+		// Status is each node's own view: only the leader's is current.
+		if s.GetState() == "leader" {
+			k.row("view", s.GetId()+"'s own, the leader's")
+		} else {
+			k.row("view", s.GetId()+"'s own, as a "+s.GetState()+": it may lag the leader's")
+		}
 		k.row("leader", leader)
 		k.row("term", s.GetTerm())
 		k.row("commit index", s.GetCommitIndex())
@@ -343,15 +418,17 @@ func setupMembersList(a *app, fs *flag.FlagSet) func(context.Context, []string) 
 func setupMembersAdd(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 	nonvoter := fs.Bool("nonvoter", false, "add the node as a nonvoter (replicates, does not vote)")
 	return func(ctx context.Context, args []string) error {
-		cctx, cancel := a.commandContext(ctx, false)
-		defer cancel()
 		req := &api.JoinRequest{Id: args[0], Addr: args[1], Nonvoter: *nonvoter}
-		_, err := a.cl.call(cctx, func(ctx context.Context, _ string, cc grpc.ClientConnInterface) error {
-			_, err := api.NewClusterServiceClient(cc).Join(ctx, req)
-			return err
-		})
+		_, _, err := rpc(ctx, a, api.NewClusterServiceClient, api.ClusterServiceClient.Join, req, client.Mutation())
 		if err != nil {
 			return err
+		}
+		if !answers(ctx, args[1]) {
+			consequence := "until a node runs there, it counts against the quorum"
+			if *nonvoter {
+				consequence = "it replicates nothing until a node runs there"
+			}
+			fmt.Fprintf(a.stderr, "leasectl: warning: nothing answers at %s: %s\n", args[1], consequence)
 		}
 		suffrage := "voter"
 		if *nonvoter {
@@ -366,14 +443,23 @@ func setupMembersAdd(a *app, fs *flag.FlagSet) func(context.Context, []string) e
 	}
 }
 
+// answers reports whether something accepts a connection at addr within a
+// second.
+func answers(ctx context.Context, addr string) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
 func setupMembersRemove(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 	return func(ctx context.Context, args []string) error {
-		cctx, cancel := a.commandContext(ctx, false)
-		defer cancel()
-		_, err := a.cl.call(cctx, func(ctx context.Context, _ string, cc grpc.ClientConnInterface) error {
-			_, err := api.NewClusterServiceClient(cc).Remove(ctx, &api.RemoveRequest{Id: args[0]})
-			return err
-		})
+		_, _, err := rpc(ctx, a, api.NewClusterServiceClient, api.ClusterServiceClient.Remove, &api.RemoveRequest{Id: args[0]}, client.Mutation())
 		if err != nil {
 			return err
 		}
@@ -392,39 +478,82 @@ func setupTransfer(a *app, fs *flag.FlagSet) func(context.Context, []string) err
 		if len(args) == 1 {
 			req.Id = args[0]
 		}
-		cctx, cancel := a.commandContext(ctx, false)
-		defer cancel()
-		var resp *api.TransferLeadershipResponse
-		_, err := a.cl.call(cctx, func(ctx context.Context, _ string, cc grpc.ClientConnInterface) error {
-			r, err := api.NewClusterServiceClient(cc).TransferLeadership(ctx, req)
-			resp = r
-			return err
-		})
+		prev := ""
+		if st, _, err := a.status(ctx); err == nil {
+			prev = st.GetLeaderId()
+		}
+		resp, _, err := rpc(ctx, a, api.NewClusterServiceClient, api.ClusterServiceClient.TransferLeadership, req, client.Mutation())
 		if err != nil {
 			return err
 		}
-		if a.json {
-			a.printJSON(map[string]any{"leader_id": resp.GetLeaderId()})
-		} else {
-			fmt.Fprintf(a.stdout, "leader now %s\n", resp.GetLeaderId())
+		id, addr := a.newLeader(ctx, resp.GetLeaderId(), prev, req.GetId())
+		switch {
+		case a.json:
+			a.printJSON(map[string]any{"leader_id": id, "leader_addr": addr})
+		case id == "":
+			fmt.Fprintln(a.stdout, "leadership handed over; no node knows the new leader yet (see leasectl status)")
+		case addr == "":
+			fmt.Fprintf(a.stdout, "leader now %s\n", id)
+		default:
+			fmt.Fprintf(a.stdout, "leader now %s (%s)\n", id, addr)
 		}
 		return nil
 	}
 }
 
+// newLeader returns the leader after a transfer, with its address: the one
+// the answer named, else the first one a node reports that is the target
+// (when one was asked for) or another than prev. The old leader answers
+// before it has heard from the new one, so its answer often names none;
+// newLeader asks the cluster until one is known, for up to 10s or until ctx
+// ends, and returns "" when none is.
+func (a *app) newLeader(ctx context.Context, named, prev, target string) (id, addr string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	wanted := func(id string) bool {
+		if target != "" {
+			return id == target
+		}
+		return id != "" && id != prev
+	}
+	id = named
+	for {
+		if st, _, err := a.status(ctx); err == nil {
+			if !wanted(id) && wanted(st.GetLeaderId()) {
+				id = st.GetLeaderId()
+			}
+			if wanted(id) {
+				for _, m := range st.GetMembers() {
+					if m.GetId() == id {
+						addr = m.GetAddr()
+					}
+				}
+				return id, addr
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if wanted(id) {
+				return id, ""
+			}
+			return "", ""
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 func setupSnapshotSave(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+	a.unbounded = true // a large download may take long
 	return func(ctx context.Context, args []string) error {
 		path := args[0]
-		cctx, cancel := a.commandContext(ctx, true)
-		defer cancel()
 		var (
 			data  []byte
 			last  *api.SnapshotChunk
 			index uint64
 		)
-		_, err := a.cl.call(cctx, func(ctx context.Context, _ string, cc grpc.ClientConnInterface) error {
+		err := a.cl.Invoke(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
 			data, last = data[:0], nil // a retry starts the download over
-			s, err := api.NewClusterServiceClient(cc).Snapshot(ctx, &api.SnapshotRequest{})
+			s, err := api.NewClusterServiceClient(conn).Snapshot(ctx, &api.SnapshotRequest{})
 			if err != nil {
 				return err
 			}
@@ -442,7 +571,7 @@ func setupSnapshotSave(a *app, fs *flag.FlagSet) func(context.Context, []string)
 					last = c
 				}
 			}
-		})
+		}, client.NoAttemptTimeout())
 		if err != nil {
 			return err
 		}

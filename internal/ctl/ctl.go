@@ -5,11 +5,13 @@
 // through Main or Run with their own arguments and writers; cmd/leasectl only
 // calls Main and exits with its status.
 //
-// Every node answers every call (the server forwards to the leader), so each
-// command tries the configured endpoints in order and moves on when a call
-// fails with codes.Unavailable (which is also how gRPC reports connection
-// errors). An Unavailable that carries an api.NotLeader detail with a leader
-// address sends the next attempt to that address first. See cluster.call.
+// leasectl is a thin layer over package client, as etcdctl is over
+// clientv3: every call goes through client.Invoke, the client's one call
+// loop, so failover (the configured endpoints in turn, a leader hint first),
+// retries, request ids, TLS and the bearer token are the client's, and a fix
+// to any of them reaches the CLI too. This package parses the command line,
+// builds requests, and turns answers and the client's errors into output and
+// exit statuses (see report).
 package ctl
 
 import (
@@ -21,12 +23,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc/credentials"
+	"github.com/leasefence/leasefence/client"
 )
 
 // Exit statuses of Main and Run.
@@ -35,16 +38,20 @@ const (
 	// which reports "released false", and a watch ended by an interrupt).
 	ExitOK = 0
 	// ExitRefused: the service refused the request (FailedPrecondition,
-	// NotFound, AlreadyExists, PermissionDenied, ResourceExhausted).
+	// NotFound, AlreadyExists, PermissionDenied, ResourceExhausted), or
+	// acquire --wait ran out of its --timeout while the resource stayed held
+	// ("timed out waiting; held by ...").
 	ExitRefused = 1
-	// ExitFailed: bad usage, InvalidArgument, an unreachable cluster
-	// (Unavailable or DeadlineExceeded after trying every endpoint), or any
-	// other error that is not a refusal.
+	// ExitFailed: bad usage, InvalidArgument, no leader/quorum (a node
+	// answered that it knows no leader), an outcome unknown (a write sent
+	// without an answer; acquire prints the command that learns it), an
+	// unreachable cluster (no node answered before the client's retries or
+	// the deadline ran out), or any other error that is not a refusal.
 	ExitFailed = 2
 	// ExitInterrupted: a command other than watch was cancelled by SIGINT or
 	// SIGTERM before it finished (128 + SIGINT, the shell convention). The
-	// outcome of a write cancelled in flight is unknown; acquire prints its
-	// request id so that a retry with --request-id returns the same outcome.
+	// outcome of a write cancelled in flight is unknown; acquire prints the
+	// whole command again with its request id, which returns that outcome.
 	ExitInterrupted = 130
 )
 
@@ -89,7 +96,14 @@ type app struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	hostname       func() (string, error)
-	retry          retryPolicy
+	buildInfo      func() (*debug.BuildInfo, bool)
+	// retryFor is the client's Config.RetryFor (zero: the client's
+	// default); connectTimeout bounds one connection attempt.
+	retryFor       time.Duration
+	connectTimeout time.Duration
+
+	// args is the command line as given (without the program name).
+	args []string
 
 	// Global flags, valid once parse has run.
 	endpoints  []string
@@ -102,23 +116,29 @@ type app struct {
 	tlsConfig              *tls.Config
 	// token (--token) is sent as "authorization: Bearer <token>".
 	token string
+	// unbounded: the command has no default bound (acquire --wait, watch,
+	// snapshot save); only an explicit --timeout applies. Set by the
+	// command's setup or flags.
+	unbounded bool
 
-	cl *cluster
+	cl *client.Client
 }
 
 func newApp(stdin io.Reader, stdout, stderr io.Writer) *app {
 	return &app{
-		stdin:    stdin,
-		stdout:   stdout,
-		stderr:   stderr,
-		getenv:   os.Getenv,
-		hostname: os.Hostname,
-		retry:    defaultRetryPolicy,
+		stdin:          stdin,
+		stdout:         stdout,
+		stderr:         stderr,
+		getenv:         os.Getenv,
+		hostname:       os.Hostname,
+		buildInfo:      debug.ReadBuildInfo,
+		connectTimeout: connectTimeout,
 	}
 }
 
 // command is one leasectl subcommand. setup defines the command's own flags
-// on fs and returns the function that runs it with the positional arguments.
+// on fs and returns the function that runs it with the positional arguments
+// and a context bounded by --timeout (commandContext).
 type command struct {
 	name    string // "acquire", or "members add"
 	args    string // positional synopsis, e.g. "RESOURCE"
@@ -165,14 +185,19 @@ func (c *command) synopsis(fs *flag.FlagSet) string {
 }
 
 func (a *app) run(ctx context.Context, args []string) int {
+	a.args = args
 	cmd, rest, err := findCommand(args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			a.printHelp(a.stdout)
 			return ExitOK
 		}
-		fmt.Fprintf(a.stderr, "leasectl: %v\n\n", err)
-		a.printHelp(a.stderr)
+		fmt.Fprintf(a.stderr, "leasectl: %v\n", err)
+		if group := commandGroup(args); group != "" {
+			fmt.Fprintf(a.stderr, "run \"leasectl help %s\" for its commands\n", group)
+		} else {
+			fmt.Fprintln(a.stderr, `run "leasectl help" for the commands`)
+		}
 		return ExitFailed
 	}
 	if cmd.name == "help" {
@@ -199,13 +224,13 @@ func (a *app) run(ctx context.Context, args []string) int {
 		return a.usageFailure(cmd, fs, usageErrorf("%s takes %s", cmd.name, arity(cmd)))
 	}
 
-	a.cl = newCluster(a.endpoints, a.retry)
-	if a.tlsConfig != nil {
-		a.cl.creds = credentials.NewTLS(a.tlsConfig)
+	if a.cl, err = a.newClient(); err != nil {
+		return a.usageFailure(cmd, fs, err)
 	}
-	a.cl.token = a.token
-	defer a.cl.close()
-	err = runCmd(ctx, pos)
+	defer a.cl.Close()
+	cctx, cancel := a.commandContext(ctx, a.unbounded)
+	defer cancel()
+	err = runCmd(cctx, pos)
 	if err == nil {
 		return ExitOK
 	}
@@ -227,13 +252,28 @@ func arity(c *command) string {
 	}
 }
 
+// commandGroup returns "members" or "snapshot" when the first word of args
+// names a group of commands, else "".
+func commandGroup(args []string) string {
+	for _, arg := range args {
+		if strings.HasPrefix(arg, "-") {
+			continue
+		}
+		if arg == "members" || arg == "snapshot" {
+			return arg
+		}
+		return ""
+	}
+	return ""
+}
+
 // usageFailure reports a usage error on stderr (and as a JSON object on
 // stdout with --json) and returns ExitFailed.
 func (a *app) usageFailure(cmd *command, fs *flag.FlagSet, err error) int {
 	if a.json {
 		a.printJSON(map[string]any{"error": err.Error(), "code": "Usage"})
 	}
-	fmt.Fprintf(a.stderr, "leasectl %s: %v\nusage: %s\n", cmd.name, err, cmd.synopsis(fs))
+	fmt.Fprintf(a.stderr, "leasectl %s: %v\nusage: %s\nrun \"leasectl help %s\" for its flags\n", cmd.name, err, cmd.synopsis(fs), cmd.name)
 	return ExitFailed
 }
 

@@ -37,6 +37,7 @@ type fake struct {
 	onJoin     func(context.Context, *api.JoinRequest) (*api.JoinResponse, error)
 	onRemove   func(context.Context, *api.RemoveRequest) (*api.RemoveResponse, error)
 	onTransfer func(context.Context, *api.TransferLeadershipRequest) (*api.TransferLeadershipResponse, error)
+	onSnapshot func(*api.SnapshotRequest, grpc.ServerStreamingServer[api.SnapshotChunk]) error
 
 	mu    sync.Mutex
 	calls []call
@@ -149,14 +150,28 @@ func (f *fake) TransferLeadership(ctx context.Context, r *api.TransferLeadership
 	return f.onTransfer(ctx, r)
 }
 
+func (f *fake) Snapshot(r *api.SnapshotRequest, s grpc.ServerStreamingServer[api.SnapshotChunk]) error {
+	f.record("Snapshot", r)
+	if f.onSnapshot == nil {
+		return unimplemented("Snapshot")
+	}
+	return f.onSnapshot(r, s)
+}
+
 // start serves f on a fresh loopback port until the test ends, and returns f.
 func start(t *testing.T, f *fake) *fake {
+	t.Helper()
+	return startWith(t, f)
+}
+
+// startWith is start with server options (TLS credentials).
+func startWith(t *testing.T, f *fake, opts ...grpc.ServerOption) *fake {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	api.RegisterLeaseServiceServer(srv, f)
 	api.RegisterClusterServiceServer(srv, f)
 	f.addr = ln.Addr().String()
@@ -258,16 +273,13 @@ type result struct {
 }
 
 // newTestApp is an app with no environment, a fixed host name and quick
-// retries.
+// retries (the client gives up after 300ms of failures).
 func newTestApp(stdout, stderr *syncBuffer) *app {
 	a := newApp(strings.NewReader(""), stdout, stderr)
 	a.getenv = func(string) string { return "" }
 	a.hostname = func() (string, error) { return "testhost", nil }
-	a.retry = retryPolicy{
-		rounds:         2,
-		pause:          func(int) time.Duration { return 10 * time.Millisecond },
-		connectTimeout: time.Second,
-	}
+	a.retryFor = 300 * time.Millisecond
+	a.connectTimeout = time.Second
 	return a
 }
 

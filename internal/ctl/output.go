@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/client"
 )
 
 // roundDuration formats a measured duration for people: to the millisecond
@@ -195,7 +196,8 @@ func (a *app) printLease(l *api.Lease, left time.Duration, replayed bool, reques
 // was cancelled, the command was interrupted.
 //
 // An *annotatedError adds its fields to the JSON object and its note to
-// stderr.
+// stderr. The message and the status come from the first row of failures
+// that matches err; the JSON "code" is the gRPC code of the last attempt.
 func (a *app) report(ctx context.Context, err error) int {
 	var extra map[string]any
 	note := ""
@@ -203,19 +205,35 @@ func (a *app) report(ctx context.Context, err error) int {
 	if errors.As(err, &ae) {
 		extra, note, err = ae.fields, ae.note, ae.err
 	}
-	st := status.Convert(err)
-	code := exitCode(st.Code())
+	f := classify(err)
+	st := lastStatus(err)
+	msg := f.say(err, st)
+	code := f.exit
+	if code < 0 {
+		code = exitCode(st.Code())
+	}
 	if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
 		code = ExitInterrupted
 	}
+	if a.tlsConfig == nil && strings.Contains(st.Message(), "error reading server preface: EOF") {
+		// A TLS node closes a plaintext connection at once.
+		note = strings.TrimPrefix(note+"\n"+tlsHint, "\n")
+	}
 	if a.json {
-		obj := map[string]any{"error": st.Message(), "code": st.Code().String()}
+		jsonMsg := st.Message()
+		if f.own {
+			jsonMsg = strings.TrimPrefix(msg, "leasectl: ")
+		}
+		obj := map[string]any{"error": jsonMsg, "code": st.Code().String()}
+		if f.reason != "" {
+			obj["reason"] = f.reason
+		}
 		for k, v := range extra {
 			obj[k] = v
 		}
-		var ue *unreachableError
-		if errors.As(err, &ue) {
-			obj["tried"] = ue.tried
+		var ce *client.CallError
+		if errors.As(err, &ce) {
+			obj["tried"] = ce.Tried
 		}
 		for _, d := range st.Details() {
 			switch d := d.(type) {
@@ -233,35 +251,223 @@ func (a *app) report(ctx context.Context, err error) int {
 			}
 		}
 		a.printJSON(obj)
-		if note != "" {
-			fmt.Fprintln(a.stderr, note)
-		}
-		return code
+	} else {
+		fmt.Fprintln(a.stderr, msg)
 	}
-	fmt.Fprintln(a.stderr, humanError(st))
 	if note != "" {
 		fmt.Fprintln(a.stderr, note)
 	}
 	return code
 }
 
-// humanError is the one-line message for a failed call.
-func humanError(st *status.Status) string {
-	for _, d := range st.Details() {
-		switch d := d.(type) {
-		case *api.ResourceHeld:
-			return fmt.Sprintf("held by %s (token %d), free in %s",
-				d.GetHolder(), d.GetToken(), roundDuration(asDuration(d.GetTimeLeft())))
-		case *api.BadField:
-			msg := fmt.Sprintf("leasectl: invalid %s: %s", d.GetField(), st.Message())
-			if d.GetLimit() != "" {
-				msg += " (limit " + d.GetLimit() + ")"
-			}
-			return msg
+// tlsHint follows an error where a node closed a plaintext connection
+// before answering, as a node that speaks TLS does.
+const tlsHint = "leasectl: the node closed the connection before answering: it may speak TLS; pass --tls-ca FILE (with --tls-cert and --tls-key where it asks for a client certificate)"
+
+// failure is how leasectl reports one class of error.
+type failure struct {
+	// is matches the class (errors.Is for a client sentinel: a new
+	// sentinel is one more row).
+	is func(error) bool
+	// exit is the exit status; -1 means by the gRPC code (exitCode).
+	exit int
+	// say is the one-line message; st is the last attempt's status.
+	say func(err error, st *status.Status) string
+	// own: the JSON "error" is say's message, not the service's.
+	own bool
+	// reason, when set, goes in the JSON object as "reason", for scripts
+	// that must tell the classes apart (the "code" is the last attempt's).
+	reason string
+}
+
+// failures maps the client's errors to messages and exit statuses. The
+// first row that matches wins; the last matches everything.
+//
+// "cluster unreachable" is said only when no node answered: a node that
+// answered it knows no leader makes it "no leader/quorum"; a write sent
+// without an answer is "outcome unknown".
+var failures = []failure{
+	{is: isA[*waitTimeoutError], exit: ExitRefused, say: sayOwn, own: true, reason: "timed_out_waiting"},
+	{is: sentinel(client.ErrHeld), exit: ExitRefused, say: sayHeld},
+	{is: isA[*invalidValue], exit: ExitFailed, say: sayOwn, own: true},
+	{is: sentinel(client.ErrInvalidArgument), exit: ExitFailed, say: sayInvalid},
+	{is: answeredNoLeader, exit: ExitFailed, say: sayNoLeader, own: true, reason: "no_leader"},
+	{is: sentinel(client.ErrIndeterminate), exit: ExitFailed, say: sayUnknown, own: true, reason: "outcome_unknown"},
+	{is: sentinel(client.ErrUnavailable), exit: ExitFailed, say: sayUnreachable, own: true, reason: "unreachable"},
+	{is: func(error) bool { return true }, exit: -1, say: sayStatus},
+}
+
+func isA[T error](err error) bool {
+	var t T
+	return errors.As(err, &t)
+}
+
+// answeredNoLeader: a node answered that it knows no leader (an election
+// under way, or no quorum).
+func answeredNoLeader(err error) bool {
+	var ce *client.CallError
+	return errors.As(err, &ce) && ce.NoLeader
+}
+
+func sentinel(target error) func(error) bool {
+	return func(err error) bool { return errors.Is(err, target) }
+}
+
+func classify(err error) failure {
+	for _, f := range failures {
+		if f.is(err) {
+			return f
 		}
 	}
-	return fmt.Sprintf("leasectl: %s (%s)", st.Message(), st.Code())
+	return failures[len(failures)-1]
 }
+
+// lastStatus is the status of the last attempt of a call (with the
+// service's details), or err's own status when no call was made.
+func lastStatus(err error) *status.Status {
+	var ce *client.CallError
+	if errors.As(err, &ce) && ce.Last != nil {
+		return status.Convert(ce.Last)
+	}
+	return status.Convert(err)
+}
+
+func tried(err error) string {
+	var ce *client.CallError
+	if errors.As(err, &ce) {
+		return strings.Join(ce.Tried, ", ")
+	}
+	return ""
+}
+
+func sayHeld(err error, st *status.Status) string {
+	var h *client.HeldError
+	if !errors.As(err, &h) {
+		return sayStatus(err, st)
+	}
+	return fmt.Sprintf("held by %s (token %d), free in %s", h.Holder, h.Token, roundDuration(h.TimeLeft))
+}
+
+func sayInvalid(err error, st *status.Status) string {
+	var ie *client.InvalidError
+	if !errors.As(err, &ie) || ie.Field == "" {
+		return sayStatus(err, st)
+	}
+	return fmt.Sprintf("leasectl: invalid %s: %s", ie.Field, mustBe(ie.Limit))
+}
+
+// invalidValue is an InvalidArgument about a value from the command line:
+// it names the flag and the value given, and the limit, once.
+type invalidValue struct {
+	name, value, limit string
+	err                error
+}
+
+func (e *invalidValue) Error() string {
+	return fmt.Sprintf("invalid %s %s: %s", e.name, shellQuote(e.value), mustBe(e.limit))
+}
+
+func (e *invalidValue) Unwrap() error { return e.err }
+
+// withValues turns an InvalidArgument about one of the request fields in
+// given (field name → the value from the command line) into an
+// *invalidValue; other errors pass unchanged.
+func withValues(err error, given map[string]string) error {
+	var ie *client.InvalidError
+	if !errors.As(err, &ie) {
+		return err
+	}
+	v, ok := given[ie.Field]
+	if !ok {
+		return err
+	}
+	name := "--" + strings.ReplaceAll(ie.Field, "_", "-")
+	if ie.Field == "resource" {
+		name = "resource"
+	}
+	return &invalidValue{name: name, value: v, limit: ie.Limit, err: err}
+}
+
+// mustBe phrases a limit from the service as a rule: "within [2s, 10m0s]"
+// becomes "must be within [2s, 10m0s]".
+func mustBe(limit string) string {
+	if limit == "" || strings.HasPrefix(limit, "must") || strings.HasPrefix(limit, "required") {
+		return limit
+	}
+	return "must be " + limit
+}
+
+func sayOwn(err error, _ *status.Status) string { return "leasectl: " + err.Error() }
+
+func sayNoLeader(err error, _ *status.Status) string {
+	return fmt.Sprintf("leasectl: no leader/quorum: a node answered that it knows no leader (an election is under way, or most nodes are down or cut off); tried %s", tried(err))
+}
+
+func sayUnknown(err error, st *status.Status) string {
+	msg := fmt.Sprintf("leasectl: outcome unknown (tried %s)", tried(err))
+	why := strings.TrimPrefix(strings.TrimPrefix(plainMessage(st.Message()), "outcome unknown"), ": ")
+	if why != "" {
+		msg += ": " + why
+	}
+	return msg
+}
+
+func sayUnreachable(err error, st *status.Status) string {
+	return fmt.Sprintf("leasectl: cluster unreachable (tried %s): %s", tried(err), plainMessage(st.Message()))
+}
+
+// sayStatus says a service's answer without its package prefixes or raw
+// gRPC code (the code in words where the message does not say it), and a
+// local error (a file that cannot be written) as it is.
+func sayStatus(err error, st *status.Status) string {
+	if !isStatus(err) {
+		return "leasectl: " + err.Error()
+	}
+	msg := plainMessage(st.Message())
+	if w, ok := codeWords[st.Code()]; ok && !strings.Contains(strings.ToLower(msg), w) {
+		msg = w + ": " + msg
+	}
+	return "leasectl: " + msg
+}
+
+// isStatus reports whether err came from a call (a node's answer or a
+// transport failure) rather than from leasectl itself.
+func isStatus(err error) bool {
+	var ce *client.CallError
+	if errors.As(err, &ce) {
+		return true
+	}
+	_, ok := status.FromError(err)
+	return ok
+}
+
+// codeWords says the gRPC codes a node answers with in words.
+var codeWords = map[codes.Code]string{
+	codes.PermissionDenied:   "permission denied",
+	codes.Unauthenticated:    "not authenticated",
+	codes.NotFound:           "not found",
+	codes.AlreadyExists:      "already exists",
+	codes.ResourceExhausted:  "limit reached",
+	codes.FailedPrecondition: "refused",
+	codes.DeadlineExceeded:   "timed out",
+	codes.Canceled:           "interrupted",
+	codes.Unimplemented:      "not supported by this node",
+	codes.Internal:           "internal error on the node",
+}
+
+// plainMessage drops the package prefixes ("cluster: ", "fsm: ") from the
+// front of a node's message.
+func plainMessage(msg string) string {
+	for {
+		word, rest, ok := strings.Cut(msg, ": ")
+		if !ok || !packagePrefix[word] {
+			return msg
+		}
+		msg = rest
+	}
+}
+
+var packagePrefix = map[string]bool{"cluster": true, "fsm": true, "client": true, "transport": true, "fence": true, "leased": true}
 
 // exitCode maps a gRPC code to an exit status: refusals are 1, everything
 // else that failed is 2.

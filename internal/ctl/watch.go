@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/client"
 )
 
 // healthyStream is how long a watch stream must stay up, if it delivers no
@@ -24,6 +25,7 @@ const healthyStream = time.Second
 func setupWatch(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 	prefix := fs.Bool("prefix", false, "watch every resource whose name starts with the argument")
 	after := fs.String("after", "", "start strictly after `INDEX.SEQ`, as printed by an earlier watch (default: from now)")
+	a.unbounded = true // a watch has no natural end
 	return func(ctx context.Context, args []string) error {
 		w := &watcher{a: a, key: args[0], prefix: *prefix}
 		if *after != "" {
@@ -33,10 +35,8 @@ func setupWatch(a *app, fs *flag.FlagSet) func(context.Context, []string) error 
 			}
 			w.pos = p
 		}
-		cctx, cancel := a.commandContext(ctx, true)
-		defer cancel()
-		err := w.run(cctx)
-		if cctx.Err() != nil {
+		err := w.run(ctx)
+		if ctx.Err() != nil {
 			// Interrupted, or the explicit --timeout ran out: a normal end.
 			return nil
 		}
@@ -57,53 +57,72 @@ type watcher struct {
 	pos    *api.Position
 }
 
-// run streams until ctx ends (it then returns nil or the error of the
-// stream it was reading) or until a stream fails with an error that is not
-// Unavailable. Unavailable, a connection error, or the server ending the
-// stream moves on to the next endpoint (the leader first, if a NotLeader
-// detail names it). After every endpoint has failed retry.rounds times in a
-// row without delivering an event, run gives up with an *unreachableError.
+// run streams until ctx ends (it then returns nil) or until the client's
+// call loop gives up: a stream that fails with an error other than
+// Unavailable (or the server ending it), or retries that ran out
+// (client.ErrUnavailable). Each failed stream is resumed on the node the
+// client moves to (the leader first, if the error named it), after the last
+// event printed; a stream that worked (delivered an event, or stayed up for
+// healthyStream) renews the retry budget.
 func (w *watcher) run(ctx context.Context) error {
-	eps := w.a.endpoints
 	if w.pos == nil {
 		w.pos = w.baseline(ctx)
 	}
-	next := eps[0]
-	failures := 0
-	var tried []string
+	var (
+		started  bool // the header is printed
+		prevAddr string
+		prevErr  error
+	)
 	for {
-		addr := next
-		tried = appendUnique(tried, addr)
-		start := time.Now()
-		got, err := w.stream(ctx, addr)
+		healthy := false
+		err := w.a.cl.Invoke(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
+			addr := conn.Target()
+			if !started {
+				started = true
+				fmt.Fprintf(w.a.stderr, "leasectl: watching %s %s on %s; Ctrl-C to stop\n", w.what(), w.from(), addr)
+			}
+			if prevErr != nil {
+				fmt.Fprintf(w.a.stderr, "leasectl: watch: %s: %s; resuming after %s on %s\n",
+					prevAddr, status.Convert(prevErr).Message(), formatPosition(w.pos), addr)
+			}
+			start := time.Now()
+			got, err := w.stream(ctx, conn)
+			if got || time.Since(start) >= healthyStream {
+				healthy = true
+			}
+			prevAddr, prevErr = addr, err
+			return err
+		}, client.NoAttemptTimeout())
 		if ctx.Err() != nil {
 			return nil
 		}
-		if status.Code(err) != codes.Unavailable {
-			return err
+		if healthy && errors.Is(err, client.ErrUnavailable) {
+			continue
 		}
-		if got || time.Since(start) >= healthyStream {
-			failures = 0
-			tried = []string{addr}
+		if errors.Is(err, client.ErrUnavailable) {
+			return &annotatedError{err: err, note: "leasectl: resume with --after " + formatPosition(w.pos)}
 		}
-		failures++
-		if failures >= max(w.a.retry.rounds, 1)*len(eps) {
-			return &unreachableError{tried: tried, last: status.Errorf(codes.Unavailable,
-				"%s (resume with --after %s)", status.Convert(err).Message(), formatPosition(w.pos))}
-		}
-		if nl := notLeaderOf(err); nl != nil && nl.GetLeaderAddr() != "" && nl.GetLeaderAddr() != addr {
-			next = nl.GetLeaderAddr()
-		} else {
-			next = rotateAfter(eps, addr)[0]
-		}
-		fmt.Fprintf(w.a.stderr, "leasectl: watch: %s: %s; resuming after %s on %s\n",
-			addr, status.Convert(err).Message(), formatPosition(w.pos), next)
-		if failures%len(eps) == 0 {
-			if sleepCtx(ctx, w.a.retry.pause(failures/len(eps))) != nil {
-				return nil
-			}
-		}
+		return err
 	}
+}
+
+// what names what the watch follows, for its header.
+func (w *watcher) what() string {
+	switch {
+	case w.prefix && w.key == "":
+		return "every resource"
+	case w.prefix:
+		return "every resource under " + w.key
+	}
+	return w.key
+}
+
+// from says where the watch starts, in the form --after takes.
+func (w *watcher) from() string {
+	if w.pos == nil {
+		return "from now"
+	}
+	return "after " + formatPosition(w.pos)
 }
 
 // baseline returns the position just after the last entry applied by the
@@ -114,30 +133,21 @@ func (w *watcher) run(ctx context.Context) error {
 func (w *watcher) baseline(ctx context.Context) *api.Position {
 	bctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	var applied uint64
-	_, err := w.a.cl.call(bctx, func(ctx context.Context, _ string, cc grpc.ClientConnInterface) error {
-		r, err := api.NewLeaseServiceClient(cc).Get(ctx, &api.GetRequest{Resource: w.key, Stale: true})
-		applied = r.GetAppliedIndex()
-		return err
-	})
-	if err != nil || applied == 0 {
+	r, _, err := rpc(bctx, w.a, api.NewLeaseServiceClient, api.LeaseServiceClient.Get, &api.GetRequest{Resource: w.key, Stale: true})
+	if err != nil || r.GetAppliedIndex() == 0 {
 		return nil
 	}
-	return &api.Position{Index: applied, Seq: math.MaxUint32}
+	return &api.Position{Index: r.GetAppliedIndex(), Seq: math.MaxUint32}
 }
 
-// stream reads one Watch stream from addr until it fails, and reports
+// stream reads one Watch stream from conn until it fails, and reports
 // whether it printed any event. The server ending the stream counts as
 // Unavailable: a watch has no natural end.
-func (w *watcher) stream(ctx context.Context, addr string) (got bool, err error) {
-	cc, err := w.a.cl.conn(addr)
-	if err != nil {
-		return false, status.Errorf(codes.Unavailable, "endpoint %q: %v", addr, err)
-	}
+func (w *watcher) stream(ctx context.Context, conn grpc.ClientConnInterface) (got bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	req := &api.WatchRequest{Key: w.key, Prefix: w.prefix, After: w.pos}
-	st, err := api.NewLeaseServiceClient(cc).Watch(sctx, req)
+	st, err := api.NewLeaseServiceClient(conn).Watch(sctx, req)
 	if err != nil {
 		return false, err
 	}

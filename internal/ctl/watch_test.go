@@ -222,3 +222,26 @@ func TestWatchFailures(t *testing.T) {
 		}
 	})
 }
+
+func TestWatchPrintsAHeaderSayingWhatFromWhereAndHowToStop(t *testing.T) {
+	t.Parallel()
+	f := start(t, &fake{
+		onGet: func(context.Context, *api.GetRequest) (*api.GetResponse, error) {
+			return &api.GetResponse{AppliedIndex: 5}, nil
+		},
+		onWatch: blockUntilDone,
+	})
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"watch", "jobs/", "--prefix"}, "leasectl: watching every resource under jobs/ after 5.4294967295 on " + f.addr + "; Ctrl-C to stop\n"},
+		{[]string{"watch", "jobs/42", "--after", "12.3"}, "leasectl: watching jobs/42 after 12.3 on " + f.addr + "; Ctrl-C to stop\n"},
+	} {
+		w := startRun(append(c.args, "--endpoints", f.addr)...)
+		waitFor(t, "the header", func() bool { return strings.Contains(w.stderr.String(), "\n") })
+		if code := w.interrupt(); code != ExitOK || w.stderr.String() != c.want || w.stdout.String() != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want stderr %q", c.args, code, w.stdout.String(), w.stderr.String(), c.want)
+		}
+	}
+}
