@@ -75,7 +75,8 @@ func TestRestoreFromBackupBumpsTokensAboveEveryTokenIssued(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		highest = cycle(c, "jobs/1") // tokens 4..6, after the backup
 	}
-	tc.close() // the cluster is lost
+	cycle(c, "ops/new") // a scope the backup never saw: token 1
+	tc.close()          // the cluster is lost
 
 	restore := func(tweak func(*Config)) *testCluster {
 		return newTestCluster(t, 3, func(cfg *Config) {
@@ -89,6 +90,10 @@ func TestRestoreFromBackupBumpsTokensAboveEveryTokenIssued(t *testing.T) {
 	token := cycle(nc.client(0), "jobs/1")
 	if token <= highest || token != 3+DefaultBumpTokens+1 {
 		t.Fatalf("after restore token %d; highest ever issued %d", token, highest)
+	}
+	// Every scope, known to the backup or not, draws above the floor.
+	if token := cycle(nc.client(2), "ops/new"); token != 3+DefaultBumpTokens+1 {
+		t.Fatalf("after restore, a scope the backup never saw got token %d", token)
 	}
 	g, err := nc.client(1).Get(ctx, &api.GetRequest{Resource: "jobs/held"})
 	if err != nil || g.Lease == nil || g.Lease.Token != held.Lease.Token {
