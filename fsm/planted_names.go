@@ -6,4 +6,7 @@ const (
 	BugGrantNoMargin         = "grant-no-margin"
 	BugRenewAfterExpiry      = "renew-after-expiry"
 	BugSnapshotDropsCounters = "snapshot-drops-counters"
+	// BugRestoreBumpsKnownScopes is issue 13's restore: RaiseFloor raises
+	// only the counters of scopes the backup knows and leaves the floor.
+	BugRestoreBumpsKnownScopes = "restore-bumps-known-scopes"
 )
