@@ -133,8 +133,9 @@ func ReadBackup(path string) (*fsm.State, uint64, error) {
 // seedFromBackup makes a fresh data dir start from a backup: the state,
 // with its token floor raised to the backup's highest token plus bump
 // (fsm.State.RaiseFloor: every scope's next token, a scope the backup
-// never saw included, beats every token the lost cluster issued if it made
-// fewer than bump grants after the backup), becomes a Raft snapshot at
+// never saw included, beats every token the lost cluster issued if no
+// scope made more than bump grants after the backup), becomes a Raft
+// snapshot at
 // index 1 of a new cluster whose members are cfg.Bootstrap. Every founding
 // node of the new cluster is seeded from the same file, as with etcd's
 // snapshot restore.

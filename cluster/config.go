@@ -44,7 +44,7 @@ type Config struct {
 	// above the highest token in the backup (any scope, or the backup's
 	// own floor), so that new tokens in every scope, scopes the backup
 	// never saw included, beat every token issued after the backup was
-	// taken, as long as fewer than BumpTokens grants were made after it.
+	// taken, as long as no scope made more than BumpTokens grants after it.
 	// Zero means DefaultBumpTokens (2^32) unless AllowZeroBump is set.
 	BumpTokens    uint64
 	AllowZeroBump bool

@@ -499,18 +499,20 @@ func (s *State) remove(a *Applied, l *Lease, t EventType, reason string) {
 // and returns it. It fails with ErrTokenOverflow, changing nothing, when
 // that passes 2^64-1.
 //
-// Why this beats every token the lost cluster issued, when bump exceeds
-// the number of grants it made after the backup was taken (the default
-// bump, 2^32, is far above any such number): let H be max(floor, every
-// counter) of the backup. In a running cluster the floor never moves, and a
-// grant sets one counter to max(counter, floor) + 1, so each grant raises
-// max(floor, every counter) by at most one; every token granted up to the
-// backup is <= H, and every token granted between the backup and the loss,
-// in any scope, including scopes the backup never saw, is <= H + g for g
-// grants after the backup. The restored cluster grants in every scope at
-// least floor + 1 = H + bump + 1 > H + g. The state carries its floor into
-// snapshots and hence backups, so a restore from a restored cluster's
-// backup starts from there, never lower.
+// Why this beats every token the lost cluster issued, when bump is at
+// least the number of grants any one scope made after the backup (the
+// default bump, 2^32, is far above any such number): let H be max(floor,
+// every counter) of the backup, so every token granted up to the backup is
+// <= H. In a running cluster the floor never moves (only a restore, which
+// starts another cluster, raises it), and a grant sets its scope's counter
+// to max(counter, floor) + 1. A scope's counter at the backup is <= H (0 for
+// a scope the backup never saw), so after k grants in it since the backup
+// it is <= H + k: every token granted between the backup and the loss, in
+// any scope, is <= H + g, g the most grants one scope made in that time.
+// The restored cluster grants in every scope at least floor + 1 =
+// H + bump + 1 > H + g. The state carries its floor into snapshots and
+// hence backups, so a restore from a restored cluster's backup starts from
+// there, never lower.
 func (s *State) RaiseFloor(bump uint64) (uint64, error) {
 	if planted(BugRestoreBumpsKnownScopes) {
 		// The defect of issue 13: only the scopes the backup knows are
