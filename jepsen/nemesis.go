@@ -25,16 +25,19 @@ const (
 
 // AllNemeses lists every kind implemented: the process nemeses above,
 // snapshot and member (nemesis_state.go), the network ones (NetNemeses,
-// nemesis_net.go) and the clock ones (clock.go). "all" means every one in
-// spec (InSpecNemeses): clock-rate, beyond the drift bound, must be named.
+// nemesis_net.go), the clock ones (clock.go) and restore
+// (nemesis_restore.go). "all" means every one in spec (InSpecNemeses):
+// clock-rate, beyond the drift bound, and restore, which loses acknowledged
+// state by design, must be named.
 var AllNemeses = append(append([]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemSnapshot, NemMember},
-	NetNemeses...), NemClockBump, NemClockStrobe, NemClockRate)
+	NetNemeses...), NemClockBump, NemClockStrobe, NemClockRate, NemRestore)
 
-// InSpecNemeses is AllNemeses without the out-of-spec clock-rate.
+// InSpecNemeses is AllNemeses without the out-of-spec clock-rate and
+// restore.
 func InSpecNemeses() []string {
 	var out []string
 	for _, k := range AllNemeses {
-		if k != NemClockRate {
+		if k != NemClockRate && k != NemRestore {
 			out = append(out, k)
 		}
 	}
@@ -67,15 +70,18 @@ func ParseNemeses(s string) ([]string, error) {
 // nemesis injects one fault at a time on a seeded schedule, records each
 // start and heal in nemesis.jsonl, and heals everything before it returns.
 type nemesis struct {
-	kinds    []string
-	rng      *rand.Rand
-	nodes    NodeControl
-	clocks   ClockControl // nil unless a clock nemesis is enabled (clock.go)
-	net      Net          // network faults (nemesis_net.go); nil: none
-	workers  []*workerProc
-	kv       *fencekv.Client
-	ttl      time.Duration
-	log      *Writer
+	kinds   []string
+	rng     *rand.Rand
+	nodes   NodeControl
+	clocks  ClockControl // nil unless a clock nemesis is enabled (clock.go)
+	net     Net          // network faults (nemesis_net.go); nil: none
+	workers []*workerProc
+	kv      *fencekv.Client
+	ttl     time.Duration
+	log     *Writer
+	// hist is the run's history, where the restore probe records its
+	// operations (nil: no restore probe).
+	hist     *Writer
 	progress func(string)
 
 	mu     sync.Mutex
@@ -139,6 +145,8 @@ func (n *nemesis) run(ctx context.Context) {
 			n.clockStrobe(ctx, hold)
 		case NemClockRate:
 			n.clockRate(ctx, hold)
+		case NemRestore:
+			n.restore(ctx)
 		default:
 			if isNetNemesis(kind) {
 				n.netFault(ctx, kind, hold)
