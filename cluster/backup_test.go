@@ -87,6 +87,12 @@ func TestRestoreFromBackupBumpsTokensAboveEveryTokenIssued(t *testing.T) {
 		})
 	}
 	nc := restore(nil)
+	// Get's scope token is what the next grant exceeds, in every scope.
+	for _, res := range []string{"jobs/1", "ops/new"} {
+		if g, err := nc.client(1).Get(ctx, &api.GetRequest{Resource: res}); err != nil || g.ScopeToken != 3+DefaultBumpTokens {
+			t.Fatalf("after restore, Get %s: scope token %d, %v", res, g.GetScopeToken(), err)
+		}
+	}
 	token := cycle(nc.client(0), "jobs/1")
 	if token <= highest || token != 3+DefaultBumpTokens+1 {
 		t.Fatalf("after restore token %d; highest ever issued %d", token, highest)

@@ -322,7 +322,7 @@ func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 	}
 	s.n.sm.read(func(st *fsm.State) {
 		out.AppliedIndex = s.n.sm.applied.Load()
-		out.ScopeToken = st.ScopeCounter(req.Resource)
+		out.ScopeToken = st.ScopeToken(req.Resource)
 		l, ok := st.Lease(req.Resource)
 		if !ok || st.Now() > l.ExpiresAt {
 			// Past expiry the lease is gone for everyone but the margin
@@ -339,7 +339,7 @@ func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 			return
 		}
 		out.Lease = toAPILease(l)
-		out.ScopeToken = st.ScopeCounter(l.Scope)
+		out.ScopeToken = st.ScopeToken(l.Scope)
 		out.TtlRemaining = durationpb.New(time.Duration(l.ExpiresAt - now))
 	})
 	return out, nil

@@ -169,6 +169,9 @@ func TestRaiseFloorBeatsEveryScopeKnownOrNot(t *testing.T) {
 	if s.ScopeCounter("shard") != 1 || s.ScopeCounter("b") != 2 {
 		t.Fatalf("counters %d %d", s.ScopeCounter("shard"), s.ScopeCounter("b"))
 	}
+	if s.ScopeToken("b") != floor || s.ScopeToken("never-seen") != floor {
+		t.Fatalf("scope tokens %d %d, floor %d", s.ScopeToken("b"), s.ScopeToken("never-seen"), floor)
+	}
 	apply(t, s, 0, releaseCmd(3))
 	for i, res := range []string{"b", "never-seen", "b"} {
 		apply(t, s, 0, releaseCmd(byte(10+i-1)))

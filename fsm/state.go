@@ -215,6 +215,11 @@ func (s *State) ScopeCounter(scope string) uint64 { return s.names[scope].counte
 // above it. It is 0 until a restore from a backup raises it.
 func (s *State) Floor() uint64 { return s.floor }
 
+// ScopeToken returns what the scope's next grant will exceed by one:
+// max(its counter, the floor). Every token the scope has issued, before a
+// restore too (as far as the restore's bump covered), is at most this.
+func (s *State) ScopeToken(scope string) uint64 { return max(s.names[scope].counter, s.floor) }
+
 // setLease records l as the lease on its resource.
 func (s *State) setLease(l *Lease) {
 	e := s.names[l.Resource]
