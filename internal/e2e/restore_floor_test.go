@@ -19,8 +19,28 @@ import (
 // the cluster was lost. After leased --restore (default bump) its next
 // token must beat every token issued before the loss, in every scope.
 func TestRestoreBeatsTokensOfScopesTheBackupNeverSaw(t *testing.T) {
-	for _, v := range restoreAfterLoss(t, startCluster(t, 3)) {
+	c := startCluster(t, 3)
+	for _, v := range restoreAfterLoss(t, c) {
 		t.Error(v)
+	}
+	// Every node holds the floor: the backup's highest token (2, in
+	// jobs/old) plus the default bump; leasectl status shows it.
+	const floor = 2 + 1<<32
+	for i := range c.Procs {
+		st, err := c.Status(i)
+		if err != nil || st.TokenFloor != floor {
+			t.Errorf("node %d: token floor %d (%v), want %d", i, st.GetTokenFloor(), err, uint64(floor))
+		}
+	}
+	var out, errb bytes.Buffer
+	code := ctl.Run(context.Background(), []string{"--endpoints", strings.Join(c.Endpoints(), ","), "status"}, nil, &out, &errb)
+	shown := false
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := strings.Fields(line)
+		shown = shown || len(f) == 3 && f[0] == "token" && f[1] == "floor" && f[2] == fmt.Sprint(uint64(floor))
+	}
+	if code != 0 || !shown {
+		t.Errorf("leasectl status does not show token floor %d: exit %d, %s %s", uint64(floor), code, out.String(), errb.String())
 	}
 }
 
