@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/fsm"
 )
 
 // saveBackup streams a backup from node i into a file, as leasectl does.
@@ -126,5 +127,43 @@ func TestRestoreRefusesAlteredBackup(t *testing.T) {
 	cfg.Bootstrap = map[string]string{cfg.ID: cfg.Listen}
 	if _, err := Start(cfg); !errors.Is(err, ErrBadBackup) {
 		t.Fatalf("altered backup: %v", err)
+	}
+}
+
+// A bump that would carry the token floor past 2^64-1 refuses to start,
+// says why, and leaves the data dir as it was: a second start with a sane
+// bump restores from the same file.
+func TestRestoreRefusesAFloorOverflowAndChangesNothing(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	if _, err := tc.client(0).Acquire(ctxT(t), acquireReq("jobs/of", 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	backup := saveBackup(t, tc, 0)
+	tc.close()
+
+	cfg := tc.cfgs[0]
+	cfg.DataDir, cfg.RestoreFrom = t.TempDir(), backup
+	cfg.Listen = freeAddrs(t, 1)[0]
+	cfg.Bootstrap = map[string]string{cfg.ID: cfg.Listen}
+	cfg.BumpTokens = ^uint64(0) // 1 + 2^64-1 overflows
+	if n, err := Start(cfg); !errors.Is(err, fsm.ErrTokenOverflow) {
+		if n != nil {
+			n.Close()
+		}
+		t.Fatalf("overflowing bump: %v", err)
+	}
+	cfg.BumpTokens = 0 // the default
+	n, err := Start(cfg)
+	if err != nil {
+		t.Fatalf("second start with the default bump: %v", err)
+	}
+	defer n.Close()
+	var r *api.AcquireResponse
+	eventually(t, 10*time.Second, "a grant from the restored node", func() bool {
+		r, err = n.LeaseServer().Acquire(ctxT(t), acquireReq("ops/new", 10*time.Second))
+		return err == nil
+	})
+	if r.Lease.Token != 1+DefaultBumpTokens+1 {
+		t.Fatalf("token after the restore: %d", r.Lease.Token)
 	}
 }
