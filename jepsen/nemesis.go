@@ -81,8 +81,11 @@ type nemesis struct {
 	log     *Writer
 	// hist is the run's history, where the restore probe records its
 	// operations (nil: no restore probe).
-	hist     *Writer
-	progress func(string)
+	hist *Writer
+	// onRestore is called once a cluster restored from a backup serves
+	// (the watcher starts afresh on it).
+	onRestore func()
+	progress  func(string)
 
 	mu     sync.Mutex
 	counts map[string]int // started faults by kind

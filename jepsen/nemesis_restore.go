@@ -90,6 +90,9 @@ func (n *nemesis) restore(ctx context.Context) {
 		return
 	}
 	rerr := cl.RestoreAll(ctx, file, filepath.Join(cl.dir, fmt.Sprintf("lost-%d", k)))
+	if rerr == nil && n.onRestore != nil {
+		n.onRestore()
+	}
 	// The heal is when the new cluster serves: CheckRestore holds every
 	// acquire invoked after it, the probe's below included, to the loss.
 	n.record(Fault{Phase: "heal", Kind: NemRestore, Target: "all", Effective: rerr == nil,

@@ -325,6 +325,7 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	if UsesClock(cfg.Nemeses) {
 		nem.clocks = fileClocks{c: cl, dir: filepath.Join(dir, "logs")}
 	}
+	nem.onRestore = wt.clusterReplaced
 	nctx, stopNem := context.WithTimeout(ctx, cfg.Duration)
 	progressDone := make(chan struct{})
 	go func() {
