@@ -118,10 +118,11 @@ jepsen: jepsen-bin
 
 # jepsen-quick is the suite .ci/run runs, on 3 nodes, 6 workers and 3
 # resources to keep it short: three fenced runs (process, network and clock
-# faults, every in-spec nemesis) that must pass every checker, the
-# --unfenced control that must be caught, and one short run per planted bug
-# (a plantedbugs build), each of which must be caught by a checker the
-# README's table names, within three seeds. About 10 minutes.
+# faults, every in-spec nemesis) and one with restores from a backup that
+# must pass every required checker, the --unfenced control that must be
+# caught, and one short run per planted bug (a plantedbugs build), each of
+# which must be caught by a checker the README's table names, within three
+# seeds. About 11 minutes.
 jepsen-quick: jepsen-bin
 	$(BIN)/jepsen suite --bin-dir $(BIN) --seed $(JEPSEN_SEED) --nodes 3 --workers 6 --resources 3 $(JEPSEN_ARGS)
 

@@ -282,8 +282,12 @@ type StatusResponse struct {
 	// state_hash_index must report the same state_hash.
 	StateHash      []byte `protobuf:"bytes,19,opt,name=state_hash,json=stateHash,proto3" json:"state_hash,omitempty"`
 	StateHashIndex uint64 `protobuf:"varint,20,opt,name=state_hash_index,json=stateHashIndex,proto3" json:"state_hash_index,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// token_floor is the cluster-wide token floor in this node's state: every
+	// scope's next token is above it. 0 until the cluster is restored from a
+	// backup (leased --restore raises it above every token in the backup).
+	TokenFloor    uint64 `protobuf:"varint,21,opt,name=token_floor,json=tokenFloor,proto3" json:"token_floor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -452,6 +456,13 @@ func (x *StatusResponse) GetStateHash() []byte {
 func (x *StatusResponse) GetStateHashIndex() uint64 {
 	if x != nil {
 		return x.StateHashIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetTokenFloor() uint64 {
+	if x != nil {
+		return x.TokenFloor
 	}
 	return 0
 }
@@ -793,7 +804,7 @@ const file_api_cluster_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1a\n" +
 	"\bsuffrage\x18\x03 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\x04 \x01(\bR\x06leader\"\x96\x05\n" +
+	"\x06leader\x18\x04 \x01(\bR\x06leader\"\xb7\x05\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
@@ -819,7 +830,9 @@ const file_api_cluster_proto_rawDesc = "" +
 	"faultClock\x12\x1d\n" +
 	"\n" +
 	"state_hash\x18\x13 \x01(\fR\tstateHash\x12(\n" +
-	"\x10state_hash_index\x18\x14 \x01(\x04R\x0estateHashIndex\"L\n" +
+	"\x10state_hash_index\x18\x14 \x01(\x04R\x0estateHashIndex\x12\x1f\n" +
+	"\vtoken_floor\x18\x15 \x01(\x04R\n" +
+	"tokenFloor\"L\n" +
 	"\x10FaultClockStatus\x12\x12\n" +
 	"\x04rate\x18\x01 \x01(\x01R\x04rate\x12$\n" +
 	"\x0ewall_offset_ns\x18\x02 \x01(\x03R\fwallOffsetNs\"M\n" +

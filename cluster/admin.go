@@ -52,6 +52,7 @@ func (s *clusterService) Status(ctx context.Context, req *api.StatusRequest) (*a
 	n.sm.read(func(st *fsm.State) {
 		out.LiveLeases = uint64(st.Len())
 		out.ClusterTimeNs = st.Now()
+		out.TokenFloor = st.Floor()
 	})
 	if req.GetStateHash() {
 		if h, idx, err := n.sm.stateHash(); err == nil {

@@ -22,9 +22,9 @@ import (
 // big endian), the fsm snapshot, and the SHA-256 of everything before it.
 var backupMagic = []byte("leasefence-backup v1\n")
 
-// DefaultBumpTokens is how far a restore raises every scope's counter
-// unless told otherwise: far above any number of grants a cluster makes
-// between a backup and its loss.
+// DefaultBumpTokens is how far a restore raises the token floor above the
+// backup's highest token unless told otherwise: far above any number of
+// grants a cluster makes between a backup and its loss.
 const DefaultBumpTokens = uint64(1) << 32
 
 // ErrBadBackup is returned for a backup file that is truncated, altered or
@@ -131,7 +131,11 @@ func ReadBackup(path string) (*fsm.State, uint64, error) {
 }
 
 // seedFromBackup makes a fresh data dir start from a backup: the state,
-// with every scope's counter raised by bump, becomes a Raft snapshot at
+// with its token floor raised to the backup's highest token plus bump
+// (fsm.State.RaiseFloor: every scope's next token, a scope the backup
+// never saw included, beats every token the lost cluster issued if no
+// scope made more than bump grants after the backup), becomes a Raft
+// snapshot at
 // index 1 of a new cluster whose members are cfg.Bootstrap. Every founding
 // node of the new cluster is seeded from the same file, as with etcd's
 // snapshot restore.
@@ -145,8 +149,9 @@ func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotSt
 	if bump == 0 && !cfg.AllowZeroBump {
 		bump = DefaultBumpTokens
 	}
-	if err := st.BumpCounters(bump); err != nil {
-		return fmt.Errorf("cluster: restore: %w", err)
+	floor, err := st.RaiseFloor(bump)
+	if err != nil {
+		return fmt.Errorf("cluster: restore from %s: %w (use a smaller --bump-tokens)", cfg.RestoreFrom, err)
 	}
 	var servers []raft.Server
 	for id, addr := range cfg.Bootstrap {
@@ -165,6 +170,6 @@ func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotSt
 	if err := store.SetUint64([]byte("CurrentTerm"), 1); err != nil {
 		return fmt.Errorf("cluster: restore: %w", err)
 	}
-	n.log.Info("restored from backup", "file", cfg.RestoreFrom, "backup-index", index, "bump", bump, "leases", st.Len())
+	n.log.Info("restored from backup", "file", cfg.RestoreFrom, "backup-index", index, "bump", bump, "token-floor", floor, "leases", st.Len())
 	return nil
 }

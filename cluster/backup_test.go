@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/fsm"
 )
 
 // saveBackup streams a backup from node i into a file, as leasectl does.
@@ -75,7 +76,8 @@ func TestRestoreFromBackupBumpsTokensAboveEveryTokenIssued(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		highest = cycle(c, "jobs/1") // tokens 4..6, after the backup
 	}
-	tc.close() // the cluster is lost
+	cycle(c, "ops/new") // a scope the backup never saw: token 1
+	tc.close()          // the cluster is lost
 
 	restore := func(tweak func(*Config)) *testCluster {
 		return newTestCluster(t, 3, func(cfg *Config) {
@@ -86,9 +88,19 @@ func TestRestoreFromBackupBumpsTokensAboveEveryTokenIssued(t *testing.T) {
 		})
 	}
 	nc := restore(nil)
+	// Get's scope token is what the next grant exceeds, in every scope.
+	for _, res := range []string{"jobs/1", "ops/new"} {
+		if g, err := nc.client(1).Get(ctx, &api.GetRequest{Resource: res}); err != nil || g.ScopeToken != 3+DefaultBumpTokens {
+			t.Fatalf("after restore, Get %s: scope token %d, %v", res, g.GetScopeToken(), err)
+		}
+	}
 	token := cycle(nc.client(0), "jobs/1")
 	if token <= highest || token != 3+DefaultBumpTokens+1 {
 		t.Fatalf("after restore token %d; highest ever issued %d", token, highest)
+	}
+	// Every scope, known to the backup or not, draws above the floor.
+	if token := cycle(nc.client(2), "ops/new"); token != 3+DefaultBumpTokens+1 {
+		t.Fatalf("after restore, a scope the backup never saw got token %d", token)
 	}
 	g, err := nc.client(1).Get(ctx, &api.GetRequest{Resource: "jobs/held"})
 	if err != nil || g.Lease == nil || g.Lease.Token != held.Lease.Token {
@@ -115,5 +127,43 @@ func TestRestoreRefusesAlteredBackup(t *testing.T) {
 	cfg.Bootstrap = map[string]string{cfg.ID: cfg.Listen}
 	if _, err := Start(cfg); !errors.Is(err, ErrBadBackup) {
 		t.Fatalf("altered backup: %v", err)
+	}
+}
+
+// A bump that would carry the token floor past 2^64-1 refuses to start,
+// says why, and leaves the data dir as it was: a second start with a sane
+// bump restores from the same file.
+func TestRestoreRefusesAFloorOverflowAndChangesNothing(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	if _, err := tc.client(0).Acquire(ctxT(t), acquireReq("jobs/of", 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	backup := saveBackup(t, tc, 0)
+	tc.close()
+
+	cfg := tc.cfgs[0]
+	cfg.DataDir, cfg.RestoreFrom = t.TempDir(), backup
+	cfg.Listen = freeAddrs(t, 1)[0]
+	cfg.Bootstrap = map[string]string{cfg.ID: cfg.Listen}
+	cfg.BumpTokens = ^uint64(0) // 1 + 2^64-1 overflows
+	if n, err := Start(cfg); !errors.Is(err, fsm.ErrTokenOverflow) {
+		if n != nil {
+			n.Close()
+		}
+		t.Fatalf("overflowing bump: %v", err)
+	}
+	cfg.BumpTokens = 0 // the default
+	n, err := Start(cfg)
+	if err != nil {
+		t.Fatalf("second start with the default bump: %v", err)
+	}
+	defer n.Close()
+	var r *api.AcquireResponse
+	eventually(t, 10*time.Second, "a grant from the restored node", func() bool {
+		r, err = n.LeaseServer().Acquire(ctxT(t), acquireReq("ops/new", 10*time.Second))
+		return err == nil
+	})
+	if r.Lease.Token != 1+DefaultBumpTokens+1 {
+		t.Fatalf("token after the restore: %d", r.Lease.Token)
 	}
 }

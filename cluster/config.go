@@ -40,9 +40,12 @@ type Config struct {
 	// `leasectl snapshot save`) to start a new cluster from. Used only on a
 	// first start, with Bootstrap; every founding node gets the same file.
 	RestoreFrom string
-	// BumpTokens is added to every scope's counter on restore, so that new
-	// tokens beat every token issued after the backup was taken. Zero means
-	// DefaultBumpTokens (2^32) unless AllowZeroBump is set.
+	// BumpTokens is how far a restore raises the cluster's token floor
+	// above the highest token in the backup (any scope, or the backup's
+	// own floor), so that new tokens in every scope, scopes the backup
+	// never saw included, beat every token issued after the backup was
+	// taken, as long as no scope made more than BumpTokens grants after it.
+	// Zero means DefaultBumpTokens (2^32) unless AllowZeroBump is set.
 	BumpTokens    uint64
 	AllowZeroBump bool
 

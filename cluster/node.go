@@ -380,7 +380,11 @@ func (n *Node) cleanup() error {
 			n.server.Stop()
 			<-stopped
 		}
-	} else if n.lis != nil {
+	}
+	if n.lis != nil {
+		// The server closes only a listener it serves: a start that failed
+		// between making the server and Serve (a refused restore, a raft
+		// error) would keep the port bound.
 		n.lis.Close()
 	}
 	if n.httpSrv != nil {

@@ -344,7 +344,7 @@ func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 		// the applied counter, which is recorded after the events are
 		// published and so may lag the content by one entry.
 		out.AppliedIndex = s.n.sm.index
-		out.ScopeToken = st.ScopeCounter(req.Resource)
+		out.ScopeToken = st.ScopeToken(req.Resource)
 		l, ok := st.Lease(req.Resource)
 		if !ok || st.Now() > l.ExpiresAt {
 			// Past expiry the lease is gone for everyone but the margin
@@ -361,7 +361,7 @@ func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 			return
 		}
 		out.Lease = toAPILease(l)
-		out.ScopeToken = st.ScopeCounter(l.Scope)
+		out.ScopeToken = st.ScopeToken(l.Scope)
 		out.TtlRemaining = durationpb.New(time.Duration(l.ExpiresAt - now))
 	})
 	return out, nil

@@ -66,6 +66,10 @@ var (
 	ErrCorruptSnapshot = errors.New("fsm: corrupt snapshot")
 )
 
+// ErrTokenOverflow is returned by RaiseFloor (a restore) when the new token
+// floor would pass 2^64-1; the state is unchanged.
+var ErrTokenOverflow = errors.New("fsm: token floor would overflow")
+
 // FieldError says which field of a command is invalid and what its limit is.
 type FieldError struct {
 	Field string

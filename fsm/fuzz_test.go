@@ -7,17 +7,23 @@ import (
 	"github.com/leasefence/leasefence/fsm/fsmpb"
 )
 
-// seedState returns a state with a few leases, scopes and request ids.
+// seedState returns a state with a few leases, scopes and request ids,
+// restored once (a token floor above some of its counters).
 func seedState(t testing.TB) *State {
 	s := New()
 	c := acquireCmd("a", 10*sec, 1, "req-a")
 	c.GetAcquire().Scope = "shard"
-	for _, e := range [][]byte{
+	for i, e := range [][]byte{
 		entry(t, 1*sec, c, acquireCmd("b", 5*sec, 2, "")),
 		entry(t, 2*sec, renewCmd(1), releaseCmd(2), acquireCmd("b", 5*sec, 3, "req-b")),
 	} {
 		if _, err := s.Apply(e); err != nil {
 			t.Fatal(err)
+		}
+		if i == 0 {
+			if _, err := s.RaiseFloor(100); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	return s
@@ -46,6 +52,11 @@ func FuzzApply(f *testing.F) {
 				t.Fatal("a refused entry changed the state")
 			}
 			return
+		}
+		for _, ev := range a.Events {
+			if ev.Type == EventGranted && ev.Lease.Token <= s.floor {
+				t.Fatalf("granted token %d, not above the floor %d", ev.Lease.Token, s.floor)
+			}
 		}
 		leases, scopes := 0, 0
 		for name, e := range s.names {

@@ -14,10 +14,11 @@ import (
 
 // PlantedBugs lists the FSM's planted defects and what each breaks.
 var PlantedBugs = map[string]string{
-	BugGrantNoMargin:         "a new grant waits only for expires_at, not expires_at + skew margin",
-	BugRenewAfterExpiry:      "a renewal is accepted after expires_at (until the lease is removed)",
-	BugSnapshotDropsCounters: "snapshots store a scope's counter as its live lease's token (0 when free)",
-	BugDedupResourceOnly:     "a request id's retry is compared by resource only, so it replays across scopes, holders, ttls and wait",
+	BugGrantNoMargin:           "a new grant waits only for expires_at, not expires_at + skew margin",
+	BugRenewAfterExpiry:        "a renewal is accepted after expires_at (until the lease is removed)",
+	BugSnapshotDropsCounters:   "snapshots store a scope's counter as its live lease's token (0 when free)",
+	BugRestoreBumpsKnownScopes: "a restore raises only the counters of scopes the backup knows, not the token floor: a scope first used after the backup starts again at 1",
+	BugDedupResourceOnly:       "a request id's retry is compared by resource only, so it replays across scopes, holders, ttls and wait",
 }
 
 var plantedOn = map[string]bool{}

@@ -7,4 +7,7 @@ const (
 	BugRenewAfterExpiry      = "renew-after-expiry"
 	BugSnapshotDropsCounters = "snapshot-drops-counters"
 	BugDedupResourceOnly     = "dedup-resource-only"
+	// BugRestoreBumpsKnownScopes is issue 13's restore: RaiseFloor raises
+	// only the counters of scopes the backup knows and leaves the floor.
+	BugRestoreBumpsKnownScopes = "restore-bumps-known-scopes"
 )

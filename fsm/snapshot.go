@@ -37,6 +37,7 @@ const (
 // is safe to persist from another goroutine while the State moves on.
 type Snapshot struct {
 	now    int64
+	floor  uint64
 	leases []*Lease // records never change (bar heapIdx, never read here)
 	scopes []scopeCounter
 	// grants and refusals share the State's queues: their elements never
@@ -59,6 +60,7 @@ type scopeCounter struct {
 func (s *State) Snapshot() *Snapshot {
 	sn := &Snapshot{
 		now:      s.now,
+		floor:    s.floor,
 		leases:   append([]*Lease(nil), s.expiry...),
 		scopes:   make([]scopeCounter, 0, s.scopes),
 		grants:   s.grants.live(),
@@ -94,6 +96,7 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		LeaseCount: uint64(len(sn.leases)),
 		ScopeCount: uint64(len(sn.scopes)),
 		DedupCount: uint64(len(sn.grants) + len(sn.refusals)),
+		TokenFloor: sn.floor,
 	})
 	// One message of each kind, refilled per record: encoding a million
 	// leases allocates nothing per lease.
@@ -160,6 +163,9 @@ func restore(br *bufio.Reader) (*State, error) {
 	}
 	s := New()
 	s.now = hdr.LastNowNs
+	// A snapshot written before the floor existed has none: floor 0, the
+	// state it was taken from.
+	s.floor = hdr.TokenFloor
 	for i := uint64(0); i < hdr.LeaseCount; i++ {
 		var rec fsmpb.LeaseRecord
 		if err := dec.read(recLease, &rec); err != nil {

@@ -256,12 +256,17 @@ type nameEntry struct {
 //   - names[scope].counter only grows; every lease's token is <= its
 //     scope's counter and was the counter's value right after the grant
 //     that made it;
+//   - floor only grows (only RaiseFloor, on a restore, moves it); a grant
+//     in any scope, known or not, draws max(counter, floor) + 1, so every
+//     token granted is above the floor of its moment;
 //   - at most one lease per resource; byID and the names' leases hold the
 //     same set, of size leases; scopes counts the names with a counter;
 //   - every held lease is in the expiry heap exactly once;
 //   - now never decreases.
 type State struct {
-	now    int64
+	now int64
+	// floor is the cluster-wide token floor (see RaiseFloor).
+	floor  uint64
 	names  map[string]nameEntry
 	leases int
 	scopes int
@@ -316,8 +321,19 @@ func (s *State) LeaseByID(id [LeaseIDLen]byte) (Lease, bool) {
 	return l.copy(), true
 }
 
-// ScopeCounter returns the highest token issued in scope (0 if none).
+// ScopeCounter returns the highest token issued in scope (0 if none) by
+// this state's history; after a restore, a scope's next token may be far
+// above it (see Floor).
 func (s *State) ScopeCounter(scope string) uint64 { return s.names[scope].counter }
+
+// Floor returns the cluster-wide token floor: every scope's next token is
+// above it. It is 0 until a restore from a backup raises it.
+func (s *State) Floor() uint64 { return s.floor }
+
+// ScopeToken returns what the scope's next grant will exceed by one:
+// max(its counter, the floor). Every token the scope has issued, before a
+// restore too (as far as the restore's bump covered), is at most this.
+func (s *State) ScopeToken(scope string) uint64 { return max(s.names[scope].counter, s.floor) }
 
 // setLease records l as the lease on its resource.
 func (s *State) setLease(l *Lease) {
@@ -333,15 +349,22 @@ func (s *State) setLease(l *Lease) {
 	s.names[l.Resource] = e
 }
 
-// nextToken advances scope's counter and returns it.
-func (s *State) nextToken(scope string) uint64 {
+// nextToken advances scope's counter to max(counter, floor) + 1 and
+// returns it; ok is false, and nothing changes, when the scope's token
+// sequence is exhausted (the counter or the floor is 2^64-1: a token
+// never wraps around to a low number).
+func (s *State) nextToken(scope string) (token uint64, ok bool) {
 	e := s.names[scope]
+	base := max(e.counter, s.floor)
+	if base == ^uint64(0) {
+		return 0, false
+	}
 	if e.counter == 0 {
 		s.scopes++
 	}
-	e.counter++
+	e.counter = base + 1
 	s.names[scope] = e
-	return e.counter
+	return e.counter, true
 }
 
 // NextExpiry returns the earliest expires_at of all held leases.
@@ -502,11 +525,15 @@ func (s *State) acquire(a *Applied, c *fsmpb.Acquire, p batchParams) Result {
 	if _, dup := s.byID[id]; dup {
 		return Result{Err: &FieldError{Field: "lease_id", Limit: "must be unique"}}
 	}
+	token, ok := s.nextToken(scope)
+	if !ok {
+		return Result{Err: &FieldError{Field: "scope", Limit: fmt.Sprintf("token sequence of %q is exhausted (2^64-1)", scope)}}
+	}
 	l := &Lease{
 		ID:        id,
 		Resource:  c.Resource,
 		Scope:     scope,
-		Token:     s.nextToken(scope),
+		Token:     token,
 		Holder:    c.Holder,
 		TTL:       c.TtlNs,
 		GrantedAt: s.now,
@@ -629,23 +656,55 @@ func (s *State) remove(a *Applied, l *Lease, t EventType, reason string) {
 	a.Events = append(a.Events, Event{Type: t, Lease: l.copy(), Reason: reason, Now: s.now})
 }
 
-// BumpCounters raises every scope's token counter by n: after a restore
-// from a backup, new tokens must beat every token issued since the backup
-// was taken (which the backup cannot know). It fails, changing nothing, if
-// a counter would overflow.
-func (s *State) BumpCounters(n uint64) error {
-	for scope, e := range s.names {
-		if e.counter != 0 && e.counter > ^uint64(0)-n {
-			return fmt.Errorf("fsm: bumping scope %q (counter %d) by %d overflows", scope, e.counter, n)
+// RaiseFloor prepares a state read from a backup to start a new cluster
+// (a restore): it sets the token floor to
+//
+//	max(floor, highest counter of any scope) + bump
+//
+// and returns it. It fails with ErrTokenOverflow, changing nothing, when
+// that passes 2^64-1.
+//
+// Why this beats every token the lost cluster issued, when bump is at
+// least the number of grants any one scope made after the backup (the
+// default bump, 2^32, is far above any such number): let H be max(floor,
+// every counter) of the backup, so every token granted up to the backup is
+// <= H. In a running cluster the floor never moves (only a restore, which
+// starts another cluster, raises it), and a grant sets its scope's counter
+// to max(counter, floor) + 1. A scope's counter at the backup is <= H (0 for
+// a scope the backup never saw), so after k grants in it since the backup
+// it is <= H + k: every token granted between the backup and the loss, in
+// any scope, is <= H + g, g the most grants one scope made in that time.
+// The restored cluster grants in every scope at least floor + 1 =
+// H + bump + 1 > H + g. The state carries its floor into snapshots and
+// hence backups, so a restore from a restored cluster's backup starts from
+// there, never lower.
+func (s *State) RaiseFloor(bump uint64) (uint64, error) {
+	if planted(BugRestoreBumpsKnownScopes) {
+		// The defect of issue 13: only the scopes the backup knows are
+		// raised, the floor stays, a scope first used after the backup
+		// starts again at 1.
+		for scope, e := range s.names {
+			if e.counter > ^uint64(0)-bump {
+				return s.floor, fmt.Errorf("%w: scope %q at %d + bump %d", ErrTokenOverflow, scope, e.counter, bump)
+			}
 		}
-	}
-	for scope, e := range s.names {
-		if e.counter != 0 {
-			e.counter += n
-			s.names[scope] = e
+		for scope, e := range s.names {
+			if e.counter != 0 {
+				e.counter += bump
+				s.names[scope] = e
+			}
 		}
+		return s.floor, nil
 	}
-	return nil
+	h := s.floor
+	for _, e := range s.names {
+		h = max(h, e.counter)
+	}
+	if h > ^uint64(0)-bump {
+		return s.floor, fmt.Errorf("%w: highest token %d + bump %d", ErrTokenOverflow, h, bump)
+	}
+	s.floor = h + bump
+	return s.floor, nil
 }
 
 // CountHeld returns how many leases not yet past expires_at have a holder

@@ -708,4 +708,5 @@ func MarkRequired(nemeses []string, rs []Result) {
 			rs[i].NotRequired = ReasonClockRate
 		}
 	}
+	restoreRequired(nemeses, rs)
 }

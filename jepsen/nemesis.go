@@ -25,17 +25,19 @@ const (
 
 // AllNemeses lists every kind implemented: the process nemeses above,
 // snapshot and member (nemesis_state.go), the network ones (NetNemeses,
-// nemesis_net.go), the combined ones (ComboNemeses, nemesis_combo.go) and
-// the clock ones (clock.go). "all" means every one in
-// spec (InSpecNemeses): clock-rate, beyond the drift bound, must be named.
+// nemesis_net.go), the combined ones (ComboNemeses, nemesis_combo.go), the
+// clock ones (clock.go) and restore (nemesis_restore.go). "all" means every
+// one in spec (InSpecNemeses): clock-rate, beyond the drift bound, and
+// restore, which loses acknowledged state by design, must be named.
 var AllNemeses = append(append(append([]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemSnapshot, NemMember},
-	NetNemeses...), ComboNemeses...), NemClockBump, NemClockStrobe, NemClockRate)
+	NetNemeses...), ComboNemeses...), NemClockBump, NemClockStrobe, NemClockRate, NemRestore)
 
-// InSpecNemeses is AllNemeses without the out-of-spec clock-rate.
+// InSpecNemeses is AllNemeses without the out-of-spec clock-rate and
+// restore.
 func InSpecNemeses() []string {
 	var out []string
 	for _, k := range AllNemeses {
-		if k != NemClockRate {
+		if k != NemClockRate && k != NemRestore {
 			out = append(out, k)
 		}
 	}
@@ -68,16 +70,22 @@ func ParseNemeses(s string) ([]string, error) {
 // nemesis injects one fault at a time on a seeded schedule, records each
 // start and heal in nemesis.jsonl, and heals everything before it returns.
 type nemesis struct {
-	kinds    []string
-	rng      *rand.Rand
-	nodes    NodeControl
-	clocks   ClockControl // nil unless a clock nemesis is enabled (clock.go)
-	net      Net          // network faults (nemesis_net.go); nil: none
-	workers  []*workerProc
-	kv       *fencekv.Client
-	ttl      time.Duration
-	log      *Writer
-	progress func(string)
+	kinds   []string
+	rng     *rand.Rand
+	nodes   NodeControl
+	clocks  ClockControl // nil unless a clock nemesis is enabled (clock.go)
+	net     Net          // network faults (nemesis_net.go); nil: none
+	workers []*workerProc
+	kv      *fencekv.Client
+	ttl     time.Duration
+	log     *Writer
+	// hist is the run's history, where the restore probe records its
+	// operations (nil: no restore probe).
+	hist *Writer
+	// onRestore is called once a cluster restored from a backup serves
+	// (the watcher starts afresh on it).
+	onRestore func()
+	progress  func(string)
 
 	mu     sync.Mutex
 	counts map[string]int // started faults by kind
@@ -146,6 +154,8 @@ func (n *nemesis) run(ctx context.Context) {
 			n.clockStrobe(ctx, hold)
 		case NemClockRate:
 			n.clockRate(ctx, hold)
+		case NemRestore:
+			n.restore(ctx)
 		default:
 			if isNetNemesis(kind) {
 				n.netFault(ctx, kind, hold)

@@ -44,6 +44,8 @@ var PlantedBugs = []PlantedBug{
 		Nemeses: ComboNemeses, Time: 45 * time.Second, Catch: []string{NameLinearizable, NameDurable}},
 	{Name: "dedup-resource-only", In: "leased", What: "a request id's retry is compared by resource only, so it replays a lease across scopes, holders, ttls and wait",
 		Nemeses: nil, Time: 25 * time.Second, Catch: []string{NameRequestIDs}},
+	{Name: "restore-bumps-known-scopes", In: "leased", What: "a restore raises only the counters of the scopes the backup knows, not the token floor",
+		Nemeses: []string{NemRestore}, Time: 30 * time.Second, Catch: []string{NameRestore, NameTokens}},
 	{Name: "accept-lower-token", In: "fencedkv", What: "fencedkv applies a write whose token is below the scope's highest",
 		Nemeses: []string{NemClientPause}, Time: 25 * time.Second, Catch: []string{NameFencedTokens, NameFinalRead}},
 }

@@ -320,11 +320,12 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 
 	// Nemesis, then the quiet phase.
 	tw := time.Now()
-	nem := &nemesis{kinds: append([]string(nil), cfg.Nemeses...), rng: rng, nodes: cl, net: cl.Net(), workers: fencedWorkers, kv: kv, ttl: cfg.TTL, log: nlog,
+	nem := &nemesis{kinds: append([]string(nil), cfg.Nemeses...), rng: rng, nodes: cl, net: cl.Net(), workers: fencedWorkers, kv: kv, ttl: cfg.TTL, log: nlog, hist: hist,
 		counts: map[string]int{}, effect: map[string]int{}, progress: func(s string) { say("%s", s) }}
 	if UsesClock(cfg.Nemeses) {
 		nem.clocks = fileClocks{c: cl, dir: filepath.Join(dir, "logs")}
 	}
+	nem.onRestore = wt.clusterReplaced
 	nctx, stopNem := context.WithTimeout(ctx, cfg.Duration)
 	progressDone := make(chan struct{})
 	go func() {
@@ -429,7 +430,7 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	sum.Ops = countOps(raw)
 	sum.Faults, sum.FaultsEffective = nem.Counts()
 	faults, _ := ReadFaults(mustRead(filepath.Join(dir, "nemesis.jsonl"), nlog))
-	sum.Results = append(CheckAll(h, audit, cfg.SkewMargin), serves.done("sentinel"), converge,
+	sum.Results = append(withRestoreCheck(cfg.Nemeses, CheckAll(h, audit, cfg.SkewMargin), h, faults), serves.done("sentinel"), converge,
 		CheckMeaningful(cfg, h, faults))
 	MarkRequired(cfg.Nemeses, sum.Results)
 	sum.Passed, sum.Failed = Tally(sum.Results)
@@ -464,6 +465,10 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 		kvProc.Kill(syscall.SIGKILL, 5*time.Second)
 		for _, id := range cl.Nodes() {
 			os.RemoveAll(filepath.Join(dir, "logs", id))
+		}
+		lost, _ := filepath.Glob(filepath.Join(dir, "logs", "lost-*")) // data dirs a restore moved aside
+		for _, d := range lost {
+			os.RemoveAll(d)
 		}
 		os.Remove(filepath.Join(dir, "logs", "kv.db"))
 	}
@@ -633,6 +638,10 @@ func Recheck(dir string, out io.Writer) ([]Result, error) {
 		return nil, fmt.Errorf("audit.json: %w", err)
 	}
 	rs := CheckAll(h, audit, cfg.SkewMargin)
+	if nf, err := os.ReadFile(filepath.Join(dir, "nemesis.jsonl")); err == nil {
+		faults, _ := ReadFaults(nf)
+		rs = withRestoreCheck(cfg.Nemeses, rs, h, faults)
+	}
 	MarkRequired(cfg.Nemeses, rs)
 	for _, r := range rs {
 		fmt.Fprintln(out, r)

@@ -31,6 +31,24 @@ type watcher struct {
 	gaps      int
 	lastIndex atomic.Uint64 // Raft index of the last event position recorded
 	released  sync.Map      // lease id (hex) -> true, for every released event seen
+
+	// replaced is set by clusterReplaced: positions start again at a new
+	// cluster's index 1, so the last one recorded means nothing there.
+	replaced atomic.Bool
+	mu       sync.Mutex
+	cancel   context.CancelFunc // of the stream being read, nil between streams
+}
+
+// clusterReplaced tells the watcher that the cluster was replaced by one
+// restored from a backup (NemRestore): it drops its position, records a
+// watch-gap, and starts afresh at the new cluster's applied index.
+func (w *watcher) clusterReplaced() {
+	w.replaced.Store(true)
+	w.mu.Lock()
+	if w.cancel != nil {
+		w.cancel()
+	}
+	w.mu.Unlock()
 }
 
 // sawRelease reports whether the released event of lease id was recorded.
@@ -71,6 +89,14 @@ func (w *watcher) run(ctx context.Context, ready chan<- struct{}) {
 		if ctx.Err() != nil {
 			return
 		}
+		if w.replaced.Swap(false) {
+			w.gaps++
+			_ = w.hist.Write(Record{Kind: Observe, Worker: "watch", Op: fmt.Sprintf("gap-%d", w.gaps), Type: OpWatchGap, TimeNs: Now(),
+				Error: "the cluster was restored from a backup", Position: posString(last)})
+			last = nil
+			refused = 0
+			continue
+		}
 		if status.Code(err) != codes.OutOfRange {
 			refused = 0
 		} else if refused++; refused >= len(conns) {
@@ -103,6 +129,17 @@ func (w *watcher) once(ctx context.Context, conn *grpc.ClientConn, last **api.Po
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	w.mu.Lock()
+	w.cancel = cancel
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.cancel = nil
+		w.mu.Unlock()
+	}()
+	if w.replaced.Load() {
+		return context.Canceled // replaced meanwhile: start afresh
+	}
 	stream, err := lc.Watch(sctx, &api.WatchRequest{Key: w.prefix, Prefix: true, After: *last})
 	if err != nil {
 		return err

@@ -7,7 +7,7 @@
 //	       [--nemesis all|none|kill,kill-leader,pause,pause-leader,client-pause,snapshot,member,
 //	                  partition-leader,partition-halves,partition-ring,partition-bridge,partition-oneway,
 //	                  net-slow,net-flaky,kill-minority,rolling-restart,partition-kill,
-//	                  clock-bump,clock-strobe,clock-rate]
+//	                  clock-bump,clock-strobe,clock-rate,restore]
 //	       [--net proxy|netns] [--bug NAME]
 //	       [--seed N] [--unfenced] [--expect-anomaly] [--results DIR] [--bin-dir DIR]
 //	jepsen check RESULTS_DIR    # run the checkers again over a stored run
@@ -15,7 +15,9 @@
 // Exit status: 0 every required checker valid (with --expect-anomaly: an
 // anomaly was found, i.e. the control run was caught), 1 an anomaly or an
 // undecided checker (unknown never counts as a pass), 2 the harness failed.
-// With clock-rate (out of spec) the exclusion checkers are not required.
+// With clock-rate (out of spec) the exclusion checkers are not required;
+// with restore (a restore from a backup loses acknowledged state by design)
+// neither are they, nor durability and linearizability.
 package main
 
 import (

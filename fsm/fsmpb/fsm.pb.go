@@ -474,12 +474,16 @@ func (x *Tick) GetMaxExpire() uint32 {
 
 // SnapshotHeader is the first record of a snapshot.
 type SnapshotHeader struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	LastNowNs     int64                  `protobuf:"varint,2,opt,name=last_now_ns,json=lastNowNs,proto3" json:"last_now_ns,omitempty"`
-	LeaseCount    uint64                 `protobuf:"varint,3,opt,name=lease_count,json=leaseCount,proto3" json:"lease_count,omitempty"`
-	ScopeCount    uint64                 `protobuf:"varint,4,opt,name=scope_count,json=scopeCount,proto3" json:"scope_count,omitempty"`
-	DedupCount    uint64                 `protobuf:"varint,5,opt,name=dedup_count,json=dedupCount,proto3" json:"dedup_count,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Version    uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	LastNowNs  int64                  `protobuf:"varint,2,opt,name=last_now_ns,json=lastNowNs,proto3" json:"last_now_ns,omitempty"`
+	LeaseCount uint64                 `protobuf:"varint,3,opt,name=lease_count,json=leaseCount,proto3" json:"lease_count,omitempty"`
+	ScopeCount uint64                 `protobuf:"varint,4,opt,name=scope_count,json=scopeCount,proto3" json:"scope_count,omitempty"`
+	DedupCount uint64                 `protobuf:"varint,5,opt,name=dedup_count,json=dedupCount,proto3" json:"dedup_count,omitempty"`
+	// token_floor is the cluster-wide token floor: every scope's next token
+	// is max(its counter, token_floor) + 1. Only a restore from a backup
+	// raises it. Absent (0) in snapshots written before it existed.
+	TokenFloor    uint64 `protobuf:"varint,6,opt,name=token_floor,json=tokenFloor,proto3" json:"token_floor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -545,6 +549,13 @@ func (x *SnapshotHeader) GetScopeCount() uint64 {
 func (x *SnapshotHeader) GetDedupCount() uint64 {
 	if x != nil {
 		return x.DedupCount
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetTokenFloor() uint64 {
+	if x != nil {
+		return x.TokenFloor
 	}
 	return 0
 }
@@ -836,7 +847,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\blease_id\x18\x01 \x01(\fR\aleaseId\"%\n" +
 	"\x04Tick\x12\x1d\n" +
 	"\n" +
-	"max_expire\x18\x01 \x01(\rR\tmaxExpire\"\xad\x01\n" +
+	"max_expire\x18\x01 \x01(\rR\tmaxExpire\"\xce\x01\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1e\n" +
 	"\vlast_now_ns\x18\x02 \x01(\x03R\tlastNowNs\x12\x1f\n" +
@@ -845,7 +856,9 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\vscope_count\x18\x04 \x01(\x04R\n" +
 	"scopeCount\x12\x1f\n" +
 	"\vdedup_count\x18\x05 \x01(\x04R\n" +
-	"dedupCount\"\xdc\x01\n" +
+	"dedupCount\x12\x1f\n" +
+	"\vtoken_floor\x18\x06 \x01(\x04R\n" +
+	"tokenFloor\"\xdc\x01\n" +
 	"\vLeaseRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x1a\n" +
 	"\bresource\x18\x02 \x01(\tR\bresource\x12\x14\n" +

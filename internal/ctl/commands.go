@@ -339,7 +339,7 @@ func setupStatus(a *app, fs *flag.FlagSet) func(context.Context, []string) error
 				LastLogIndex: s.GetLastLogIndex(), Members: viewMembers(s.GetMembers()),
 				LiveLeases: s.GetLiveLeases(), ClusterTimeNs: s.GetClusterTimeNs(),
 				SkewMargin: skew, Drift: s.GetDrift(), Tick: tick, Version: s.GetVersion(),
-				Unsafe: s.GetUnsafe(),
+				Unsafe: s.GetUnsafe(), TokenFloor: s.GetTokenFloor(),
 			})
 			return nil
 		}
@@ -361,6 +361,9 @@ func setupStatus(a *app, fs *flag.FlagSet) func(context.Context, []string) error
 		k.row("applied index", s.GetAppliedIndex())
 		k.row("last log index", s.GetLastLogIndex())
 		k.row("live leases", s.GetLiveLeases())
+		if f := s.GetTokenFloor(); f > 0 { // raised by a restore from a backup
+			k.row("token floor", f)
+		}
 		k.row("skew margin", skew)
 		k.row("drift", strconv.FormatFloat(s.GetDrift(), 'g', -1, 64))
 		k.row("tick", tick)

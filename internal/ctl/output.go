@@ -127,6 +127,8 @@ type statusResult struct {
 	Tick          string       `json:"tick"`
 	Version       string       `json:"version"`
 	Unsafe        []string     `json:"unsafe,omitempty"`
+	// TokenFloor is the cluster-wide token floor a restore raised (0: none).
+	TokenFloor uint64 `json:"token_floor,omitempty"`
 }
 
 type eventView struct {

@@ -35,6 +35,10 @@ func Build() (bin string, cleanup func(), err error) { return build("-race") }
 // measurements.
 func BuildForBenchmarks() (bin string, cleanup func(), err error) { return build() }
 
+// BuildWith compiles leased with the given go build flags (e.g. "-tags",
+// "plantedbugs").
+func BuildWith(flags ...string) (bin string, cleanup func(), err error) { return build(flags...) }
+
 func build(flags ...string) (bin string, cleanup func(), err error) {
 	dir, err := os.MkdirTemp("", "leasefence-bin-")
 	if err != nil {

@@ -1,0 +1,378 @@
+package jepsen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/client"
+	"github.com/leasefence/leasefence/fence"
+	"github.com/leasefence/leasefence/fence/fencekv"
+)
+
+// NemRestore is disaster recovery mid-run (issue 15 §1): take a backup
+// through the API (what `leasectl snapshot save` does), grant in scopes the
+// backup never sees (the restore probe, RestorePrefix) while the workers
+// keep granting in theirs, lose every node (SIGKILL; the data dirs are
+// moved aside), start a new cluster on the same addresses from the backup
+// (`leased --restore`, default bump), and probe the same scopes again. The
+// workers and fencedkv carry on across it.
+//
+// A restore loses what was acknowledged after the backup by design, so a
+// run with it is not in spec for the exclusion, durability and
+// linearizability checkers (MarkRequired, ReasonRestore); the fencing
+// checkers and CheckRestore decide it. It is not part of "all": name it.
+const NemRestore = "restore"
+
+// RestorePrefix starts the probe's resources, one scope each, first used
+// after the backup: "jn/<restore>-<i>".
+const RestorePrefix = "jn/"
+
+// OpProbeWrite is the probe's fenced write to fencedkv (a record type of
+// its own: its keys have no final read, unlike the workers' writes).
+const OpProbeWrite = "probe-write"
+
+// ReasonRestore says why a result does not decide a run with NemRestore.
+const ReasonRestore = "a restore from a backup loses acknowledged state"
+
+// NameRestore is the checker of a restore: CheckRestore.
+const NameRestore = "restore-beats-lost-tokens"
+
+// Anomalies of CheckRestore.
+const (
+	AnomalyTokenNotAboveLoss = "token-not-above-loss"
+	AnomalyNewHolderRefused  = "new-holder-refused"
+)
+
+// probeScopes is how many new scopes each restore probes.
+const probeScopes = 2
+
+// restore runs one NemRestore fault.
+func (n *nemesis) restore(ctx context.Context) {
+	cl, ok := n.nodes.(*Cluster)
+	if !ok || n.hist == nil {
+		n.record(Fault{Phase: "start", Kind: NemRestore, Detail: "no cluster of processes or no history to probe into"})
+		n.record(Fault{Phase: "heal", Kind: NemRestore, Detail: "nothing done"})
+		return
+	}
+	n.mu.Lock()
+	k := n.counts[NemRestore] + 1
+	n.mu.Unlock()
+	ctx = context.WithoutCancel(ctx) // once started, always finish
+	file := filepath.Join(cl.dir, fmt.Sprintf("backup-%d.lfb", k))
+	n.progress(fmt.Sprintf("nemesis: restore %d: backup to %s", k, file))
+	index, berr := cl.Backup(ctx, file)
+	var scopes []string
+	for i := 0; i < probeScopes; i++ {
+		scopes = append(scopes, fmt.Sprintf("%s%d-%d", RestorePrefix, k, i))
+	}
+	var pre []string
+	if berr == nil {
+		// Scopes the backup has never seen: two grants each, each
+		// accepted by fencedkv, before the loss.
+		for _, s := range scopes {
+			for j := 0; j < 2; j++ {
+				pre = append(pre, n.probe(ctx, cl, fmt.Sprintf("restore%d-pre%d", k, j), s))
+			}
+		}
+	}
+	n.progress(fmt.Sprintf("nemesis: restore %d: lose every node, restore from the backup", k))
+	n.record(Fault{Phase: "start", Kind: NemRestore, Target: "all",
+		Detail: errString(berr, fmt.Sprintf("backup at index %d; before the loss: %s; SIGKILL every node", index, strings.Join(pre, ", ")))})
+	if berr != nil {
+		n.record(Fault{Phase: "heal", Kind: NemRestore, Target: "all", Detail: "no backup, nothing lost"})
+		return
+	}
+	rerr := cl.RestoreAll(ctx, file, filepath.Join(cl.dir, fmt.Sprintf("lost-%d", k)))
+	if rerr == nil && n.onRestore != nil {
+		n.onRestore()
+	}
+	// The heal is when the new cluster serves: CheckRestore holds every
+	// acquire invoked after it, the probe's below included, to the loss.
+	n.record(Fault{Phase: "heal", Kind: NemRestore, Target: "all", Effective: rerr == nil,
+		Detail: errString(rerr, "a new cluster from the backup (default bump) has a leader")})
+	if rerr != nil {
+		return
+	}
+	var post []string
+	for _, s := range scopes {
+		post = append(post, n.probe(ctx, cl, fmt.Sprintf("restore%d-post", k), s))
+	}
+	n.progress(fmt.Sprintf("nemesis: restore %d: after it: %s", k, strings.Join(post, ", ")))
+}
+
+// probe acquires scope (its own resource), writes to fencedkv under the
+// token and releases, recording the acquire and the write in the history.
+// It returns a summary for the fault's detail.
+func (n *nemesis) probe(ctx context.Context, cl *Cluster, tag, scope string) string {
+	op := tag + "-" + scope
+	c, err := client.New(client.Config{Endpoints: cl.Endpoints()})
+	if err != nil {
+		return scope + ": " + err.Error()
+	}
+	defer c.Close()
+	inv := Record{Kind: Invoke, Worker: "restore", Op: op, Type: OpAcquire, Resource: scope, RequestID: RequestIDOf(op), TimeNs: Now()}
+	_ = n.hist.Write(inv)
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	l, err := c.Acquire(actx, scope, client.WithTTL(n.ttl), client.WithHolder("restore"), client.WithRequestID(RequestIDOf(op)))
+	cancel()
+	done := inv
+	done.Kind, done.TimeNs = Complete, Now()
+	switch {
+	case err == nil:
+		done.Result, done.Token, done.Lease = OK, l.Token(), l.ID().String()
+	case errors.Is(err, client.ErrHeld):
+		done.Result, done.Error = Fail, acquireError(err)
+	default:
+		done.Result, done.Error = Unknown, err.Error()
+	}
+	_ = n.hist.Write(done)
+	if err != nil {
+		return fmt.Sprintf("%s: acquire: %v", scope, err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_ = l.Release(rctx)
+		cancel()
+	}()
+	winv := Record{Kind: Invoke, Worker: "restore", Op: op + "-w", Type: OpProbeWrite, Resource: scope, Token: l.Token(), Lease: l.ID().String(), TimeNs: Now()}
+	_ = n.hist.Write(winv)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err = n.kv.Put(wctx, scope, fence.Token{Scope: l.Scope(), Value: l.Token()}, []byte(op))
+	cancel()
+	wdone := winv
+	wdone.Kind, wdone.TimeNs = Complete, Now()
+	switch {
+	case err == nil:
+		wdone.Result = OK
+	case errors.Is(err, fencekv.ErrIndeterminate):
+		wdone.Result, wdone.Error = Unknown, err.Error()
+	default:
+		wdone.Result, wdone.Error = Fail, err.Error()
+	}
+	_ = n.hist.Write(wdone)
+	if err != nil {
+		return fmt.Sprintf("%s token %d, write: %v", scope, l.Token(), err)
+	}
+	return fmt.Sprintf("%s token %d", scope, l.Token())
+}
+
+// Backup writes a backup of the cluster (ClusterService.Snapshot, as
+// `leasectl snapshot save` does) to path and returns the Raft index it
+// reflects.
+func (c *Cluster) Backup(ctx context.Context, path string) (uint64, error) {
+	var last error
+	for attempt := 0; attempt < 10; attempt++ {
+		cs, err := c.leaderClient(ctx)
+		if err == nil {
+			var index uint64
+			if index, err = c.backupFrom(ctx, cs, path); err == nil {
+				return index, nil
+			}
+		}
+		last = err
+		if !sleepCtx(ctx, 300*time.Millisecond) {
+			break
+		}
+	}
+	return 0, fmt.Errorf("backup: %w", last)
+}
+
+func (c *Cluster) backupFrom(ctx context.Context, cs api.ClusterServiceClient, path string) (uint64, error) {
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	stream, err := cs.Snapshot(sctx, &api.SnapshotRequest{})
+	if err != nil {
+		return 0, err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var index uint64
+	for {
+		ch, err := stream.Recv()
+		if err != nil {
+			return 0, err
+		}
+		if _, err := f.Write(ch.Data); err != nil {
+			return 0, err
+		}
+		index = ch.Index
+		if ch.Sha256 != "" { // the last chunk
+			return index, f.Sync()
+		}
+	}
+}
+
+// RestoreAll loses the whole cluster and starts a new one from backup:
+// it kills every node (SIGKILL), moves their data dirs under lostDir, and
+// starts every node again on its address with an empty data dir,
+// bootstrapping the same members with --restore backup (the default
+// bump). It waits up to 30 s for a leader.
+func (c *Cluster) RestoreAll(ctx context.Context, backup, lostDir string) error {
+	for _, p := range c.procs {
+		p.Kill(syscall.SIGKILL, 10*time.Second)
+	}
+	if err := os.MkdirAll(lostDir, 0o755); err != nil {
+		return err
+	}
+	var peers []string
+	for i, id := range c.ids {
+		peers = append(peers, fmt.Sprintf("%s=%s", id, c.addrs[i]))
+	}
+	for _, id := range c.ids {
+		if err := os.Rename(c.DataDir(id), filepath.Join(lostDir, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		p := c.Proc(id)
+		args := make([]string, 0, len(p.Args)+4)
+		for i := 0; i < len(p.Args); i++ {
+			switch p.Args[i] {
+			case "--bootstrap", "--join", "--restore":
+				i++
+				continue
+			}
+			args = append(args, p.Args[i])
+		}
+		p.Args = append(args, "--bootstrap", strings.Join(peers, ","), "--restore", backup)
+	}
+	for _, id := range c.ids {
+		if err := c.Proc(id).Start(); err != nil {
+			return err
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		if c.Leader(ctx) != "" {
+			return nil
+		}
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	return fmt.Errorf("no leader within 30s of the restore; %s's log ends:\n%s", c.ids[0], c.procs[0].Tail(2048))
+}
+
+// CheckRestore checks each NemRestore fault of faults against the history
+// (DESIGN.md "Data model", token): every acquire invoked after the new
+// cluster serves (the fault's heal), until the next restore, got a token
+// above every token acknowledged in its scope before the loss (the fault's
+// start), and fencedkv accepted the restore probe's writes after the
+// restore, made under new grants in scopes that had accepted tokens before
+// the loss. Acquires in flight across the loss are left out (which cluster
+// granted them is unknown).
+func CheckRestore(h []Record, faults []Fault) Result {
+	f := newFinding(NameRestore)
+	type span struct{ lost, served int64 }
+	var spans []span
+	for _, ft := range faults {
+		if ft.Kind != NemRestore {
+			continue
+		}
+		switch {
+		case ft.Phase == "start":
+			spans = append(spans, span{lost: ft.TimeNs})
+		case ft.Phase == "heal" && len(spans) > 0:
+			if ft.Effective {
+				spans[len(spans)-1].served = ft.TimeNs
+			} else {
+				spans = spans[:len(spans)-1] // no new cluster: nothing restored
+			}
+		}
+	}
+	if len(spans) == 0 {
+		f.unknown("no restore completed")
+		return f.r
+	}
+	invokes := map[string]Record{}
+	for _, r := range h {
+		if r.Kind == Invoke {
+			invokes[r.Op] = r
+		}
+	}
+	for i, sp := range spans {
+		if sp.served == 0 {
+			f.unknown("restore %d has no heal", i+1)
+			continue
+		}
+		until := int64(1<<63 - 1)
+		if i+1 < len(spans) {
+			until = spans[i+1].lost
+		}
+		lost := map[string]uint64{} // scope -> highest token acknowledged before the loss
+		for _, r := range h {
+			if r.Kind == Complete && r.Type == OpAcquire && r.Result == OK && r.TimeNs < sp.lost {
+				lost[r.Resource] = max(lost[r.Resource], r.Token)
+			}
+		}
+		for _, r := range h {
+			if r.Kind != Complete || r.Result == "" {
+				continue
+			}
+			inv, ok := invokes[r.Op]
+			if !ok || inv.TimeNs <= sp.served || r.TimeNs >= until {
+				continue
+			}
+			switch {
+			case r.Type == OpAcquire && r.Result == OK:
+				before, seen := lost[r.Resource]
+				if !seen {
+					continue
+				}
+				f.r.Checked++
+				if r.Token <= before {
+					f.invalid(AnomalyTokenNotAboveLoss, "restore %d: %s by %s got token %d in %q, which had acknowledged token %d before the loss",
+						i+1, r.Op, r.Worker, r.Token, r.Resource, before)
+				}
+			case r.Type == OpProbeWrite && r.Worker == "restore":
+				f.r.Checked++
+				switch r.Result {
+				case Fail:
+					f.invalid(AnomalyNewHolderRefused, "restore %d: fencedkv refused %s, a write in %q under token %d granted after the restore: %s",
+						i+1, r.Op, r.Resource, inv.Token, r.Error)
+				case Unknown:
+					f.unknown("restore %d: the outcome of %s is unknown: %s", i+1, r.Op, r.Error)
+				}
+			}
+		}
+	}
+	return f.done("acquire after a restore in a scope granted before the loss")
+}
+
+// restoreRequired marks what a run with NemRestore cannot require: the
+// exclusion checkers (a holder of a lease granted after the backup keeps
+// its safe window while the restored cluster grants the resource again),
+// acknowledged durability and linearizability (the lost cluster's
+// acknowledged operations are gone by design).
+func restoreRequired(nemeses []string, rs []Result) {
+	on := false
+	for _, k := range nemeses {
+		on = on || k == NemRestore
+	}
+	if !on {
+		return
+	}
+	for i := range rs {
+		switch rs[i].Checker {
+		case NameGrantIntervals, NameSafeWindows, NameDurable, NameLinearizable:
+			rs[i].NotRequired = ReasonRestore
+		}
+	}
+}
+
+// withRestoreCheck appends CheckRestore to rs when a restore was enabled.
+func withRestoreCheck(nemeses []string, rs []Result, h []Record, faults []Fault) []Result {
+	for _, k := range nemeses {
+		if k == NemRestore {
+			return append(rs, CheckRestore(h, faults))
+		}
+	}
+	return rs
+}

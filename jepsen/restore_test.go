@@ -1,0 +1,94 @@
+package jepsen
+
+import (
+	"testing"
+)
+
+// restoreHistory: before the loss (at 1000 ms) w1 got token 5 on r and the
+// probe tokens 1, 2 in jn/1-0; the new cluster served at 2000 ms; after it,
+// the probe got newProbe in jn/1-0 and wrote with it (probeWrite), w1 got
+// newR on r.
+func restoreHistory(newProbe, newR uint64, probeWrite string) ([]Record, []Fault) {
+	b := &hb{}
+	b.acquire("w1", "a1", "r", 5, "L1", 0, 10*ms, 0).
+		acquire("restore", "p1", "jn/1-0", 1, "P1", 20*ms, 30*ms, 0).
+		acquire("restore", "p2", "jn/1-0", 2, "P2", 40*ms, 50*ms, 0).
+		acquire("restore", "p3", "jn/1-0", newProbe, "P3", 2100*ms, 2110*ms, 0).
+		acquire("w1", "a2", "r", newR, "L2", 2200*ms, 2210*ms, 0)
+	b.recs = append(b.recs,
+		Record{Kind: Invoke, Worker: "restore", Op: "p3-w", Type: OpProbeWrite, Resource: "jn/1-0", Token: newProbe, TimeNs: 2120 * ms},
+		Record{Kind: Complete, Worker: "restore", Op: "p3-w", Type: OpProbeWrite, Resource: "jn/1-0", Token: newProbe, TimeNs: 2130 * ms, Result: probeWrite, Error: map[string]string{Fail: "fence: stale token"}[probeWrite]})
+	faults := []Fault{
+		{Phase: "start", Kind: NemRestore, TimeNs: 1000 * ms},
+		{Phase: "heal", Kind: NemRestore, TimeNs: 2000 * ms, Effective: true},
+	}
+	return b.recs, faults
+}
+
+func TestCheckRestorePassesTokensAboveTheLoss(t *testing.T) {
+	h, faults := restoreHistory(1<<32+3, 1<<32+6, OK)
+	if r := CheckRestore(h, faults); r.Verdict != Valid || r.Checked != 3 {
+		t.Fatalf("%v", r)
+	}
+}
+
+func TestCheckRestoreCatchesATokenNotAboveTheLoss(t *testing.T) {
+	// Issue 13's restore: the probe's scope, unknown to the backup, starts
+	// at 1 again, and fencedkv (highest 2) refuses its new holder.
+	h, faults := restoreHistory(1, 1<<32+6, Fail)
+	r := CheckRestore(h, faults)
+	if r.Verdict != Invalid || r.Anomaly != AnomalyTokenNotAboveLoss || r.Anomalies != 2 {
+		t.Fatalf("%v", r)
+	}
+	// A known scope left where it was is caught too.
+	h, faults = restoreHistory(1<<32+3, 5, OK)
+	if r := CheckRestore(h, faults); r.Verdict != Invalid || r.Anomaly != AnomalyTokenNotAboveLoss {
+		t.Fatalf("%v", r)
+	}
+	// The refusal alone is reported as such.
+	h, faults = restoreHistory(1<<32+3, 1<<32+6, Fail)
+	if r := CheckRestore(h, faults); r.Verdict != Invalid || r.Anomaly != AnomalyNewHolderRefused {
+		t.Fatalf("%v", r)
+	}
+}
+
+func TestCheckRestoreIgnoresWhatItCannotPlace(t *testing.T) {
+	h, faults := restoreHistory(1, 1, Fail)
+	// No completed restore: unknown, never valid.
+	if r := CheckRestore(h, faults[:1]); r.Verdict != Unknown {
+		t.Fatalf("no heal: %v", r)
+	}
+	failed := append([]Fault(nil), faults...)
+	failed[1].Effective = false
+	if r := CheckRestore(h, failed); r.Verdict != Unknown {
+		t.Fatalf("restore that did not complete: %v", r)
+	}
+	// An acquire in flight across the loss (invoked before the new
+	// cluster served) is left out, whatever its token.
+	b := &hb{}
+	b.acquire("w1", "a1", "r", 5, "L1", 0, 10*ms, 0).
+		acquire("w2", "a2", "r", 3, "L2", 900*ms, 2500*ms, 0).
+		acquire("w1", "a3", "r", 1<<32+6, "L3", 2600*ms, 2610*ms, 0)
+	if r := CheckRestore(b.recs, faults); r.Verdict != Valid || r.Checked != 1 {
+		t.Fatalf("in-flight acquire: %v", r)
+	}
+}
+
+func TestRestoreRunsDoNotRequireWhatARestoreLoses(t *testing.T) {
+	var rs []Result
+	for _, name := range []string{NameFencedTokens, NameTokens, NameGrantIntervals, NameSafeWindows, NameFinalRead, NameDurable, NameLinearizable, NameRestore} {
+		rs = append(rs, Result{Checker: name, Verdict: Invalid})
+	}
+	MarkRequired([]string{NemKill, NemRestore}, rs)
+	for _, r := range rs {
+		lost := r.Checker == NameGrantIntervals || r.Checker == NameSafeWindows || r.Checker == NameDurable || r.Checker == NameLinearizable
+		if r.Required() == lost {
+			t.Errorf("%s required %v in a restore run", r.Checker, r.Required())
+		}
+	}
+	for _, k := range InSpecNemeses() {
+		if k == NemRestore {
+			t.Fatal("restore is in spec: \"all\" would stop requiring linearizability")
+		}
+	}
+}
