@@ -295,7 +295,8 @@ func setupGet(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		left := asDuration(resp.GetTtlRemaining())
 		if a.json {
 			res := getResult{Resource: args[0], Held: l != nil, Lease: viewLease(l),
-				ScopeToken: resp.GetScopeToken(), AppliedIndex: resp.GetAppliedIndex()}
+				ScopeToken: resp.GetScopeToken(), AppliedIndex: resp.GetAppliedIndex(),
+				Stale: resp.GetStale(), Node: resp.GetNodeId()}
 			if l != nil {
 				res.TimeLeft = roundDuration(left)
 			}
@@ -313,6 +314,9 @@ func setupGet(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		}
 		k.row("scope token", resp.GetScopeToken())
 		k.row("applied", resp.GetAppliedIndex())
+		if resp.GetStale() {
+			k.row("stale", fmt.Sprintf("yes: %s's local state at index %d, may lag the leader", resp.GetNodeId(), resp.GetAppliedIndex()))
+		}
 		k.flush()
 		return nil
 	}

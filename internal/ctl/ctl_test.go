@@ -401,7 +401,7 @@ func TestGetOutput(t *testing.T) {
 	t.Parallel()
 	f := start(t, &fake{onGet: func(_ context.Context, r *api.GetRequest) (*api.GetResponse, error) {
 		if r.GetResource() == "free/1" {
-			return &api.GetResponse{ScopeToken: 3, AppliedIndex: 120}, nil
+			return &api.GetResponse{ScopeToken: 3, AppliedIndex: 120, Stale: r.GetStale(), NodeId: "n2"}, nil
 		}
 		return &api.GetResponse{Lease: testLease(r.GetResource()), TtlRemaining: durationpb.New(4049 * time.Millisecond),
 			ScopeToken: 7, AppliedIndex: 121}, nil
@@ -426,7 +426,8 @@ func TestGetOutput(t *testing.T) {
 	want = "resource    free/1\n" +
 		"state       free\n" +
 		"scope token 3\n" +
-		"applied     120\n"
+		"applied     120\n" +
+		"stale       yes: n2's local state at index 120, may lag the leader\n"
 	if res.code != ExitOK || res.stdout != want {
 		t.Errorf("free: exit %d, stdout:\n%s\nwant:\n%s", res.code, res.stdout, want)
 	}

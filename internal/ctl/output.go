@@ -86,6 +86,10 @@ type getResult struct {
 	TimeLeft     string     `json:"time_left,omitempty"`
 	ScopeToken   uint64     `json:"scope_token"`
 	AppliedIndex uint64     `json:"applied_index"`
+	// Stale is set for a --stale read: the answer is node Node's local
+	// state at AppliedIndex, which may lag the leader.
+	Stale bool   `json:"stale,omitempty"`
+	Node  string `json:"node,omitempty"`
 }
 
 type releaseResult struct {
