@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/leasefence/leasefence/api"
@@ -83,6 +84,10 @@ func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.J
 	ctx, _, err := s.n.authorize(ctx, permAdmin, "")
 	if err != nil {
 		return nil, toStatus(err)
+	}
+	if id := s.n.ClusterID(); id != "" {
+		// For the joining node's identity file; every member has the same.
+		_ = grpc.SetHeader(ctx, metadata.Pairs(clusterIDHeader, id))
 	}
 	conn, err := s.n.route(ctx)
 	if err != nil {

@@ -72,7 +72,15 @@ type Config struct {
 	CommitTimeout      time.Duration
 	SnapshotInterval   time.Duration
 	SnapshotThreshold  uint64
-	TrailingLogs       uint64
+	// TrailingLogs is how many entries raft keeps after a snapshot. It
+	// must be at least SnapshotThreshold (Validate), so that the log still
+	// reaches back to the previous snapshot: when the newest snapshot turns
+	// out unreadable at start, raft falls back to the previous one and
+	// replays the log from there. While the snapshot policy raises the
+	// threshold, it raises the trailing logs in the same proportion.
+	// Default twice the threshold: a snapshot can come later than the
+	// threshold (raft checks every SnapshotInterval).
+	TrailingLogs uint64
 	// SnapshotThresholdMax is as far as the node raises SnapshotThreshold
 	// while the state is large (snapshotPolicy); 0 means 64 times
 	// SnapshotThreshold, and SnapshotThreshold itself pins it.
@@ -161,7 +169,7 @@ func DefaultConfig() Config {
 		CommitTimeout:      20 * time.Millisecond,
 		SnapshotInterval:   30 * time.Second,
 		SnapshotThreshold:  16384,
-		TrailingLogs:       10240,
+		TrailingLogs:       32768,
 		WatchBuffer:        65536,
 
 		MaxWaitersPerResource: 1024,
@@ -204,7 +212,7 @@ func (c Config) withDefaults() Config {
 		c.SnapshotThreshold = d.SnapshotThreshold
 	}
 	if c.TrailingLogs == 0 {
-		c.TrailingLogs = d.TrailingLogs
+		c.TrailingLogs = max(d.TrailingLogs, 2*c.SnapshotThreshold)
 	}
 	if c.SnapshotThresholdMax == 0 {
 		c.SnapshotThresholdMax = c.SnapshotThreshold * snapshotThresholdScale
@@ -273,6 +281,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxTTL < c.MinTTL {
 		bad("max ttl %v is below min ttl %v", c.MaxTTL, c.MinTTL)
+	}
+	if c.TrailingLogs < c.SnapshotThreshold {
+		bad("trailing logs %d are below the snapshot threshold %d: the log must reach back to the previous snapshot, or a node whose newest snapshot is unreadable cannot start", c.TrailingLogs, c.SnapshotThreshold)
 	}
 	if c.SnapshotThresholdMax != 0 && c.SnapshotThresholdMax < c.SnapshotThreshold {
 		bad("snapshot threshold max %d is below the snapshot threshold %d", c.SnapshotThresholdMax, c.SnapshotThreshold)

@@ -223,9 +223,6 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	if cfg.BumpTokens == 0 && !cfg.AllowZeroBump {
 		return settings{Config: cfg}, fmt.Errorf("--bump-tokens 0 needs --allow-zero-bump: without a bump, new tokens may repeat tokens resources have already accepted")
 	}
-	if len(cfg.Bootstrap) == 0 && cfg.Join == "" && cfg.DataDir != "" && !hasState(cfg.DataDir) {
-		return settings{Config: cfg}, fmt.Errorf("a first start needs --bootstrap or --join")
-	}
 	tlsGiven := cfg.TLS.CertFile != "" || cfg.TLS.KeyFile != "" || cfg.TLS.CAFile != ""
 	switch {
 	case insecure && tlsGiven:
@@ -287,9 +284,4 @@ func parsePeerRoutes(s string) (map[string]string, error) {
 		out[from] = via
 	}
 	return out, nil
-}
-
-func hasState(dir string) bool {
-	_, err := os.Stat(dir + "/raft.db")
-	return err == nil
 }

@@ -33,20 +33,20 @@ func TestFlagsEnvironmentAndValidation(t *testing.T) {
 		t.Fatalf("--memory-limit 800MiB: %+v %v", c.memory, err)
 	}
 	cases := map[string][]string{
-		"first start needs bootstrap or join": {},
-		"bad peer list":                       {"--bootstrap", "n1"},
-		"ttl under twice the margin":          {"--bootstrap", "n1=127.0.0.1:7001", "--min-ttl", "300ms"},
-		"bootstrap without this node":         {"--bootstrap", "n2=127.0.0.1:7002"},
-		"unknown log level":                   {"--bootstrap", "n1=127.0.0.1:7001", "--log-level", "loud"},
-		"stray argument":                      {"--bootstrap", "n1=127.0.0.1:7001", "extra"},
-		"tls cert without key":                {"--bootstrap", "n1=127.0.0.1:7001", "--tls-cert", "n1.crt", "--tls-ca", "ca.crt"},
-		"tls key without cert":                {"--bootstrap", "n1=127.0.0.1:7001", "--tls-key", "n1.key", "--tls-ca", "ca.crt"},
-		"tls cert without ca":                 {"--bootstrap", "n1=127.0.0.1:7001", "--tls-cert", "n1.crt", "--tls-key", "n1.key"},
-		"peer identity not a uri":             {"--bootstrap", "n1=127.0.0.1:7001", "--peer-identity", "peer"},
-		"negative waiter limit":               {"--bootstrap", "n1=127.0.0.1:7001", "--max-waiters-per-resource", "-1"},
-		"memory limit not a size":             {"--bootstrap", "n1=127.0.0.1:7001", "--memory-limit", "lots"},
-		"memory limit zero":                   {"--bootstrap", "n1=127.0.0.1:7001", "--memory-limit", "0"},
-		"snapshot threshold max below it":     {"--bootstrap", "n1=127.0.0.1:7001", "--snapshot-threshold-max", "100"},
+		"bad peer list":                     {"--bootstrap", "n1"},
+		"ttl under twice the margin":        {"--bootstrap", "n1=127.0.0.1:7001", "--min-ttl", "300ms"},
+		"bootstrap without this node":       {"--bootstrap", "n2=127.0.0.1:7002"},
+		"unknown log level":                 {"--bootstrap", "n1=127.0.0.1:7001", "--log-level", "loud"},
+		"stray argument":                    {"--bootstrap", "n1=127.0.0.1:7001", "extra"},
+		"tls cert without key":              {"--bootstrap", "n1=127.0.0.1:7001", "--tls-cert", "n1.crt", "--tls-ca", "ca.crt"},
+		"tls key without cert":              {"--bootstrap", "n1=127.0.0.1:7001", "--tls-key", "n1.key", "--tls-ca", "ca.crt"},
+		"tls cert without ca":               {"--bootstrap", "n1=127.0.0.1:7001", "--tls-cert", "n1.crt", "--tls-key", "n1.key"},
+		"peer identity not a uri":           {"--bootstrap", "n1=127.0.0.1:7001", "--peer-identity", "peer"},
+		"negative waiter limit":             {"--bootstrap", "n1=127.0.0.1:7001", "--max-waiters-per-resource", "-1"},
+		"memory limit not a size":           {"--bootstrap", "n1=127.0.0.1:7001", "--memory-limit", "lots"},
+		"memory limit zero":                 {"--bootstrap", "n1=127.0.0.1:7001", "--memory-limit", "0"},
+		"snapshot threshold max below it":   {"--bootstrap", "n1=127.0.0.1:7001", "--snapshot-threshold-max", "100"},
+		"trailing logs below the threshold": {"--bootstrap", "n1=127.0.0.1:7001", "--trailing-logs", "100"},
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -167,5 +167,19 @@ func TestUnsafePeerRouteIsParsedHiddenAndChecked(t *testing.T) {
 	parse([]string{"-help"}, io.Discard, &help)
 	if !strings.Contains(help.String(), "-skew-margin") || strings.Contains(help.String(), "unsafe") {
 		t.Fatalf("help shows the hidden flag or lost the others:\n%s", help.String())
+	}
+}
+
+// A first start needs --bootstrap or --join; the refusal comes from the
+// node (so embedding applications get it too) and creates nothing.
+func TestFirstStartWithoutBootstrapOrJoinIsRefused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "n1")
+	var errb bytes.Buffer
+	code := run([]string{"--id", "n1", "--listen", "127.0.0.1:0", "--data-dir", dir, "--insecure", "--memory-limit", "off"}, io.Discard, &errb)
+	if code == 0 || !strings.Contains(errb.String(), "--bootstrap") || !strings.Contains(errb.String(), "--join") {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Fatal("the refused start created the data dir")
 	}
 }
