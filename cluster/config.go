@@ -238,9 +238,18 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports every problem with c at once. It checks fields against
-// each other: ttl bounds against the skew margin, the margin and tick
-// against raft's timing.
+// Validate reports every problem with c at once. Start calls it after
+// filling defaults; an embedding application may call it earlier. Besides
+// required fields and ranges, it checks fields against each other: the
+// min ttl against twice the skew margin, the skew margin against the drift
+// a lease of max ttl can accumulate (skew margin >= drift x max ttl,
+// DESIGN.md "Time"), min against max ttl, the leader lease and election
+// timeouts against the heartbeat timeout, the trailing logs against the
+// snapshot threshold (and its maximum against it), the bootstrap list
+// against the id, a restore against the bootstrap list, pprof against the
+// metrics address, a policy against a policy file, and the TLS files
+// against each other. It reads no files: what the data dir holds is
+// checked when the node opens it (Start).
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -281,6 +290,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxTTL < c.MinTTL {
 		bad("max ttl %v is below min ttl %v", c.MaxTTL, c.MinTTL)
+	}
+	// A lease of max ttl measured on a clock drifting by Drift is off by
+	// up to Drift x MaxTTL; the margin must cover it (DESIGN.md, Time).
+	if drifted := time.Duration(c.Drift * float64(c.MaxTTL)); c.Drift > 0 && drifted > c.SkewMargin {
+		bad("skew margin %v does not cover the drift of a max-ttl lease (drift %g x max ttl %v = %v): raise the skew margin to at least %v or lower the max ttl to at most %v",
+			c.SkewMargin, c.Drift, c.MaxTTL, drifted, drifted, time.Duration(float64(c.SkewMargin)/c.Drift))
 	}
 	if c.TrailingLogs < c.SnapshotThreshold {
 		bad("trailing logs %d are below the snapshot threshold %d: the log must reach back to the previous snapshot, or a node whose newest snapshot is unreadable cannot start", c.TrailingLogs, c.SnapshotThreshold)

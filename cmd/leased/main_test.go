@@ -46,6 +46,7 @@ func TestFlagsEnvironmentAndValidation(t *testing.T) {
 		"memory limit not a size":           {"--bootstrap", "n1=127.0.0.1:7001", "--memory-limit", "lots"},
 		"memory limit zero":                 {"--bootstrap", "n1=127.0.0.1:7001", "--memory-limit", "0"},
 		"snapshot threshold max below it":   {"--bootstrap", "n1=127.0.0.1:7001", "--snapshot-threshold-max", "100"},
+		"margin short of drift x max ttl":   {"--bootstrap", "n1=127.0.0.1:7001", "--max-ttl", "3h"},
 		"trailing logs below the threshold": {"--bootstrap", "n1=127.0.0.1:7001", "--trailing-logs", "100"},
 	}
 	for name, args := range cases {
@@ -167,6 +168,21 @@ func TestUnsafePeerRouteIsParsedHiddenAndChecked(t *testing.T) {
 	parse([]string{"-help"}, io.Discard, &help)
 	if !strings.Contains(help.String(), "-skew-margin") || strings.Contains(help.String(), "unsafe") {
 		t.Fatalf("help shows the hidden flag or lost the others:\n%s", help.String())
+	}
+}
+
+// --max-ttl 3h with the default drift (1e-4) and skew margin (500ms): a
+// max-ttl lease drifts by 1.08s, more than the margin covers (DESIGN.md,
+// Time). Refused; accepted once the margin covers it.
+func TestMaxTTLBeyondWhatTheSkewMarginCoversIsRefused(t *testing.T) {
+	t.Setenv("LEASEFENCE_INSECURE", "true")
+	args := []string{"--id", "n1", "--data-dir", t.TempDir(), "--bootstrap", "n1=127.0.0.1:7001", "--max-ttl", "3h"}
+	_, err := parse(args, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "skew margin") || !strings.Contains(err.Error(), "1.08s") {
+		t.Fatalf("--max-ttl 3h with a 500ms margin: %v", err)
+	}
+	if _, err := parse(append(args, "--skew-margin", "1100ms", "--min-ttl", "3s"), io.Discard, io.Discard); err != nil {
+		t.Fatalf("--max-ttl 3h with an 1.1s margin: %v", err)
 	}
 }
 
