@@ -351,3 +351,19 @@ func TestCorruptNewestSnapshotWithoutLogIsRefused(t *testing.T) {
 	corruptFile(t, filepath.Join(dirs[0], "state.bin"))
 	startRefused(t, cfg, filepath.Base(dirs[0]), "replace")
 }
+
+// Switches that weaken a node say so loudly at start: plaintext (anyone
+// can call the Raft transport) and peer routes (fault injection only).
+func TestUnsafeSettingsWarnAtStart(t *testing.T) {
+	var buf lockedBuffer
+	n, _ := oneNode(t, &buf, func(c *Config) {
+		c.UnsafePeerRoutes = map[string]string{"127.0.0.1:1": "127.0.0.1:2"}
+	})
+	n.Close()
+	out := buf.String()
+	for _, want := range []string{"[WARN]", "UNSAFE: peer routes", "127.0.0.1:1", "without TLS", "TimeoutNow", "AppendEntries"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("start-up log lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -116,6 +116,15 @@ func Start(cfg Config) (*Node, error) {
 		cfg.Clock = fc
 		cfg.Logger.Warn("UNSAFE: fault-injection clock enabled", "control-file", cfg.FaultClockFile)
 	}
+	if len(cfg.UnsafePeerRoutes) > 0 {
+		cfg.Logger.Warn("UNSAFE: peer routes enabled (fault injection only): this node's traffic to these peers goes through whoever owns the substitute addresses",
+			"routes", FormatPeers(cfg.UnsafePeerRoutes))
+	}
+	if !cfg.TLS.Enabled() {
+		cfg.Logger.Warn("serving plaintext gRPC without TLS (development only): anyone who reaches the port can take, renew and release every lease, "+
+			"change membership, and call the Raft transport: TimeoutNow forces elections, AppendEntries and RequestVote with a high term depose the leader",
+			"listen", cfg.Listen)
+	}
 	n := &Node{
 		cfg:       cfg,
 		log:       cfg.Logger.Named("node").With("node-id", cfg.ID),

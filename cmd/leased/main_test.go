@@ -125,9 +125,10 @@ func TestFaultClockFlagIsHiddenAndCommandLineOnly(t *testing.T) {
 		t.Fatalf("flag: %q %v", cfg.FaultClockFile, err)
 	}
 	t.Setenv("LEASEFENCE_UNSAFE_FAULT_CLOCK", "/tmp/clock.json")
-	if cfg, err := parse(args, io.Discard, io.Discard); err != nil || cfg.FaultClockFile != "" {
-		t.Fatalf("environment set the fault clock: %q %v", cfg.FaultClockFile, err)
+	if cfg, err := parse(args, io.Discard, io.Discard); err == nil || cfg.FaultClockFile != "" || !strings.Contains(err.Error(), "command line") {
+		t.Fatalf("environment and the fault clock: %q %v", cfg.FaultClockFile, err)
 	}
+	os.Unsetenv("LEASEFENCE_UNSAFE_FAULT_CLOCK")
 	conf := filepath.Join(dir, "leased.conf")
 	os.WriteFile(conf, []byte("unsafe-fault-clock = /tmp/clock.json\n"), 0o600)
 	if _, err := parse(append(args, "--config", conf), io.Discard, io.Discard); err == nil {
@@ -197,5 +198,38 @@ func TestFirstStartWithoutBootstrapOrJoinIsRefused(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); err == nil {
 		t.Fatal("the refused start created the data dir")
+	}
+}
+
+// Every --unsafe-* switch is taken from the command line only: the same
+// setting from a LEASEFENCE_UNSAFE_* variable or a config file is refused
+// with an error that says so, not applied (and not silently ignored).
+func TestUnsafeSwitchesAreRefusedFromEnvironmentAndConfigFile(t *testing.T) {
+	t.Setenv("LEASEFENCE_INSECURE", "true")
+	dir := t.TempDir()
+	args := []string{"--id", "n1", "--data-dir", dir, "--bootstrap", "n1=127.0.0.1:7001,n2=127.0.0.1:7002"}
+	for flagName, value := range map[string]string{
+		"unsafe-peer-route":  "127.0.0.1:7002=127.0.0.1:9002",
+		"unsafe-fault-clock": "/tmp/clock.json",
+	} {
+		t.Run(flagName, func(t *testing.T) {
+			cfg, err := parse(append(args, "--"+flagName, value), io.Discard, io.Discard)
+			if err != nil || (cfg.UnsafePeerRoutes == nil && cfg.FaultClockFile == "") {
+				t.Fatalf("on the command line: %v", err)
+			}
+			env := "LEASEFENCE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+			t.Setenv(env, value)
+			cfg, err = parse(args, io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), env) || !strings.Contains(err.Error(), "command line") {
+				t.Fatalf("from %s: %v (routes %v, clock %q)", env, err, cfg.UnsafePeerRoutes, cfg.FaultClockFile)
+			}
+			os.Unsetenv(env)
+			conf := filepath.Join(dir, flagName+".conf")
+			os.WriteFile(conf, []byte("tick = 1s\n"+flagName+" = "+value+"\n"), 0o600)
+			_, err = parse(append(args, "--config", conf), io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), flagName) || !strings.Contains(err.Error(), "command line") {
+				t.Fatalf("from a config file: %v", err)
+			}
+		})
 	}
 }
