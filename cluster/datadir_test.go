@@ -46,7 +46,7 @@ func oneNode(t *testing.T, buf *lockedBuffer, tweak func(*Config)) (*Node, Confi
 	cfg.ID, cfg.Listen, cfg.DataDir = "n1", addr, t.TempDir()
 	cfg.Bootstrap = map[string]string{"n1": addr}
 	cfg.MinTTL, cfg.SkewMargin, cfg.Tick = 1500*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "n1", Level: hclog.Info, Output: buf})
+	cfg.Logger = newBufLogger(buf)
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -56,6 +56,10 @@ func oneNode(t *testing.T, buf *lockedBuffer, tweak func(*Config)) (*Node, Confi
 	}
 	eventually(t, 10*time.Second, "leader", n.IsLeader)
 	return n, cfg
+}
+
+func newBufLogger(buf *lockedBuffer) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: "n1", Level: hclog.Info, Output: buf})
 }
 
 func acquireN(t *testing.T, n *Node, prefix string, count int) {
