@@ -283,12 +283,13 @@ func (n *Node) open() error {
 	n.admin = &clusterService{n: n}
 	n.server = grpc.NewServer(append(srvOpts,
 		grpc.MaxRecvMsgSize(16<<20),
+		grpc.ForceServerCodecV2(transport.ServerCodec()), // with RejectMalformed: bad protobuf is InvalidArgument
 		grpc.ChainUnaryInterceptor(unaryInts...),
 		grpc.ChainStreamInterceptor(streamInts...),
 	)...)
 	n.tr.Register(n.server)
-	api.RegisterLeaseServiceServer(n.server, n.leases)
-	api.RegisterClusterServiceServer(n.server, n.admin)
+	n.server.RegisterService(transport.RejectMalformed(&api.LeaseService_ServiceDesc), n.leases)
+	n.server.RegisterService(transport.RejectMalformed(&api.ClusterService_ServiceDesc), n.admin)
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.server, n.health)
 
