@@ -255,8 +255,8 @@ func (c Config) Validate() error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if c.ID == "" {
 		bad("id is required")
-	} else if strings.ContainsAny(c.ID, ",= \t\n") {
-		bad("id %q must not contain ',', '=' or spaces", c.ID)
+	} else if err := ValidateNodeID(c.ID); err != nil {
+		bad("id %q: %v", c.ID, err)
 	}
 	if c.DataDir == "" {
 		bad("data dir is required")
@@ -272,6 +272,10 @@ func (c Config) Validate() error {
 		for id, a := range c.Bootstrap {
 			if id == "" || a == "" {
 				bad("bootstrap entry %q=%q is incomplete", id, a)
+			} else if err := ValidateNodeID(id); err != nil {
+				bad("bootstrap id %q: %v", id, err)
+			} else if err := ValidatePeerAddr(a); err != nil {
+				bad("bootstrap address %q of %s: %v", a, id, err)
 			}
 			if other, dup := addrs[a]; dup {
 				bad("bootstrap address %s given to both %s and %s", a, other, id)

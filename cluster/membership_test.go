@@ -1,0 +1,112 @@
+package cluster
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/leasefence/leasefence/api"
+)
+
+func members(t *testing.T, n *Node) []*api.Member {
+	t.Helper()
+	st, err := n.admin.Status(ctxT(t), &api.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Members
+}
+
+// Join validates the new member's id like a node id at start, and its
+// address as host:port; a refusal changes nothing.
+func TestJoinRefusesBadIDsAndAddresses(t *testing.T) {
+	tc := newTestCluster(t, 1, nil)
+	_, leader := tc.leader()
+	okAddr := freeAddrs(t, 1)[0]
+	for name, req := range map[string]*api.JoinRequest{
+		"1 MB id":          {Id: strings.Repeat("x", 1<<20), Addr: okAddr},
+		"NUL in the id":    {Id: "n\x004", Addr: okAddr},
+		"control in id":    {Id: "n\x1b4", Addr: okAddr},
+		"comma in the id":  {Id: "n4,n5", Addr: okAddr},
+		"= in the id":      {Id: "n4=x", Addr: okAddr},
+		"space in the id":  {Id: "n 4", Addr: okAddr},
+		"bidi in the id":   {Id: "n\u202e4", Addr: okAddr},
+		"not an address":   {Id: "n4", Addr: "not-an-address"},
+		"no port":          {Id: "n4", Addr: "127.0.0.1:"},
+		"no host":          {Id: "n4", Addr: ":7001"},
+		"port too large":   {Id: "n4", Addr: "127.0.0.1:99999"},
+		"port not numeric": {Id: "n4", Addr: "127.0.0.1:http"},
+		"NUL in address":   {Id: "n4", Addr: "127.0.0.1\x00:7001"},
+		"1 MB address":     {Id: "n4", Addr: strings.Repeat("a", 1<<20) + ":7001"},
+	} {
+		_, err := leader.admin.Join(ctxT(t), req)
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", name, err)
+		}
+	}
+	if got := len(members(t, leader)); got != 1 {
+		t.Fatalf("refused joins changed membership: %d members", got)
+	}
+}
+
+// Three adds of addresses where nothing listens (issue 14 §3: they left 6
+// voters, 3 unreachable, and a cluster that could not even remove them)
+// are refused, quickly, and the cluster keeps serving.
+func TestAddsOfUnreachableMembersAreRefusedAndTheClusterServes(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	_, leader := tc.leader()
+	for i, addr := range freeAddrs(t, 3) {
+		for _, nonvoter := range []bool{false, true} {
+			start := time.Now()
+			_, err := leader.admin.Join(ctxT(t), &api.JoinRequest{Id: "x" + string(rune('1'+i)), Addr: addr, Nonvoter: nonvoter})
+			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "answer") {
+				t.Fatalf("add of unreachable %s (nonvoter %v): %v, want FailedPrecondition", addr, nonvoter, err)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Fatalf("refusal took %v", d)
+			}
+		}
+	}
+	if got := len(members(t, leader)); got != 3 {
+		t.Fatalf("%d members after refused adds", got)
+	}
+	// Still serving, through a follower too (forwarding).
+	fi, _ := tc.follower()
+	if _, err := tc.client(fi).Acquire(ctxT(t), acquireReq("after-adds", 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Leadership cannot go to a non-voter: refused up front with a clear
+// error instead of a transfer that cannot succeed.
+func TestTransferLeadershipToANonvoterIsRefused(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	addr := freeAddrs(t, 1)[0]
+	cfg := tc.cfgs[0]
+	cfg.ID, cfg.Listen, cfg.DataDir, cfg.Bootstrap, cfg.Join, cfg.Nonvoter = "n4", addr, t.TempDir(), nil, tc.cfgs[1].Listen, true
+	cfg.Clock, cfg.Logger = NewManualClock(), testLogger(t, "n4")
+	n4, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n4.Close()
+	_, leader := tc.leader()
+	eventually(t, 15*time.Second, "n4 a non-voter", func() bool {
+		for _, m := range members(t, leader) {
+			if m.Id == "n4" && m.Suffrage == "nonvoter" {
+				return true
+			}
+		}
+		return false
+	})
+	_, err = leader.admin.TransferLeadership(ctxT(t), &api.TransferLeadershipRequest{Id: "n4"})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "non-voter") {
+		t.Fatalf("transfer to a non-voter: %v", err)
+	}
+	if !leader.IsLeader() {
+		t.Fatal("the refused transfer moved leadership")
+	}
+}
