@@ -371,3 +371,23 @@ func TestUnsafeSettingsWarnAtStart(t *testing.T) {
 		}
 	}
 }
+
+// dump-log reads a stopped node's raft.db: a truncated one is an error,
+// never a panic or a fault.
+func TestDumpLogOfATruncatedRaftDBIsAnError(t *testing.T) {
+	var buf lockedBuffer
+	n, cfg := oneNode(t, &buf, nil)
+	db := filepath.Join(cfg.DataDir, "raft.db")
+	for i := 0; ; i++ {
+		acquireN(t, n, fmt.Sprintf("dump/%d", i), 50)
+		if fi, _ := os.Stat(db); fi.Size() > 3*32768 {
+			break
+		}
+	}
+	n.Close()
+	os.Truncate(db, 32768)
+	var out bytes.Buffer
+	if err := DumpLog(cfg.DataDir, &out); err == nil || !strings.Contains(err.Error(), "raft.db") {
+		t.Fatalf("dump-log of a truncated raft.db: %v", err)
+	}
+}
