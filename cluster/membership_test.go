@@ -1,10 +1,12 @@
 package cluster
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -108,5 +110,32 @@ func TestTransferLeadershipToANonvoterIsRefused(t *testing.T) {
 	}
 	if !leader.IsLeader() {
 		t.Fatal("the refused transfer moved leadership")
+	}
+}
+
+// A voter is added only if the voters that answer, the new one counted,
+// still form a quorum of the new configuration (the leader's view of the
+// configuration given here: itself and three voters that do not answer).
+func TestAddIsRefusedWhenAnsweringVotersWouldNotFormAQuorum(t *testing.T) {
+	tc := newTestCluster(t, 2, nil)
+	li, leader := tc.leader()
+	other := tc.cfgs[1-li]
+	dead := freeAddrs(t, 3)
+	servers := []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(leader.ID()), Address: raft.ServerAddress(leader.Addr())}}
+	for i, a := range dead {
+		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(fmt.Sprintf("d%d", i)), Address: raft.ServerAddress(a)})
+	}
+	// 5 voters after the add, 2 answer (the leader, the new one): refused.
+	err := leader.checkAdd(ctxT(t), other.ID, other.Listen, false, servers)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "quorum") {
+		t.Fatalf("add with 3 of 4 voters silent: %v", err)
+	}
+	// A non-voter does not count for the quorum: it only has to answer.
+	if err := leader.checkAdd(ctxT(t), other.ID, other.Listen, true, servers); err != nil {
+		t.Fatalf("non-voter add: %v", err)
+	}
+	// One voter silent of two: 3 voters after the add, 2 answer, a quorum.
+	if err := leader.checkAdd(ctxT(t), other.ID, other.Listen, false, servers[:2]); err != nil {
+		t.Fatalf("add with 1 of 2 voters silent: %v", err)
 	}
 }
