@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/leasefence/leasefence/api"
@@ -76,14 +77,28 @@ func (s *clusterService) Status(ctx context.Context, req *api.StatusRequest) (*a
 }
 
 // Join implements api.ClusterServiceServer: one configuration change, on
-// the leader. Joining again with the same id and address is a no-op.
+// the leader. Joining again with the same id and address is a no-op. The id
+// and address are validated (ValidateNodeID, ValidatePeerAddr); the new
+// member must answer the leader, and a new voter must leave a quorum of
+// answering voters (checkAdd): a member that never answers would count
+// against the quorum for good.
 func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.JoinResponse, error) {
 	if req.Id == "" || req.Addr == "" {
 		return nil, toStatus(&fsm.FieldError{Field: "id/addr", Limit: "both required"})
 	}
+	if err := ValidateNodeID(req.Id); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := ValidatePeerAddr(req.Addr); err != nil {
+		return nil, toStatus(err)
+	}
 	ctx, _, err := s.n.authorize(ctx, permAdmin, "")
 	if err != nil {
 		return nil, toStatus(err)
+	}
+	if id := s.n.ClusterID(); id != "" {
+		// For the joining node's identity file; every member has the same.
+		_ = grpc.SetHeader(ctx, metadata.Pairs(clusterIDHeader, id))
 	}
 	conn, err := s.n.route(ctx)
 	if err != nil {
@@ -106,6 +121,10 @@ func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.J
 		case string(srv.Address) == req.Addr:
 			return nil, status.Errorf(codes.FailedPrecondition, "cluster: address %s belongs to member %s; remove it first", req.Addr, srv.ID)
 		}
+	}
+	if err := s.n.checkAdd(ctx, req.Id, req.Addr, req.Nonvoter, cf.Configuration().Servers); err != nil {
+		s.n.log.Warn("member add refused", "member-id", req.Id, "member-addr", req.Addr, "error", err)
+		return nil, err
 	}
 	var f raft.IndexFuture
 	if req.Nonvoter {
@@ -220,6 +239,9 @@ func (s *clusterService) TransferLeadership(ctx context.Context, req *api.Transf
 		}
 		for _, srv := range cf.Configuration().Servers {
 			if string(srv.ID) == req.Id {
+				if err := checkTransferTarget(req.Id, srv); err != nil {
+					return nil, err
+				}
 				addr = srv.Address
 			}
 		}

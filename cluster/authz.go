@@ -80,16 +80,44 @@ type Grant struct {
 }
 
 // LoadPolicy reads and checks a policy file (see Policy for the format).
+//
+// A file that group or others may write is refused: whoever can write it
+// can grant themselves every lease at the next start.
 func LoadPolicy(path string) (*Policy, error) {
+	p, _, err := loadPolicyFile(path)
+	return p, err
+}
+
+// loadPolicyFile is LoadPolicy that also tells whether every user may read
+// the file (it holds bearer tokens).
+func loadPolicyFile(path string) (p *Policy, worldReadable bool, err error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, false, fmt.Errorf("cluster: policy: %w", err)
+	}
+	if mode := fi.Mode().Perm(); mode&0o022 != 0 {
+		return nil, false, fmt.Errorf("cluster: policy file %s is writable by group or others (mode %v): whoever can write it can grant themselves every lease; chmod go-w it (0600 or 0640)", path, mode)
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: policy: %w", err)
+		return nil, false, fmt.Errorf("cluster: policy: %w", err)
 	}
-	p, err := ParsePolicy(b)
+	p, err = ParsePolicy(b)
 	if err != nil {
-		return nil, fmt.Errorf("%w (in %s)", err, path)
+		return nil, false, fmt.Errorf("%w (in %s)", err, path)
 	}
-	return p, nil
+	return p, fi.Mode().Perm()&0o004 != 0, nil
+}
+
+// names returns the identities and peers of p, sorted.
+func (p *Policy) names() (identities, peers []string) {
+	for name := range p.Identities {
+		identities = append(identities, name)
+	}
+	sort.Strings(identities)
+	peers = append(peers, p.Peers...)
+	sort.Strings(peers)
+	return identities, peers
 }
 
 // ParsePolicy decodes and checks a JSON policy. Unknown fields, duplicate
@@ -353,17 +381,31 @@ func holdsFor(holder, identity string) bool {
 
 // loadPolicy returns the policy c turns on, checked, or nil.
 func (c Config) loadPolicy() (*Policy, error) {
+	var p *Policy
+	source := "Config.Policy"
 	switch {
 	case c.Policy != nil:
 		cp := *c.Policy // compile a copy: the caller's may be shared
 		if err := cp.compile(); err != nil {
 			return nil, err
 		}
-		return &cp, nil
+		p = &cp
 	case c.PolicyFile != "":
-		return LoadPolicy(c.PolicyFile)
+		var worldReadable bool
+		var err error
+		if p, worldReadable, err = loadPolicyFile(c.PolicyFile); err != nil {
+			return nil, err
+		}
+		source = c.PolicyFile
+		if worldReadable {
+			c.Logger.Warn("the policy file is readable by every user on this host, and it holds bearer tokens: chmod o-r it", "file", c.PolicyFile)
+		}
+	default:
+		return nil, nil
 	}
-	return nil, nil
+	ids, peers := p.names()
+	c.Logger.Info("authorization policy in force", "source", source, "identities", strings.Join(ids, ","), "peers", strings.Join(peers, ","))
+	return p, nil
 }
 
 // clientWatchers counts the open Watch streams per client key (the

@@ -281,7 +281,7 @@ func TestCorruptLogEntryStopsEveryNodeWithoutPanic(t *testing.T) {
 
 func TestLaggingNodeCatchesUpThroughSnapshotAndTokensContinue(t *testing.T) {
 	tc := newTestCluster(t, 3, func(c *Config) {
-		c.SnapshotThreshold, c.SnapshotThresholdMax = 50, 50
+		c.SnapshotThreshold, c.SnapshotThresholdMax = 10, 10
 		c.TrailingLogs = 10
 		c.SnapshotInterval = 100 * time.Millisecond
 	})

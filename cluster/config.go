@@ -75,7 +75,15 @@ type Config struct {
 	CommitTimeout      time.Duration
 	SnapshotInterval   time.Duration
 	SnapshotThreshold  uint64
-	TrailingLogs       uint64
+	// TrailingLogs is how many entries raft keeps after a snapshot. It
+	// must be at least SnapshotThreshold (Validate), so that the log still
+	// reaches back to the previous snapshot: when the newest snapshot turns
+	// out unreadable at start, raft falls back to the previous one and
+	// replays the log from there. While the snapshot policy raises the
+	// threshold, it raises the trailing logs in the same proportion.
+	// Default twice the threshold: a snapshot can come later than the
+	// threshold (raft checks every SnapshotInterval).
+	TrailingLogs uint64
 	// SnapshotThresholdMax is as far as the node raises SnapshotThreshold
 	// while the state is large (snapshotPolicy); 0 means 64 times
 	// SnapshotThreshold, and SnapshotThreshold itself pins it.
@@ -177,7 +185,7 @@ func DefaultConfig() Config {
 		CommitTimeout:      20 * time.Millisecond,
 		SnapshotInterval:   30 * time.Second,
 		SnapshotThreshold:  16384,
-		TrailingLogs:       10240,
+		TrailingLogs:       32768,
 		WatchBuffer:        65536,
 
 		RefusalKeep:           2 * time.Minute,
@@ -226,7 +234,7 @@ func (c Config) withDefaults() Config {
 		c.SnapshotThreshold = d.SnapshotThreshold
 	}
 	if c.TrailingLogs == 0 {
-		c.TrailingLogs = d.TrailingLogs
+		c.TrailingLogs = max(d.TrailingLogs, 2*c.SnapshotThreshold)
 	}
 	if c.SnapshotThresholdMax == 0 {
 		c.SnapshotThresholdMax = c.SnapshotThreshold * snapshotThresholdScale
@@ -252,16 +260,25 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports every problem with c at once. It checks fields against
-// each other: ttl bounds against the skew margin, the margin and tick
-// against raft's timing.
+// Validate reports every problem with c at once. Start calls it after
+// filling defaults; an embedding application may call it earlier. Besides
+// required fields and ranges, it checks fields against each other: the
+// min ttl against twice the skew margin, the skew margin against the drift
+// a lease of max ttl can accumulate (skew margin >= drift x max ttl,
+// DESIGN.md "Time"), min against max ttl, the leader lease and election
+// timeouts against the heartbeat timeout, the trailing logs against the
+// snapshot threshold (and its maximum against it), the bootstrap list
+// against the id, a restore against the bootstrap list, pprof against the
+// metrics address, a policy against a policy file, and the TLS files
+// against each other. It reads no files: what the data dir holds is
+// checked when the node opens it (Start).
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if c.ID == "" {
 		bad("id is required")
-	} else if strings.ContainsAny(c.ID, ",= \t\n") {
-		bad("id %q must not contain ',', '=' or spaces", c.ID)
+	} else if err := ValidateNodeID(c.ID); err != nil {
+		bad("id %q: %v", c.ID, err)
 	}
 	if c.DataDir == "" {
 		bad("data dir is required")
@@ -277,6 +294,10 @@ func (c Config) Validate() error {
 		for id, a := range c.Bootstrap {
 			if id == "" || a == "" {
 				bad("bootstrap entry %q=%q is incomplete", id, a)
+			} else if err := ValidateNodeID(id); err != nil {
+				bad("bootstrap id %q: %v", id, err)
+			} else if err := ValidatePeerAddr(a); err != nil {
+				bad("bootstrap address %q of %s: %v", a, id, err)
 			}
 			if other, dup := addrs[a]; dup {
 				bad("bootstrap address %s given to both %s and %s", a, other, id)
@@ -295,6 +316,15 @@ func (c Config) Validate() error {
 	}
 	if c.MaxTTL < c.MinTTL {
 		bad("max ttl %v is below min ttl %v", c.MaxTTL, c.MinTTL)
+	}
+	// A lease of max ttl measured on a clock drifting by Drift is off by
+	// up to Drift x MaxTTL; the margin must cover it (DESIGN.md, Time).
+	if drifted := time.Duration(c.Drift * float64(c.MaxTTL)); c.Drift > 0 && drifted > c.SkewMargin {
+		bad("skew margin %v does not cover the drift of a max-ttl lease (drift %g x max ttl %v = %v): raise the skew margin to at least %v or lower the max ttl to at most %v",
+			c.SkewMargin, c.Drift, c.MaxTTL, drifted, drifted, time.Duration(float64(c.SkewMargin)/c.Drift))
+	}
+	if c.TrailingLogs < c.SnapshotThreshold {
+		bad("trailing logs %d are below the snapshot threshold %d: the log must reach back to the previous snapshot, or a node whose newest snapshot is unreadable cannot start", c.TrailingLogs, c.SnapshotThreshold)
 	}
 	if c.SnapshotThresholdMax != 0 && c.SnapshotThresholdMax < c.SnapshotThreshold {
 		bad("snapshot threshold max %d is below the snapshot threshold %d", c.SnapshotThresholdMax, c.SnapshotThreshold)

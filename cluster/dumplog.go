@@ -85,6 +85,14 @@ func DumpLog(dataDir string, w io.Writer) error {
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("cluster: dump-log: %w", err)
 	}
+	// A damaged file is an error, never a bbolt panic (datadir.go).
+	if err := checkBoltFile(path); err != nil {
+		return fmt.Errorf("cluster: dump-log: %w", err)
+	}
+	return guardDisk(path, func() error { return dumpLog(dataDir, path, w) })
+}
+
+func dumpLog(dataDir, path string, w io.Writer) error {
 	store, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{ReadOnly: true, Timeout: 2 * time.Second}})
 	if err != nil {
 		return fmt.Errorf("cluster: dump-log: open %s: %w", path, err)

@@ -36,7 +36,7 @@ func dumpRecords(t *testing.T, dir string) (LogRecord, map[string][]LogRecord) {
 }
 
 func TestDumpLogReplaysAppliedCommandsOfAStoppedNode(t *testing.T) {
-	tc := newTestCluster(t, 1, func(c *Config) { c.TrailingLogs = 1 })
+	tc := newTestCluster(t, 1, func(c *Config) { c.SnapshotThreshold, c.SnapshotThresholdMax, c.TrailingLogs = 1, 1, 1 })
 	c := tc.client(0)
 	ctx := ctxT(t)
 	acq := func(res, rid string) (*api.AcquireResponse, error) {

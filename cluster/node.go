@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/fsm"
@@ -71,6 +72,11 @@ type Node struct {
 	closeOnce sync.Once
 	closeErr  error
 	fatal     atomic.Pointer[error]
+
+	// clusterID is the cluster id of the node identity (identity.go),
+	// empty until the node has one; a leader hands it to joining nodes.
+	clusterID string
+	clusterMu sync.Mutex
 }
 
 // leaderState is this node's view of its own leadership for one term. It
@@ -110,6 +116,15 @@ func Start(cfg Config) (*Node, error) {
 		cfg.Clock = fc
 		cfg.Logger.Warn("UNSAFE: fault-injection clock enabled", "control-file", cfg.FaultClockFile)
 	}
+	if len(cfg.UnsafePeerRoutes) > 0 {
+		cfg.Logger.Warn("UNSAFE: peer routes enabled (fault injection only): this node's traffic to these peers goes through whoever owns the substitute addresses",
+			"routes", FormatPeers(cfg.UnsafePeerRoutes))
+	}
+	if !cfg.TLS.Enabled() {
+		cfg.Logger.Warn("serving plaintext gRPC without TLS (development only): anyone who reaches the port can take, renew and release every lease, "+
+			"change membership, and call the Raft transport: TimeoutNow forces elections, AppendEntries and RequestVote with a high term depose the leader",
+			"listen", cfg.Listen)
+	}
 	n := &Node{
 		cfg:       cfg,
 		log:       cfg.Logger.Named("node").With("node-id", cfg.ID),
@@ -129,7 +144,7 @@ func Start(cfg Config) (*Node, error) {
 	n.policy = policy
 	n.metrics = newMetrics(n)
 	n.sm.metrics = n.metrics
-	n.snaps = newSnapshotPolicy(cfg.SnapshotThreshold, cfg.SnapshotThresholdMax)
+	n.snaps = newSnapshotPolicy(cfg.SnapshotThreshold, cfg.SnapshotThresholdMax, cfg.TrailingLogs)
 	n.sm.snaps = n.snaps
 	if err := n.open(); err != nil {
 		n.cleanup()
@@ -140,12 +155,43 @@ func Start(cfg Config) (*Node, error) {
 
 func (n *Node) open() error {
 	cfg := n.cfg
+	dbPath := filepath.Join(cfg.DataDir, "raft.db")
+	ident, err := readIdentity(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	if ident != nil {
+		if ident.NodeID != cfg.ID {
+			return fmt.Errorf("cluster: data dir %s belongs to node %q (its %s), not %q: start it with that id, or give node %q a data dir of its own",
+				cfg.DataDir, ident.NodeID, IdentityFile, cfg.ID, cfg.ID)
+		}
+		// Checked before bbolt opens the file: opening an empty file
+		// would write a new database into it.
+		if fi, err := os.Stat(dbPath); err != nil || fi.Size() == 0 {
+			return lostStateError(cfg.DataDir, ident, "raft.db is missing or empty")
+		}
+	}
+	if len(cfg.Bootstrap) == 0 && cfg.Join == "" && cfg.RestoreFrom == "" {
+		// Refused before anything is created (checked again below, for a
+		// raft.db without state).
+		if fi, err := os.Stat(dbPath); err != nil || fi.Size() == 0 {
+			return fmt.Errorf("cluster: %s holds no raft state: a first start needs a bootstrap list (--bootstrap) or a member to join through (--join)", cfg.DataDir)
+		}
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return fmt.Errorf("cluster: data dir: %w", err)
 	}
-	store, err := openLogStore(filepath.Join(cfg.DataDir, "raft.db"), true)
-	if err != nil {
-		return fmt.Errorf("cluster: open raft.db: %w", err)
+	if fi, err := os.Stat(dbPath); err == nil && fi.Size() > 0 {
+		if err := checkBoltFile(dbPath); err != nil {
+			return fmt.Errorf("%w: replace this node: remove it from the cluster, empty the data dir and start it with --join (docs/OPERATIONS.md, Replacing a dead node)", err)
+		}
+	}
+	var store *raftboltdb.BoltStore
+	if err := guardDisk(dbPath, func() (err error) {
+		store, err = openLogStore(dbPath, true)
+		return err
+	}); err != nil {
+		return err
 	}
 	n.store = store
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, cfg.Logger.Named("snapshots"))
@@ -156,6 +202,33 @@ func (n *Node) open() error {
 	logs, err := raft.NewLogCache(1024, store)
 	if err != nil {
 		return err
+	}
+
+	var existing bool
+	var term uint64
+	if err := guardDisk(dbPath, func() (err error) {
+		if existing, err = raft.HasExistingState(logs, store, snaps); err != nil {
+			return fmt.Errorf("cluster: reading raft state: %w", err)
+		}
+		if term, err = store.GetUint64([]byte("CurrentTerm")); err != nil && !errors.Is(err, raftboltdb.ErrKeyNotFound) {
+			return fmt.Errorf("cluster: reading raft state: %w", err)
+		}
+		return n.checkSnapshotFallback(snaps, store)
+	}); err != nil {
+		return err
+	}
+	if ident != nil && term == 0 {
+		// An identity is written only once the node has a term.
+		return lostStateError(cfg.DataDir, ident, "raft.db holds no term or vote")
+	}
+	if existing && len(cfg.Bootstrap) > 0 {
+		n.log.Info("data dir has raft state; ignoring the bootstrap list", "data-dir", cfg.DataDir)
+	}
+	if existing && cfg.Join != "" {
+		n.log.Info("data dir has raft state; ignoring the join address", "join", cfg.Join)
+	}
+	if !existing && len(cfg.Bootstrap) == 0 && cfg.Join == "" && cfg.RestoreFrom == "" {
+		return fmt.Errorf("cluster: %s holds no raft state: a first start needs a bootstrap list (--bootstrap) or a member to join through (--join)", cfg.DataDir)
 	}
 
 	n.lis, err = net.Listen("tcp", cfg.Listen)
@@ -210,12 +283,13 @@ func (n *Node) open() error {
 	n.admin = &clusterService{n: n}
 	n.server = grpc.NewServer(append(srvOpts,
 		grpc.MaxRecvMsgSize(16<<20),
+		grpc.ForceServerCodecV2(transport.ServerCodec()), // with RejectMalformed: bad protobuf is InvalidArgument
 		grpc.ChainUnaryInterceptor(unaryInts...),
 		grpc.ChainStreamInterceptor(streamInts...),
 	)...)
 	n.tr.Register(n.server)
-	api.RegisterLeaseServiceServer(n.server, n.leases)
-	api.RegisterClusterServiceServer(n.server, n.admin)
+	n.server.RegisterService(transport.RejectMalformed(&api.LeaseService_ServiceDesc), n.leases)
+	n.server.RegisterService(transport.RejectMalformed(&api.ClusterService_ServiceDesc), n.admin)
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.server, n.health)
 
@@ -232,10 +306,6 @@ func (n *Node) open() error {
 	if err := raft.ValidateConfig(rc); err != nil {
 		return fmt.Errorf("cluster: raft config: %w", err)
 	}
-	existing, err := raft.HasExistingState(logs, store, snaps)
-	if err != nil {
-		return fmt.Errorf("cluster: reading raft state: %w", err)
-	}
 	if cfg.RestoreFrom != "" {
 		if existing {
 			n.log.Warn("data dir has state; ignoring the backup to restore from", "file", cfg.RestoreFrom)
@@ -246,8 +316,10 @@ func (n *Node) open() error {
 			existing = true // the seeded snapshot holds the configuration
 		}
 	}
-	n.raft, err = raft.NewRaft(rc, n.sm, logs, store, snaps, n.tr)
-	if err != nil {
+	if err := guardDisk(cfg.DataDir, func() (err error) {
+		n.raft, err = raft.NewRaft(rc, n.sm, logs, store, snaps, n.tr)
+		return err
+	}); err != nil {
 		return fmt.Errorf("cluster: start raft: %w", err)
 	}
 	if !existing && len(cfg.Bootstrap) > 0 {
@@ -258,6 +330,18 @@ func (n *Node) open() error {
 		if err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 			return fmt.Errorf("cluster: bootstrap: %w", err)
 		}
+	}
+	if ident == nil && (existing || len(cfg.Bootstrap) > 0) {
+		// Bootstrapped or restored just now, or a data dir from before
+		// identity files: from here on a wipe is caught.
+		ident = &Identity{ClusterID: clusterIDOf(cfg.Bootstrap), NodeID: cfg.ID, Created: time.Now().UTC()}
+		if err := writeIdentity(cfg.DataDir, *ident); err != nil {
+			return err
+		}
+		n.log.Info("node identity written", "file", filepath.Join(cfg.DataDir, IdentityFile), "cluster-id", ident.ClusterID)
+	}
+	if ident != nil {
+		n.setClusterID(ident.ClusterID)
 	}
 
 	if err := n.startHTTP(); err != nil {
@@ -508,13 +592,15 @@ func (n *Node) await(ctx context.Context, f raft.Future) error {
 func (n *Node) joinLoop() {
 	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var hdr metadata.MD
 		conn, err := n.fwd.conn(n.cfg.Join)
 		if err == nil {
-			_, err = api.NewClusterServiceClient(conn).Join(ctx, &api.JoinRequest{Id: n.cfg.ID, Addr: n.addr, Nonvoter: n.cfg.Nonvoter})
+			_, err = api.NewClusterServiceClient(conn).Join(ctx, &api.JoinRequest{Id: n.cfg.ID, Addr: n.addr, Nonvoter: n.cfg.Nonvoter}, grpc.Header(&hdr))
 		}
 		cancel()
 		if err == nil {
-			n.log.Info("joined cluster", "via", n.cfg.Join)
+			n.log.Info("joined cluster", "via", n.cfg.Join, "cluster-id", clusterID(hdr))
+			n.writeJoinIdentity(clusterID(hdr))
 			return
 		}
 		if attempt%10 == 0 {
@@ -526,6 +612,51 @@ func (n *Node) joinLoop() {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// clusterIDHeader carries the leader's cluster id in the answer to Join,
+// for the joining node's identity file.
+const clusterIDHeader = "leasefence-cluster-id"
+
+func clusterID(md metadata.MD) string {
+	if v := md.Get(clusterIDHeader); len(v) == 1 {
+		return v[0]
+	}
+	return ""
+}
+
+func (n *Node) setClusterID(id string) {
+	n.clusterMu.Lock()
+	n.clusterID = id
+	n.clusterMu.Unlock()
+}
+
+// ClusterID returns the cluster id of the node's identity file, empty
+// before the node has one (or for a data dir older than identity files).
+func (n *Node) ClusterID() string {
+	n.clusterMu.Lock()
+	defer n.clusterMu.Unlock()
+	return n.clusterID
+}
+
+// writeJoinIdentity writes the identity of a node admitted by Join once it
+// holds Raft state (a term from the leader): an identity over an empty
+// raft.db would make the node refuse its own restart.
+func (n *Node) writeJoinIdentity(cluster string) {
+	for n.raft.CurrentTerm() == 0 {
+		select {
+		case <-n.stopCh:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	id := Identity{ClusterID: cluster, NodeID: n.cfg.ID, Created: time.Now().UTC()}
+	if err := writeIdentity(n.cfg.DataDir, id); err != nil {
+		n.log.Error("cannot write the node identity; a wiped data dir will not be caught", "error", err)
+		return
+	}
+	n.setClusterID(cluster)
+	n.log.Info("node identity written", "file", filepath.Join(n.cfg.DataDir, IdentityFile), "cluster-id", cluster)
 }
 
 // newLeaseID draws 16 random bytes on the leader: the FSM draws none.

@@ -28,11 +28,11 @@ type leaseService struct {
 
 func (s *leaseService) validateAcquire(req *api.AcquireRequest) (time.Duration, error) {
 	cfg := s.n.cfg
-	if err := fsm.ValidateName("resource", req.Resource); err != nil {
+	if err := fsm.ValidateNewName("resource", req.Resource); err != nil {
 		return 0, err
 	}
 	if req.Scope != "" {
-		if err := fsm.ValidateName("scope", req.Scope); err != nil {
+		if err := fsm.ValidateNewName("scope", req.Scope); err != nil {
 			return 0, err
 		}
 	}
@@ -411,8 +411,8 @@ func (s *leaseService) Watch(req *api.WatchRequest, stream grpc.ServerStreamingS
 	if req.Key == "" && !req.Prefix {
 		return toStatus(&fsm.FieldError{Field: "key", Limit: "must not be empty unless prefix is set"})
 	}
-	if len(req.Key) > fsm.MaxNameLen {
-		return toStatus(&fsm.FieldError{Field: "key", Limit: fmt.Sprintf("at most %d bytes", fsm.MaxNameLen)})
+	if err := fsm.ValidateWatchKey(req.Key); err != nil {
+		return toStatus(err)
 	}
 	ctx := stream.Context()
 	_, c, err := s.n.authorize(ctx, permWatch, req.Key)
@@ -425,6 +425,9 @@ func (s *leaseService) Watch(req *api.WatchRequest, stream grpc.ServerStreamingS
 				ErrLimit, s.n.cfg.MaxWatchersPerClient, s.n.cfg.MaxWatchersPerClient))
 		}
 		defer s.n.watchers.done(key)
+	}
+	if err := s.n.checkWatchAfter(ctx, req.After); err != nil {
+		return err
 	}
 	var after *position
 	if req.After != nil {

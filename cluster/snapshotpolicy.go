@@ -23,6 +23,10 @@ import (
 // threshold in force from raft's config.
 type snapshotPolicy struct {
 	configured, limit uint64
+	// trailing is Config.TrailingLogs: raised with the threshold in the
+	// same proportion, so that the log kept after a snapshot still
+	// reaches back to the previous one (Config.TrailingLogs).
+	trailing uint64
 
 	// avg is the moving average size of the command entries applied
 	// (float64 bits; written only by the apply goroutine), entries how
@@ -35,8 +39,18 @@ type snapshotPolicy struct {
 // policy may go by default.
 const snapshotThresholdScale = 64
 
-func newSnapshotPolicy(configured, limit uint64) *snapshotPolicy {
-	return &snapshotPolicy{configured: configured, limit: max(limit, configured)}
+func newSnapshotPolicy(configured, limit, trailing uint64) *snapshotPolicy {
+	return &snapshotPolicy{configured: configured, limit: max(limit, configured), trailing: trailing}
+}
+
+// trailingFor returns the trailing logs to keep with threshold t: the
+// configured ratio of trailing logs to threshold, never below the
+// configured trailing logs.
+func (p *snapshotPolicy) trailingFor(t uint64) uint64 {
+	if p.configured == 0 || t <= p.configured {
+		return p.trailing
+	}
+	return max(p.trailing, uint64(float64(t)*float64(p.trailing)/float64(p.configured)))
 }
 
 // applied counts one command entry of n bytes. Only the apply goroutine
@@ -87,11 +101,12 @@ func (p *snapshotPolicy) run(n *Node, interval time.Duration, stop <-chan struct
 			continue
 		}
 		rc.SnapshotThreshold = want
+		rc.TrailingLogs = p.trailingFor(want)
 		if err := n.raft.ReloadConfig(rc); err != nil {
 			n.log.Warn("cannot change the snapshot threshold", "threshold", want, "error", err)
 			continue
 		}
-		n.log.Debug("snapshot threshold changed", "from", cur, "to", want, "snapshot-bytes", size)
+		n.log.Debug("snapshot threshold changed", "from", cur, "to", want, "trailing-logs", rc.TrailingLogs, "snapshot-bytes", size)
 	}
 }
 

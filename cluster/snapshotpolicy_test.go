@@ -33,7 +33,7 @@ func TestScaledThreshold(t *testing.T) {
 		}
 	}
 	// The moving average follows the entries' size.
-	p := newSnapshotPolicy(16384, 16384*64)
+	p := newSnapshotPolicy(16384, 16384*64, 32768)
 	for i := 0; i < 20000; i++ {
 		n := 8192
 		if i >= 10000 {
@@ -89,6 +89,11 @@ func TestSnapshotThresholdGrowsWithTheState(t *testing.T) {
 		th := n.raft.ReloadableConfig().SnapshotThreshold
 		if th > 64*snapshotThresholdScale {
 			t.Fatalf("node %d: threshold %d above the ceiling", i, th)
+		}
+		// The log kept after a snapshot must still reach back to the
+		// previous one (a fallback when the newest is unreadable).
+		if tr := n.raft.ReloadableConfig().TrailingLogs; tr < th {
+			t.Fatalf("node %d: trailing logs %d below the raised threshold %d", i, tr, th)
 		}
 		t.Logf("node %d: threshold %d, last snapshot %d bytes", i, th, n.lastSnapshotBytes())
 	}

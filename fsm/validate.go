@@ -28,6 +28,45 @@ func ValidateName(field, name string) error {
 	return validateText(field, name)
 }
 
+// ValidateNewName is ValidateName for a name a request brings in (Acquire's
+// resource and scope, a Watch key): it also refuses characters that make a
+// name display as another (display spoofing in leasectl and logs): the
+// bidi embeddings, overrides and isolates U+202A–U+202E and U+2066–U+2069,
+// and the zero-width U+200B–U+200D and U+FEFF. It is checked where
+// requests enter, not in Apply or Restore: logs and snapshots written
+// before the rule replay exactly as they did.
+func ValidateNewName(field, name string) error {
+	if err := ValidateName(field, name); err != nil {
+		return err
+	}
+	return refuseSpoofing(field, name)
+}
+
+// ValidateWatchKey checks a Watch key, a name or a name prefix: as
+// ValidateNewName, except that it may be empty (a prefix watch of
+// everything; the caller decides whether empty is allowed).
+func ValidateWatchKey(key string) error {
+	if len(key) > MaxNameLen {
+		return &FieldError{Field: "key", Limit: "at most " + strconv.Itoa(MaxNameLen) + " bytes"}
+	}
+	if err := validateText("key", key); err != nil {
+		return err
+	}
+	return refuseSpoofing("key", key)
+}
+
+func refuseSpoofing(field, s string) error {
+	for _, r := range s {
+		switch {
+		case r >= 0x202A && r <= 0x202E, r >= 0x2066 && r <= 0x2069:
+			return &FieldError{Field: field, Limit: "must not contain bidirectional control characters (U+202A-U+202E, U+2066-U+2069)"}
+		case r >= 0x200B && r <= 0x200D, r == 0xFEFF:
+			return &FieldError{Field: field, Limit: "must not contain zero-width characters (U+200B-U+200D, U+FEFF)"}
+		}
+	}
+	return nil
+}
+
 // ValidateHolder checks a holder label: at most MaxHolderLen bytes of valid
 // UTF-8 without control characters. Empty is allowed.
 func ValidateHolder(holder string) error {

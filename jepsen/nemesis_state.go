@@ -27,7 +27,7 @@ const (
 // SnapshotArgs make the nodes snapshot and compact often, so a node that
 // was down for seconds must catch up through a snapshot (NemSnapshot) and
 // restarts restore from one.
-var SnapshotArgs = []string{"--snapshot-threshold", "64", "--snapshot-threshold-max", "64", "--trailing-logs", "32", "--snapshot-interval", "250ms"}
+var SnapshotArgs = []string{"--snapshot-threshold", "32", "--snapshot-threshold-max", "32", "--trailing-logs", "32", "--snapshot-interval", "250ms"}
 
 // installedMarker is what hashicorp/raft logs after installing a snapshot
 // sent by the leader.

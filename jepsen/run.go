@@ -146,8 +146,10 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 		cfg.Nemeses = kept
 	}
 	// The lin workload's leases outlive the run (the nodes' --max-ttl is
-	// raised to allow it), up to runs of about two hours.
-	linTTL := min(cfg.Duration+cfg.Quiet+2*time.Minute, 2*time.Hour)
+	// raised to allow it), up to runs of about two hours, and as far as
+	// the skew margin covers the drift of such a lease (the nodes refuse
+	// a --max-ttl above skew margin / drift: 50 minutes at 300ms, 1e-4).
+	linTTL := min(cfg.Duration+cfg.Quiet+2*time.Minute, 2*time.Hour, time.Duration(float64(cfg.SkewMargin)/1e-4)-time.Minute)
 	if cfg.Duration+cfg.Quiet+time.Minute > linTTL || cfg.LinResources == 0 {
 		cfg.LinWorkers = 0 // leases would expire within the run: expiry is not in the model
 	}

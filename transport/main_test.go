@@ -93,7 +93,7 @@ func startNode(t testing.TB, addr string, mutate func(*Config)) *testNode {
 	}
 	// WaitForHandlers makes Stop wait for running handlers, so no handler
 	// goroutine outlives the test.
-	srv := grpc.NewServer(grpc.WaitForHandlers(true))
+	srv := grpc.NewServer(grpc.WaitForHandlers(true), grpc.ForceServerCodecV2(ServerCodec()))
 	tr.Register(srv)
 	n := &testNode{tr: tr, srv: srv, addr: cfg.LocalAddr, done: make(chan struct{})}
 	go func() {

@@ -20,8 +20,10 @@ import (
 // The server's options apply to this service too: its receive limit
 // (grpc.MaxRecvMsgSize, 4 MiB by default) bounds one AppendEntries batch,
 // so it must exceed raft's MaxAppendEntries times the largest log entry.
+// A request that is not valid protobuf is answered InvalidArgument
+// (RejectMalformed).
 func (t *Transport) Register(s grpc.ServiceRegistrar) {
-	transportpb.RegisterRaftTransportServer(s, &rpcServer{t: t})
+	s.RegisterService(RejectMalformed(&transportpb.RaftTransport_ServiceDesc), &rpcServer{t: t})
 }
 
 // rpcServer is the RaftTransport service. It converts each request, hands

@@ -231,8 +231,8 @@ func TestServerSurvivesGarbageOnTheWire(t *testing.T) {
 				if err == nil {
 					t.Fatal("garbage accepted")
 				}
-				if code := status.Code(err); code == codes.Unavailable || code == codes.DeadlineExceeded {
-					t.Fatalf("error = %v: the server looks down", err)
+				if code := status.Code(err); code != codes.InvalidArgument {
+					t.Fatalf("error = %v, want InvalidArgument (a malformed request is the caller's fault)", err)
 				}
 			})
 		}
@@ -362,4 +362,30 @@ func FuzzRequestConversionNeverPanics(f *testing.F) {
 			_ = appendEntriesResponseFromPB(&resp, new(raft.AppendEntriesResponse))
 		}
 	})
+}
+
+// Garbage on the transport's streams is InvalidArgument too, not Internal.
+func TestServerStreamsAnswerGarbageWithInvalidArgument(t *testing.T) {
+	n := startNode(t, "127.0.0.1:0", nil)
+	conn, _ := rawClient(t, n)
+	refuseConsumer(t, n.tr)
+	for _, method := range []string{"AppendEntriesPipeline", "InstallSnapshot"} {
+		t.Run(method, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			desc := &grpc.StreamDesc{ClientStreams: true, ServerStreams: method == "AppendEntriesPipeline"}
+			st, err := conn.NewStream(ctx, desc, "/leasefence.transport.v1.RaftTransport/"+method, grpc.ForceCodec(rawCodec{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := []byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f}
+			_ = st.SendMsg(&g)
+			_ = st.CloseSend()
+			var out []byte
+			err = st.RecvMsg(&out)
+			if code := status.Code(err); code != codes.InvalidArgument {
+				t.Fatalf("error = %v, want InvalidArgument", err)
+			}
+		})
+	}
 }

@@ -159,14 +159,11 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	fs.IntVar(&cfg.MaxRefusals, "max-refusals", cfg.MaxRefusals, "refused request ids remembered at most; past it the oldest are forgotten first (about 110 B of heap and of snapshot each)")
 	fs.IntVar(&cfg.MaxLeasesPerIdentity, "max-leases-per-identity", cfg.MaxLeasesPerIdentity, "live leases one identity may hold (with --policy)")
 	var insecure bool
-	fs.BoolVar(&insecure, "insecure", false, "serve plaintext gRPC without TLS: local development only (anyone who reaches the port can take every lease)")
+	fs.BoolVar(&insecure, "insecure", false, "serve plaintext gRPC without TLS: local development only (anyone who reaches the port can take every lease and call the Raft transport: TimeoutNow, AppendEntries)")
 	fs.StringVar(&cfg.TLS.CertFile, "tls-cert", "", "PEM certificate of this node (with the peer identity); with --tls-key and --tls-ca turns on mutual TLS")
 	fs.StringVar(&cfg.TLS.KeyFile, "tls-key", "", "PEM private key of --tls-cert")
 	fs.StringVar(&cfg.TLS.CAFile, "tls-ca", "", "PEM CA certificate(s) that sign node and client certificates; callers must present one")
 	fs.StringVar(&cfg.PeerIdentity, "peer-identity", transport.DefaultPeerIdentity, "URI SAN that marks node certificates; only they may call the Raft transport (with TLS)")
-	// Hidden (left out of -help): fault injection for the jepsen harness.
-	var peerRoutes string
-	fs.StringVar(&peerRoutes, unsafePeerRouteFlag, "", "UNSAFE, fault injection only: ADDR=VIA,... dial VIA whenever this node dials peer ADDR (reported in status as unsafe peer-route)")
 	fs.StringVar(&logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.BoolVar(&logJSON, "log-json", false, "log as JSON lines")
 	var memoryLimit string
@@ -178,9 +175,18 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	fs.BoolVar(&printConfig, "print-config", false, "print the effective configuration as a config file and exit")
 	// Precedence: command line > LEASEFENCE_* environment > config file >
 	// defaults.
+	// The unsafe switches are taken from the command line only: a setting
+	// in the environment or a config file is refused, not applied (it would
+	// be easy to leave behind and invisible in the command line).
+	if err := refuseUnsafeInEnv(os.Environ()); err != nil {
+		return settings{Config: cfg}, err
+	}
 	if path := flagenv.Lookup(args, "config"); path != "" || os.Getenv("LEASEFENCE_CONFIG") != "" {
 		if path == "" {
 			path = os.Getenv("LEASEFENCE_CONFIG")
+		}
+		if err := refuseUnsafeInFile(path); err != nil {
+			return settings{Config: cfg}, err
 		}
 		if err := flagenv.ApplyFile(fs, path); err != nil {
 			return settings{Config: cfg}, err
@@ -190,18 +196,18 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 		return settings{Config: cfg}, err
 	}
 	// Hidden and command line only (defined after the environment and the
-	// config file were applied, left out of --help and --print-config): the
-	// jepsen harness's fault-injection clock. Status lists it as unsafe.
+	// config file were applied, left out of --help and --print-config):
+	// fault injection for the jepsen harness. Status lists each as unsafe
+	// and the node logs a warning for each at start.
 	fs.StringVar(&cfg.FaultClockFile, flagFaultClock, "", "UNSAFE, fault injection only: take this node's clock rate and wall offset from this JSON control file")
+	var peerRoutes string
+	fs.StringVar(&peerRoutes, unsafePeerRouteFlag, "", "UNSAFE, fault injection only: ADDR=VIA,... dial VIA whenever this node dials peer ADDR (reported in status as unsafe peer-route)")
 	if err := fs.Parse(args); err != nil {
 		return settings{Config: cfg}, err
 	}
 	if printConfig {
-		skip := []string{"config", "print-config", flagFaultClock}
-		if peerRoutes == "" {
-			skip = append(skip, unsafePeerRouteFlag)
-		}
-		flagenv.Print(stdout, fs, skip...)
+		// A config file cannot carry the unsafe switches.
+		flagenv.Print(stdout, fs, "config", "print-config", flagFaultClock, unsafePeerRouteFlag)
 		return settings{Config: cfg}, errPrinted
 	}
 	if fs.NArg() > 0 {
@@ -225,9 +231,6 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	if cfg.BumpTokens == 0 && !cfg.AllowZeroBump {
 		return settings{Config: cfg}, fmt.Errorf("--bump-tokens 0 needs --allow-zero-bump: without a bump, new tokens may repeat tokens resources have already accepted")
 	}
-	if len(cfg.Bootstrap) == 0 && cfg.Join == "" && cfg.DataDir != "" && !hasState(cfg.DataDir) {
-		return settings{Config: cfg}, fmt.Errorf("a first start needs --bootstrap or --join")
-	}
 	tlsGiven := cfg.TLS.CertFile != "" || cfg.TLS.KeyFile != "" || cfg.TLS.CAFile != ""
 	switch {
 	case insecure && tlsGiven:
@@ -246,15 +249,48 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 // (cluster.Config.FaultClockFile; see jepsen/README.md).
 const flagFaultClock = "unsafe-fault-clock"
 
-// unsafePeerRouteFlag is hidden from -help and from --print-config while
-// unset.
+// unsafePeerRouteFlag is the hidden unsafe flag of peer routes
+// (cluster.Config.UnsafePeerRoutes; jepsen's proxy mode).
 const unsafePeerRouteFlag = "unsafe-peer-route"
+
+// unsafePrefix starts the name of every unsafe switch: fault injection
+// only, hidden from --help and --print-config, command line only.
+const unsafePrefix = "unsafe-"
+
+// refuseUnsafeInEnv refuses a LEASEFENCE_UNSAFE_* variable with a value.
+func refuseUnsafeInEnv(environ []string) error {
+	envPrefix := flagenv.Name("LEASEFENCE_", unsafePrefix)
+	for _, kv := range environ {
+		name, value, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, envPrefix) && value != "" {
+			return fmt.Errorf("%s is set: the unsafe switches (fault injection only) are taken from the command line only (--%s), never from the environment; unset it",
+				name, strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(name, "LEASEFENCE_"), "_", "-")))
+		}
+	}
+	return nil
+}
+
+// refuseUnsafeInFile refuses a config file that sets an unsafe switch.
+func refuseUnsafeInFile(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	for i, line := range strings.Split(string(data), "\n") {
+		name, _, _ := strings.Cut(strings.TrimSpace(line), "=")
+		if name = strings.TrimSpace(name); strings.HasPrefix(name, unsafePrefix) {
+			return fmt.Errorf("%s:%d: %s: the unsafe switches (fault injection only) are taken from the command line only (--%s), never from a config file",
+				path, i+1, name, name)
+		}
+	}
+	return nil
+}
 
 // usage prints the flags but the hidden unsafe ones.
 func usage(fs *flag.FlagSet, w io.Writer) {
 	fmt.Fprintf(w, "Usage of leased:\n")
 	fs.VisitAll(func(f *flag.Flag) {
-		if strings.HasPrefix(f.Name, "unsafe-") {
+		if strings.HasPrefix(f.Name, unsafePrefix) {
 			return
 		}
 		name, help := flag.UnquoteUsage(f)
@@ -289,9 +325,4 @@ func parsePeerRoutes(s string) (map[string]string, error) {
 		out[from] = via
 	}
 	return out, nil
-}
-
-func hasState(dir string) bool {
-	_, err := os.Stat(dir + "/raft.db")
-	return err == nil
 }

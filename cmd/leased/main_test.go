@@ -33,20 +33,21 @@ func TestFlagsEnvironmentAndValidation(t *testing.T) {
 		t.Fatalf("--memory-limit 800MiB: %+v %v", c.memory, err)
 	}
 	cases := map[string][]string{
-		"first start needs bootstrap or join": {},
-		"bad peer list":                       {"--bootstrap", "n1"},
-		"ttl under twice the margin":          {"--bootstrap", "n1=127.0.0.1:7001", "--min-ttl", "300ms"},
-		"bootstrap without this node":         {"--bootstrap", "n2=127.0.0.1:7002"},
-		"unknown log level":                   {"--bootstrap", "n1=127.0.0.1:7001", "--log-level", "loud"},
-		"stray argument":                      {"--bootstrap", "n1=127.0.0.1:7001", "extra"},
-		"tls cert without key":                {"--bootstrap", "n1=127.0.0.1:7001", "--tls-cert", "n1.crt", "--tls-ca", "ca.crt"},
-		"tls key without cert":                {"--bootstrap", "n1=127.0.0.1:7001", "--tls-key", "n1.key", "--tls-ca", "ca.crt"},
-		"tls cert without ca":                 {"--bootstrap", "n1=127.0.0.1:7001", "--tls-cert", "n1.crt", "--tls-key", "n1.key"},
-		"peer identity not a uri":             {"--bootstrap", "n1=127.0.0.1:7001", "--peer-identity", "peer"},
-		"negative waiter limit":               {"--bootstrap", "n1=127.0.0.1:7001", "--max-waiters-per-resource", "-1"},
-		"memory limit not a size":             {"--bootstrap", "n1=127.0.0.1:7001", "--memory-limit", "lots"},
-		"memory limit zero":                   {"--bootstrap", "n1=127.0.0.1:7001", "--memory-limit", "0"},
-		"snapshot threshold max below it":     {"--bootstrap", "n1=127.0.0.1:7001", "--snapshot-threshold-max", "100"},
+		"bad peer list":                     {"--bootstrap", "n1"},
+		"ttl under twice the margin":        {"--bootstrap", "n1=127.0.0.1:7001", "--min-ttl", "300ms"},
+		"bootstrap without this node":       {"--bootstrap", "n2=127.0.0.1:7002"},
+		"unknown log level":                 {"--bootstrap", "n1=127.0.0.1:7001", "--log-level", "loud"},
+		"stray argument":                    {"--bootstrap", "n1=127.0.0.1:7001", "extra"},
+		"tls cert without key":              {"--bootstrap", "n1=127.0.0.1:7001", "--tls-cert", "n1.crt", "--tls-ca", "ca.crt"},
+		"tls key without cert":              {"--bootstrap", "n1=127.0.0.1:7001", "--tls-key", "n1.key", "--tls-ca", "ca.crt"},
+		"tls cert without ca":               {"--bootstrap", "n1=127.0.0.1:7001", "--tls-cert", "n1.crt", "--tls-key", "n1.key"},
+		"peer identity not a uri":           {"--bootstrap", "n1=127.0.0.1:7001", "--peer-identity", "peer"},
+		"negative waiter limit":             {"--bootstrap", "n1=127.0.0.1:7001", "--max-waiters-per-resource", "-1"},
+		"memory limit not a size":           {"--bootstrap", "n1=127.0.0.1:7001", "--memory-limit", "lots"},
+		"memory limit zero":                 {"--bootstrap", "n1=127.0.0.1:7001", "--memory-limit", "0"},
+		"snapshot threshold max below it":   {"--bootstrap", "n1=127.0.0.1:7001", "--snapshot-threshold-max", "100"},
+		"margin short of drift x max ttl":   {"--bootstrap", "n1=127.0.0.1:7001", "--max-ttl", "3h"},
+		"trailing logs below the threshold": {"--bootstrap", "n1=127.0.0.1:7001", "--trailing-logs", "100"},
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -124,9 +125,10 @@ func TestFaultClockFlagIsHiddenAndCommandLineOnly(t *testing.T) {
 		t.Fatalf("flag: %q %v", cfg.FaultClockFile, err)
 	}
 	t.Setenv("LEASEFENCE_UNSAFE_FAULT_CLOCK", "/tmp/clock.json")
-	if cfg, err := parse(args, io.Discard, io.Discard); err != nil || cfg.FaultClockFile != "" {
-		t.Fatalf("environment set the fault clock: %q %v", cfg.FaultClockFile, err)
+	if cfg, err := parse(args, io.Discard, io.Discard); err == nil || cfg.FaultClockFile != "" || !strings.Contains(err.Error(), "command line") {
+		t.Fatalf("environment and the fault clock: %q %v", cfg.FaultClockFile, err)
 	}
+	os.Unsetenv("LEASEFENCE_UNSAFE_FAULT_CLOCK")
 	conf := filepath.Join(dir, "leased.conf")
 	os.WriteFile(conf, []byte("unsafe-fault-clock = /tmp/clock.json\n"), 0o600)
 	if _, err := parse(append(args, "--config", conf), io.Discard, io.Discard); err == nil {
@@ -167,5 +169,67 @@ func TestUnsafePeerRouteIsParsedHiddenAndChecked(t *testing.T) {
 	parse([]string{"-help"}, io.Discard, &help)
 	if !strings.Contains(help.String(), "-skew-margin") || strings.Contains(help.String(), "unsafe") {
 		t.Fatalf("help shows the hidden flag or lost the others:\n%s", help.String())
+	}
+}
+
+// --max-ttl 3h with the default drift (1e-4) and skew margin (500ms): a
+// max-ttl lease drifts by 1.08s, more than the margin covers (DESIGN.md,
+// Time). Refused; accepted once the margin covers it.
+func TestMaxTTLBeyondWhatTheSkewMarginCoversIsRefused(t *testing.T) {
+	t.Setenv("LEASEFENCE_INSECURE", "true")
+	args := []string{"--id", "n1", "--data-dir", t.TempDir(), "--bootstrap", "n1=127.0.0.1:7001", "--max-ttl", "3h"}
+	_, err := parse(args, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "skew margin") || !strings.Contains(err.Error(), "1.08s") {
+		t.Fatalf("--max-ttl 3h with a 500ms margin: %v", err)
+	}
+	if _, err := parse(append(args, "--skew-margin", "1100ms", "--min-ttl", "3s"), io.Discard, io.Discard); err != nil {
+		t.Fatalf("--max-ttl 3h with an 1.1s margin: %v", err)
+	}
+}
+
+// A first start needs --bootstrap or --join; the refusal comes from the
+// node (so embedding applications get it too) and creates nothing.
+func TestFirstStartWithoutBootstrapOrJoinIsRefused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "n1")
+	var errb bytes.Buffer
+	code := run([]string{"--id", "n1", "--listen", "127.0.0.1:0", "--data-dir", dir, "--insecure", "--memory-limit", "off"}, io.Discard, &errb)
+	if code == 0 || !strings.Contains(errb.String(), "--bootstrap") || !strings.Contains(errb.String(), "--join") {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Fatal("the refused start created the data dir")
+	}
+}
+
+// Every --unsafe-* switch is taken from the command line only: the same
+// setting from a LEASEFENCE_UNSAFE_* variable or a config file is refused
+// with an error that says so, not applied (and not silently ignored).
+func TestUnsafeSwitchesAreRefusedFromEnvironmentAndConfigFile(t *testing.T) {
+	t.Setenv("LEASEFENCE_INSECURE", "true")
+	dir := t.TempDir()
+	args := []string{"--id", "n1", "--data-dir", dir, "--bootstrap", "n1=127.0.0.1:7001,n2=127.0.0.1:7002"}
+	for flagName, value := range map[string]string{
+		"unsafe-peer-route":  "127.0.0.1:7002=127.0.0.1:9002",
+		"unsafe-fault-clock": "/tmp/clock.json",
+	} {
+		t.Run(flagName, func(t *testing.T) {
+			cfg, err := parse(append(args, "--"+flagName, value), io.Discard, io.Discard)
+			if err != nil || (cfg.UnsafePeerRoutes == nil && cfg.FaultClockFile == "") {
+				t.Fatalf("on the command line: %v", err)
+			}
+			env := "LEASEFENCE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+			t.Setenv(env, value)
+			cfg, err = parse(args, io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), env) || !strings.Contains(err.Error(), "command line") {
+				t.Fatalf("from %s: %v (routes %v, clock %q)", env, err, cfg.UnsafePeerRoutes, cfg.FaultClockFile)
+			}
+			os.Unsetenv(env)
+			conf := filepath.Join(dir, flagName+".conf")
+			os.WriteFile(conf, []byte("tick = 1s\n"+flagName+" = "+value+"\n"), 0o600)
+			_, err = parse(append(args, "--config", conf), io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), flagName) || !strings.Contains(err.Error(), "command line") {
+				t.Fatalf("from a config file: %v", err)
+			}
+		})
 	}
 }

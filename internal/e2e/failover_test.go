@@ -60,7 +60,7 @@ func TestFullClusterRestartContinuesTokens(t *testing.T) {
 // snapshot; then it and a wiped node are all that is left, so every token
 // after that comes from state that travelled in the snapshot.
 func TestSnapshotInstalledOnNodeThatWasDownCarriesTokens(t *testing.T) {
-	c := startCluster(t, 3, "--snapshot-threshold", "40", "--snapshot-threshold-max", "40", "--trailing-logs", "10", "--snapshot-interval", "200ms")
+	c := startCluster(t, 3, "--snapshot-threshold", "10", "--snapshot-threshold-max", "10", "--trailing-logs", "10", "--snapshot-interval", "200ms")
 	li := c.Leader()
 	down := (li + 1) % 3
 	other := (li + 2) % 3

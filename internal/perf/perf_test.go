@@ -275,9 +275,9 @@ func BenchmarkMillionLeases(b *testing.B) {
 	var cgroups []string
 	if lim := os.Getenv("LEASEFENCE_PERF_MEMORY_LIMIT"); lim != "" {
 		cgroups = memoryCgroups(b, lim, 3)
-		c = startIn(b, cgroups, "--max-ttl", "1h")
+		c = startIn(b, cgroups, "--max-ttl", "1h", "--skew-margin", "400ms")
 	} else {
-		c = start(b, "--max-ttl", "1h")
+		c = start(b, "--max-ttl", "1h", "--skew-margin", "400ms")
 	}
 	profDir := os.Getenv("LEASEFENCE_PERF_PROFILES")
 	var metricsAddrs []string

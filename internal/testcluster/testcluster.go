@@ -239,6 +239,23 @@ func (c *Cluster) Kill(i int, sig syscall.Signal) {
 	}
 }
 
+// WaitExit waits up to d for process i to exit by itself (a refused
+// start) and reports whether it did.
+func (c *Cluster) WaitExit(i int, d time.Duration) bool {
+	c.procMu.Lock()
+	exited := c.Procs[i].exited
+	c.procMu.Unlock()
+	if exited == nil {
+		return false
+	}
+	select {
+	case <-exited:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
 // Pid returns the process id of node i (0 when it is not running).
 func (c *Cluster) Pid(i int) int {
 	c.procMu.Lock()
