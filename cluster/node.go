@@ -148,12 +148,18 @@ func (n *Node) open() error {
 		return fmt.Errorf("cluster: open raft.db: %w", err)
 	}
 	n.store = store
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, cfg.Logger.Named("snapshots"))
+	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, cfg.Logger.Named("snapshots"))
 	if err != nil {
 		return fmt.Errorf("cluster: snapshot store: %w", err)
 	}
+	// Integrity (corrupt.go, logstore.go): refuse to start on a corrupt
+	// entry or newest snapshot; stop when one is read later.
+	checked, snaps, err := n.checkStores(store, fileSnaps)
+	if err != nil {
+		return err
+	}
 	n.snapStore = snaps
-	logs, err := raft.NewLogCache(1024, store)
+	logs, err := raft.NewLogCache(1024, checked)
 	if err != nil {
 		return err
 	}
@@ -250,6 +256,8 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("cluster: start raft: %w", err)
 	}
+	checked.onCorrupt.set(n.onFatal)
+	snaps.onCorrupt.set(n.onFatal)
 	if !existing && len(cfg.Bootstrap) > 0 {
 		var servers []raft.Server
 		for id, addr := range cfg.Bootstrap {
