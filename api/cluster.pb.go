@@ -282,8 +282,19 @@ type StatusResponse struct {
 	// state_hash_index must report the same state_hash.
 	StateHash      []byte `protobuf:"bytes,19,opt,name=state_hash,json=stateHash,proto3" json:"state_hash,omitempty"`
 	StateHashIndex uint64 `protobuf:"varint,20,opt,name=state_hash_index,json=stateHashIndex,proto3" json:"state_hash_index,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// (21-30 left for others' fields.)
+	// state_checkpoints are this node's most recent state checkpoints, oldest
+	// first: every node hashes its state right after applying the first
+	// command entry at or past each multiple of the check interval, so
+	// replicas can compare hashes at the same index (cluster/DESIGN.md,
+	// "Replicas compare state").
+	StateCheckpoints []*StateCheckpoint `protobuf:"bytes,31,rep,name=state_checkpoints,json=stateCheckpoints,proto3" json:"state_checkpoints,omitempty"`
+	// state_corrupt is empty on a healthy node. Otherwise it says why this
+	// node's state is known to differ from the majority's: the node serves
+	// no lease calls and refuses leadership until it is replaced.
+	StateCorrupt  string `protobuf:"bytes,32,opt,name=state_corrupt,json=stateCorrupt,proto3" json:"state_corrupt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -456,6 +467,74 @@ func (x *StatusResponse) GetStateHashIndex() uint64 {
 	return 0
 }
 
+func (x *StatusResponse) GetStateCheckpoints() []*StateCheckpoint {
+	if x != nil {
+		return x.StateCheckpoints
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetStateCorrupt() string {
+	if x != nil {
+		return x.StateCorrupt
+	}
+	return ""
+}
+
+// StateCheckpoint is the SHA-256 of the state machine's deterministic
+// snapshot encoding right after applying the entry at index.
+type StateCheckpoint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Hash          []byte                 `protobuf:"bytes,2,opt,name=hash,proto3" json:"hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateCheckpoint) Reset() {
+	*x = StateCheckpoint{}
+	mi := &file_api_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateCheckpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateCheckpoint) ProtoMessage() {}
+
+func (x *StateCheckpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_api_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateCheckpoint.ProtoReflect.Descriptor instead.
+func (*StateCheckpoint) Descriptor() ([]byte, []int) {
+	return file_api_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *StateCheckpoint) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *StateCheckpoint) GetHash() []byte {
+	if x != nil {
+		return x.Hash
+	}
+	return nil
+}
+
 // FaultClockStatus reports an unsafe fault-injection clock's settings.
 type FaultClockStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -469,7 +548,7 @@ type FaultClockStatus struct {
 
 func (x *FaultClockStatus) Reset() {
 	*x = FaultClockStatus{}
-	mi := &file_api_cluster_proto_msgTypes[5]
+	mi := &file_api_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -481,7 +560,7 @@ func (x *FaultClockStatus) String() string {
 func (*FaultClockStatus) ProtoMessage() {}
 
 func (x *FaultClockStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[5]
+	mi := &file_api_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -494,7 +573,7 @@ func (x *FaultClockStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultClockStatus.ProtoReflect.Descriptor instead.
 func (*FaultClockStatus) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{5}
+	return file_api_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FaultClockStatus) GetRate() float64 {
@@ -522,7 +601,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_cluster_proto_msgTypes[6]
+	mi := &file_api_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -534,7 +613,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[6]
+	mi := &file_api_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -547,7 +626,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{6}
+	return file_api_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -579,7 +658,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_cluster_proto_msgTypes[7]
+	mi := &file_api_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -591,7 +670,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[7]
+	mi := &file_api_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -604,7 +683,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{7}
+	return file_api_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 type RemoveRequest struct {
@@ -616,7 +695,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_api_cluster_proto_msgTypes[8]
+	mi := &file_api_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -628,7 +707,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[8]
+	mi := &file_api_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -641,7 +720,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{8}
+	return file_api_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RemoveRequest) GetId() string {
@@ -659,7 +738,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_api_cluster_proto_msgTypes[9]
+	mi := &file_api_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +750,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[9]
+	mi := &file_api_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +763,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{9}
+	return file_api_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 type TransferLeadershipRequest struct {
@@ -696,7 +775,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_api_cluster_proto_msgTypes[10]
+	mi := &file_api_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +787,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[10]
+	mi := &file_api_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +800,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{10}
+	return file_api_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -740,7 +819,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_api_cluster_proto_msgTypes[11]
+	mi := &file_api_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -752,7 +831,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[11]
+	mi := &file_api_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -765,7 +844,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{11}
+	return file_api_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TransferLeadershipResponse) GetLeaderId() string {
@@ -793,7 +872,7 @@ const file_api_cluster_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1a\n" +
 	"\bsuffrage\x18\x03 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\x04 \x01(\bR\x06leader\"\x96\x05\n" +
+	"\x06leader\x18\x04 \x01(\bR\x06leader\"\x88\x06\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
@@ -819,7 +898,12 @@ const file_api_cluster_proto_rawDesc = "" +
 	"faultClock\x12\x1d\n" +
 	"\n" +
 	"state_hash\x18\x13 \x01(\fR\tstateHash\x12(\n" +
-	"\x10state_hash_index\x18\x14 \x01(\x04R\x0estateHashIndex\"L\n" +
+	"\x10state_hash_index\x18\x14 \x01(\x04R\x0estateHashIndex\x12K\n" +
+	"\x11state_checkpoints\x18\x1f \x03(\v2\x1e.leasefence.v1.StateCheckpointR\x10stateCheckpoints\x12#\n" +
+	"\rstate_corrupt\x18  \x01(\tR\fstateCorrupt\";\n" +
+	"\x0fStateCheckpoint\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04hash\x18\x02 \x01(\fR\x04hash\"L\n" +
 	"\x10FaultClockStatus\x12\x12\n" +
 	"\x04rate\x18\x01 \x01(\x01R\x04rate\x12$\n" +
 	"\x0ewall_offset_ns\x18\x02 \x01(\x03R\fwallOffsetNs\"M\n" +
@@ -854,39 +938,41 @@ func file_api_cluster_proto_rawDescGZIP() []byte {
 	return file_api_cluster_proto_rawDescData
 }
 
-var file_api_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_api_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_api_cluster_proto_goTypes = []any{
 	(*SnapshotRequest)(nil),            // 0: leasefence.v1.SnapshotRequest
 	(*SnapshotChunk)(nil),              // 1: leasefence.v1.SnapshotChunk
 	(*StatusRequest)(nil),              // 2: leasefence.v1.StatusRequest
 	(*Member)(nil),                     // 3: leasefence.v1.Member
 	(*StatusResponse)(nil),             // 4: leasefence.v1.StatusResponse
-	(*FaultClockStatus)(nil),           // 5: leasefence.v1.FaultClockStatus
-	(*JoinRequest)(nil),                // 6: leasefence.v1.JoinRequest
-	(*JoinResponse)(nil),               // 7: leasefence.v1.JoinResponse
-	(*RemoveRequest)(nil),              // 8: leasefence.v1.RemoveRequest
-	(*RemoveResponse)(nil),             // 9: leasefence.v1.RemoveResponse
-	(*TransferLeadershipRequest)(nil),  // 10: leasefence.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 11: leasefence.v1.TransferLeadershipResponse
+	(*StateCheckpoint)(nil),            // 5: leasefence.v1.StateCheckpoint
+	(*FaultClockStatus)(nil),           // 6: leasefence.v1.FaultClockStatus
+	(*JoinRequest)(nil),                // 7: leasefence.v1.JoinRequest
+	(*JoinResponse)(nil),               // 8: leasefence.v1.JoinResponse
+	(*RemoveRequest)(nil),              // 9: leasefence.v1.RemoveRequest
+	(*RemoveResponse)(nil),             // 10: leasefence.v1.RemoveResponse
+	(*TransferLeadershipRequest)(nil),  // 11: leasefence.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 12: leasefence.v1.TransferLeadershipResponse
 }
 var file_api_cluster_proto_depIdxs = []int32{
 	3,  // 0: leasefence.v1.StatusResponse.members:type_name -> leasefence.v1.Member
-	5,  // 1: leasefence.v1.StatusResponse.fault_clock:type_name -> leasefence.v1.FaultClockStatus
-	2,  // 2: leasefence.v1.ClusterService.Status:input_type -> leasefence.v1.StatusRequest
-	6,  // 3: leasefence.v1.ClusterService.Join:input_type -> leasefence.v1.JoinRequest
-	8,  // 4: leasefence.v1.ClusterService.Remove:input_type -> leasefence.v1.RemoveRequest
-	10, // 5: leasefence.v1.ClusterService.TransferLeadership:input_type -> leasefence.v1.TransferLeadershipRequest
-	0,  // 6: leasefence.v1.ClusterService.Snapshot:input_type -> leasefence.v1.SnapshotRequest
-	4,  // 7: leasefence.v1.ClusterService.Status:output_type -> leasefence.v1.StatusResponse
-	7,  // 8: leasefence.v1.ClusterService.Join:output_type -> leasefence.v1.JoinResponse
-	9,  // 9: leasefence.v1.ClusterService.Remove:output_type -> leasefence.v1.RemoveResponse
-	11, // 10: leasefence.v1.ClusterService.TransferLeadership:output_type -> leasefence.v1.TransferLeadershipResponse
-	1,  // 11: leasefence.v1.ClusterService.Snapshot:output_type -> leasefence.v1.SnapshotChunk
-	7,  // [7:12] is the sub-list for method output_type
-	2,  // [2:7] is the sub-list for method input_type
-	2,  // [2:2] is the sub-list for extension type_name
-	2,  // [2:2] is the sub-list for extension extendee
-	0,  // [0:2] is the sub-list for field type_name
+	6,  // 1: leasefence.v1.StatusResponse.fault_clock:type_name -> leasefence.v1.FaultClockStatus
+	5,  // 2: leasefence.v1.StatusResponse.state_checkpoints:type_name -> leasefence.v1.StateCheckpoint
+	2,  // 3: leasefence.v1.ClusterService.Status:input_type -> leasefence.v1.StatusRequest
+	7,  // 4: leasefence.v1.ClusterService.Join:input_type -> leasefence.v1.JoinRequest
+	9,  // 5: leasefence.v1.ClusterService.Remove:input_type -> leasefence.v1.RemoveRequest
+	11, // 6: leasefence.v1.ClusterService.TransferLeadership:input_type -> leasefence.v1.TransferLeadershipRequest
+	0,  // 7: leasefence.v1.ClusterService.Snapshot:input_type -> leasefence.v1.SnapshotRequest
+	4,  // 8: leasefence.v1.ClusterService.Status:output_type -> leasefence.v1.StatusResponse
+	8,  // 9: leasefence.v1.ClusterService.Join:output_type -> leasefence.v1.JoinResponse
+	10, // 10: leasefence.v1.ClusterService.Remove:output_type -> leasefence.v1.RemoveResponse
+	12, // 11: leasefence.v1.ClusterService.TransferLeadership:output_type -> leasefence.v1.TransferLeadershipResponse
+	1,  // 12: leasefence.v1.ClusterService.Snapshot:output_type -> leasefence.v1.SnapshotChunk
+	8,  // [8:13] is the sub-list for method output_type
+	3,  // [3:8] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_api_cluster_proto_init() }
@@ -900,7 +986,7 @@ func file_api_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_cluster_proto_rawDesc), len(file_api_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

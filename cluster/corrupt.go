@@ -22,7 +22,7 @@ func replaceAdvice(node string) string {
 	if node == "" {
 		node = "<this node's id>"
 	}
-	return "this node's disk cannot be trusted: replace the node (on a healthy node: leasectl members remove " +
+	return "this node's data cannot be trusted: replace the node (on a healthy node: leasectl members remove " +
 		node + "; wipe this node's data dir; start it again with --join <a healthy node's address>)"
 }
 
@@ -129,6 +129,10 @@ func (s *checkedSnapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadClose
 // reads them and returns the checking wrappers (their onCorrupt is set
 // once raft runs).
 func (n *Node) checkStores(store raft.LogStore, snaps raft.SnapshotStore) (*checkedLogStore, *checkedSnapshotStore, error) {
+	if err := checkCorruptMarker(n.cfg.DataDir, n.cfg.ID); err != nil {
+		n.log.Error("refusing to start", "error", err)
+		return nil, nil, err
+	}
 	path := filepath.Join(n.cfg.DataDir, "raft.db")
 	checked, err := newCheckedLogStore(store, path, n.cfg.ID, n.log)
 	if err != nil {

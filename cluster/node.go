@@ -71,6 +71,9 @@ type Node struct {
 	closeOnce sync.Once
 	closeErr  error
 	fatal     atomic.Pointer[error]
+	// corrupt is why this node's state differs from the majority's
+	// (statecheck.go); nil while it does not.
+	corrupt atomic.Pointer[string]
 }
 
 // leaderState is this node's view of its own leadership for one term. It
@@ -131,6 +134,7 @@ func Start(cfg Config) (*Node, error) {
 	n.sm.metrics = n.metrics
 	n.snaps = newSnapshotPolicy(cfg.SnapshotThreshold, cfg.SnapshotThresholdMax)
 	n.sm.snaps = n.snaps
+	n.sm.checks = newStateCheckpoints(cfg.StateCheckEvery)
 	if err := n.open(); err != nil {
 		n.cleanup()
 		return nil, err
@@ -182,8 +186,8 @@ func (n *Node) open() error {
 	// forwarding, join) with their own peer certificate.
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	var srvOpts []grpc.ServerOption
-	unaryInts := []grpc.UnaryServerInterceptor{recoverUnary(n.log)}
-	streamInts := []grpc.StreamServerInterceptor{recoverStream(n.log)}
+	unaryInts := []grpc.UnaryServerInterceptor{recoverUnary(n.log), n.corruptGuardUnary}
+	streamInts := []grpc.StreamServerInterceptor{recoverStream(n.log), n.corruptGuardStream}
 	if cfg.TLS.Enabled() {
 		srvTLS, peerTLS, err := transport.LoadTLS(cfg.TLS, cfg.PeerIdentity)
 		if err != nil {
@@ -283,6 +287,9 @@ func (n *Node) open() error {
 	go func() { defer n.wg.Done(); n.proposeLoop() }()
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.snaps.run(n, time.Second, n.stopCh) }()
+	n.wg.Add(2)
+	go func() { defer n.wg.Done(); n.sm.checks.run(n.stopCh, n.log) }()
+	go func() { defer n.wg.Done(); n.stateCheckLoop() }()
 	if n.faultClock != nil {
 		n.wg.Add(1)
 		go func() { defer n.wg.Done(); n.faultClock.Run(n.stopCh, FaultClockPoll) }()
@@ -424,6 +431,9 @@ func (n *Node) leaderLoop() {
 			}
 			if !isLeader {
 				n.log.Info("lost leadership")
+				continue
+			}
+			if n.refuseLeadership() { // a corrupt state never leads
 				continue
 			}
 			term := n.raft.CurrentTerm()

@@ -42,6 +42,9 @@ type stateMachine struct {
 	onFatal func(error)
 	metrics *metrics        // set before raft starts
 	snaps   *snapshotPolicy // set before raft starts; nil: none
+	// checks takes the state checkpoints replicas compare (statecheck.go);
+	// set before raft starts.
+	checks *stateCheckpoints
 }
 
 func newStateMachine(h *hub, log hclog.Logger, onFatal func(error)) *stateMachine {
@@ -61,6 +64,9 @@ func (m *stateMachine) Apply(l *raft.Log) interface{} {
 	m.mu.Lock()
 	a, err := m.st.Apply(l.Data)
 	if err == nil {
+		if m.checks.due(m.index, l.Index) {
+			m.checks.offer(l.Index, m.st.Snapshot())
+		}
 		m.index = l.Index
 	}
 	m.mu.Unlock()

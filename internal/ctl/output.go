@@ -126,6 +126,7 @@ type statusResult struct {
 	Tick          string       `json:"tick"`
 	Version       string       `json:"version"`
 	Unsafe        []string     `json:"unsafe,omitempty"`
+	StateCorrupt  string       `json:"state_corrupt,omitempty"`
 }
 
 type eventView struct {

@@ -1,0 +1,336 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/fsm"
+)
+
+// Replicas compare state (cluster/DESIGN.md, "Replicas compare state").
+//
+// A checksum catches bytes that change on disk; it cannot catch a state
+// that went wrong another way (memory, a nondeterministic bug, a corrupt
+// entry applied before checksums existed). So every node hashes its state
+// at the same log indexes, and nodes compare: a node whose hash differs
+// from the hash a majority of voters agree on at the same index knows its
+// state is corrupt. It then serves no lease call, refuses leadership, and
+// stays so (a marker file in its data dir) until it is replaced.
+
+// corruptMarker is the file in the data dir that records that the node's
+// state was found corrupt. A node refuses to start while it exists; wiping
+// the data dir (replacing the node) removes it.
+const corruptMarker = "STATE_CORRUPT"
+
+// checkpointsKept is how many recent checkpoints a node keeps and reports.
+const checkpointsKept = 16
+
+type checkpoint struct {
+	index uint64
+	hash  []byte
+}
+
+type pendingCheck struct {
+	index uint64
+	sn    *fsm.Snapshot
+}
+
+// stateCheckpoints takes the state machine's checkpoints: right after
+// applying the first command entry at or past each multiple of every, the
+// state is copied (fsm.Snapshot, under the apply lock: the expiry heap's
+// pointers and the scope counters) and hashed off the apply path. Which
+// entries are commands is the same on every replica, and a replica
+// restored from a snapshot counts from the snapshot's index, so the
+// checkpoints of every replica fall on the same indexes.
+type stateCheckpoints struct {
+	every   uint64
+	pending chan pendingCheck // one waiting: a busy hasher skips a checkpoint
+
+	mu   sync.Mutex
+	ring []checkpoint // oldest first
+}
+
+func newStateCheckpoints(every uint64) *stateCheckpoints {
+	return &stateCheckpoints{every: every, pending: make(chan pendingCheck, 1)}
+}
+
+// due reports whether applying a command at index, after one at prev (or a
+// snapshot restored at prev), crosses a checkpoint boundary.
+func (c *stateCheckpoints) due(prev, index uint64) bool {
+	return c != nil && c.every > 0 && index/c.every != prev/c.every
+}
+
+// offer hands a copy of the state at index to the hasher, without waiting.
+func (c *stateCheckpoints) offer(index uint64, sn *fsm.Snapshot) {
+	select {
+	case c.pending <- pendingCheck{index: index, sn: sn}:
+	default:
+	}
+}
+
+// run hashes offered copies until stop is closed.
+func (c *stateCheckpoints) run(stop <-chan struct{}, log hclog.Logger) {
+	for {
+		select {
+		case <-stop:
+			return
+		case p := <-c.pending:
+			h := sha256.New()
+			if _, err := p.sn.WriteTo(h); err != nil {
+				log.Warn("state checkpoint hash failed", "index", p.index, "error", err)
+				continue
+			}
+			c.mu.Lock()
+			c.ring = append(c.ring, checkpoint{index: p.index, hash: h.Sum(nil)})
+			if len(c.ring) > checkpointsKept {
+				c.ring = append(c.ring[:0:0], c.ring[len(c.ring)-checkpointsKept:]...)
+			}
+			c.mu.Unlock()
+		}
+	}
+}
+
+// list returns the checkpoints, oldest first.
+func (c *stateCheckpoints) list() []checkpoint {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]checkpoint(nil), c.ring...)
+}
+
+func (c *stateCheckpoints) proto() []*api.StateCheckpoint {
+	var out []*api.StateCheckpoint
+	for _, cp := range c.list() {
+		out = append(out, &api.StateCheckpoint{Index: cp.index, Hash: cp.hash})
+	}
+	return out
+}
+
+// ErrStateCorrupt is returned (codes.Unavailable) by every lease call on a
+// node whose state was found to differ from the majority's.
+var ErrStateCorrupt = errors.New("cluster: this node's state is corrupt")
+
+// StateCorrupt returns why this node's state is known to be corrupt, or
+// "" while it is not.
+func (n *Node) StateCorrupt() string {
+	if p := n.corrupt.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// markCorrupt records that the node's state differs from the majority's:
+// from now on it serves no lease call, cuts its watchers, hands leadership
+// away and refuses it, and leaves a marker so that it refuses to start
+// until it is replaced.
+func (n *Node) markCorrupt(reason string) {
+	if !n.corrupt.CompareAndSwap(nil, &reason) {
+		return
+	}
+	n.log.Error("this node's state is corrupt: it serves nothing and refuses leadership until it is replaced", "reason", reason,
+		"what-to-do", replaceAdvice(n.cfg.ID))
+	marker := filepath.Join(n.cfg.DataDir, corruptMarker)
+	if err := os.WriteFile(marker, []byte(reason+"\n"), 0o600); err != nil {
+		n.log.Error("cannot write the corrupt-state marker", "path", marker, "error", err)
+	}
+	n.hub.reset(n.sm.applied.Load())
+	n.refuseLeadership()
+}
+
+// refuseLeadership hands leadership away when the node's state is corrupt
+// and it leads; it reports whether it did. leaderLoop calls it on every
+// election won, before the node serves.
+func (n *Node) refuseLeadership() bool {
+	if n.corrupt.Load() == nil || n.raft.State() != raft.Leader {
+		return false
+	}
+	if ls := n.lead.Swap(nil); ls != nil {
+		ls.cancel()
+	}
+	n.log.Error("refusing leadership: this node's state is corrupt; transferring it")
+	f := n.raft.LeadershipTransfer()
+	go func() {
+		if err := f.Error(); err != nil {
+			n.log.Warn("leadership transfer away from a corrupt node failed; retrying at the next check", "error", err)
+		}
+	}()
+	return true
+}
+
+// checkCorruptMarker refuses to start a node whose state was found
+// corrupt.
+func checkCorruptMarker(dataDir, node string) error {
+	path := filepath.Join(dataDir, corruptMarker)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cluster: %s: %w", path, err)
+	}
+	return fmt.Errorf("%w: %s records that this node's state differed from the majority's (%s); %s",
+		ErrCorruptStore, path, strings.TrimSpace(string(b)), replaceAdvice(node))
+}
+
+// corruptGuard refuses every lease call while the node's state is corrupt.
+// Cluster calls (status, membership) and the Raft transport still work:
+// the node's log is sound, only its applied state is not.
+func (n *Node) corruptGuard(method string) error {
+	if p := n.corrupt.Load(); p != nil && strings.HasPrefix(method, "/"+api.LeaseService_ServiceDesc.ServiceName+"/") {
+		return status.Errorf(codes.Unavailable, "%v (%s): it serves nothing until it is replaced; use another node", ErrStateCorrupt, *p)
+	}
+	return nil
+}
+
+func (n *Node) corruptGuardUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := n.corruptGuard(info.FullMethod); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+func (n *Node) corruptGuardStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if err := n.corruptGuard(info.FullMethod); err != nil {
+		return err
+	}
+	return handler(srv, ss)
+}
+
+// stateCheckLoop compares this node's checkpoints with its peers' every
+// cfg.StateCheckPoll until the node stops.
+func (n *Node) stateCheckLoop() {
+	t := time.NewTicker(n.cfg.StateCheckPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stopCh:
+			return
+		case <-t.C:
+		}
+		if n.corrupt.Load() != nil {
+			n.refuseLeadership()
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.StateCheckPoll)
+		n.checkReplicas(ctx)
+		cancel()
+	}
+}
+
+// checkReplicas asks every other voter for its checkpoints and applies the
+// majority rule at the newest index this node and a quorum of voters all
+// hashed: this node is corrupt when a quorum agrees on a hash other than
+// its own. A peer that differs from a quorum this node belongs to is
+// reported (it finds out by itself). Without a quorum at any shared index
+// nothing is decided.
+func (n *Node) checkReplicas(ctx context.Context) {
+	own := n.sm.checks.list()
+	if len(own) == 0 {
+		return
+	}
+	cf := n.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return
+	}
+	var voters []raft.Server
+	selfVoter := false
+	for _, s := range cf.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			voters = append(voters, s)
+			selfVoter = selfVoter || string(s.ID) == n.cfg.ID
+		}
+	}
+	quorum := len(voters)/2 + 1
+	peers := map[string]map[uint64][]byte{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, s := range voters {
+		if string(s.ID) == n.cfg.ID {
+			continue
+		}
+		wg.Add(1)
+		go func(id, addr string) {
+			defer wg.Done()
+			conn, err := n.fwd.conn(addr)
+			if err != nil {
+				return
+			}
+			st, err := api.NewClusterServiceClient(conn).Status(ctx, &api.StatusRequest{})
+			if err != nil {
+				n.log.Debug("state check: peer status failed", "peer", id, "error", err)
+				return
+			}
+			m := map[uint64][]byte{}
+			for _, cp := range st.StateCheckpoints {
+				m[cp.Index] = cp.Hash
+			}
+			mu.Lock()
+			peers[id] = m
+			mu.Unlock()
+		}(string(s.ID), string(s.Address))
+	}
+	wg.Wait()
+
+	for i := len(own) - 1; i >= 0; i-- {
+		cp := own[i]
+		votes := map[string][]string{} // hash -> voter ids
+		if selfVoter {
+			votes[string(cp.hash)] = append(votes[string(cp.hash)], n.cfg.ID)
+		}
+		reported := len(votes)
+		for id, m := range peers {
+			if h, ok := m[cp.index]; ok {
+				votes[string(h)] = append(votes[string(h)], id)
+				reported++
+			}
+		}
+		if reported < quorum {
+			continue // not enough voters hashed this index (yet)
+		}
+		for h, ids := range votes {
+			if len(ids) < quorum {
+				continue
+			}
+			if bytes.Equal([]byte(h), cp.hash) {
+				n.metrics.stateChecks.WithLabelValues("match").Inc()
+				for oh, oids := range votes {
+					if oh != h {
+						n.metrics.stateChecks.WithLabelValues("peer_differs").Inc()
+						n.log.Error("replicas' state differs from the majority's", "index", cp.index, "replicas", strings.Join(oids, ","),
+							"their-hash", shortHash([]byte(oh)), "majority-hash", shortHash(cp.hash))
+					}
+				}
+				return
+			}
+			n.metrics.stateChecks.WithLabelValues("corrupt").Inc()
+			n.markCorrupt(fmt.Sprintf("at index %d this node's state hash is %s, voters %s agree on %s",
+				cp.index, shortHash(cp.hash), strings.Join(ids, ","), shortHash([]byte(h))))
+			return
+		}
+		n.metrics.stateChecks.WithLabelValues("undecided").Inc()
+		n.log.Warn("replicas' states differ and no majority agrees", "index", cp.index)
+		return
+	}
+}
+
+func shortHash(h []byte) string {
+	if len(h) > 8 {
+		h = h[:8]
+	}
+	return hex.EncodeToString(h)
+}
