@@ -155,3 +155,43 @@ func metricValue(t *testing.T, n *Node, name string) float64 {
 	t.Fatalf("metric %s not found", name)
 	return 0
 }
+
+// TestCorruptLeaderFencesItselfNotItsFollowers: when the leader's state is
+// the one that differs, the majority rule fences the leader (it hands
+// leadership away), not the two followers that agree with each other.
+func TestCorruptLeaderFencesItselfNotItsFollowers(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) {
+		c.StateCheckEvery = 4
+		c.StateCheckPoll = 100 * time.Millisecond
+	})
+	ctx := ctxT(t)
+	li, leader := tc.leader()
+	corruptReplica(t, leader)
+	hc := tc.client((li + 1) % 3)
+	eventually(t, 15*time.Second, "the corrupt leader fences itself", func() bool {
+		if r, err := hc.Acquire(ctx, acquireReq("real/5", 10*time.Second)); err == nil {
+			_, _ = hc.Release(ctx, &api.ReleaseRequest{LeaseId: r.Lease.Id})
+		}
+		return leader.StateCorrupt() != ""
+	})
+	eventually(t, 15*time.Second, "a healthy leader", func() bool {
+		for i, n := range tc.nodes {
+			if i != li && n.IsLeader() {
+				return true
+			}
+		}
+		return false
+	})
+	if leader.IsLeader() {
+		t.Fatal("the corrupt node still leads")
+	}
+	for i, n := range tc.nodes {
+		if i != li && n.StateCorrupt() != "" {
+			t.Fatalf("healthy follower %s fenced: %s", n.ID(), n.StateCorrupt())
+		}
+	}
+	eventually(t, 15*time.Second, "the healthy majority grants", func() bool {
+		_, err := hc.Acquire(ctx, acquireReq("real/6", 10*time.Second))
+		return err == nil
+	})
+}
