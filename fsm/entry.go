@@ -40,9 +40,18 @@ const checksumLen = 4
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// typeBytes holds every byte value, so that a type byte can be checksummed
+// without an allocation.
+var typeBytes = func() (b [256]byte) {
+	for i := range b {
+		b[i] = byte(i)
+	}
+	return b
+}()
+
 // entryChecksum is the CRC-32C of the type byte followed by body.
 func entryChecksum(t EntryType, body []byte) uint32 {
-	c := crc32.Update(0, castagnoli, []byte{byte(t)})
+	c := crc32.Update(0, castagnoli, typeBytes[t:t+1])
 	return crc32.Update(c, castagnoli, body)
 }
 
