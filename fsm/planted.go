@@ -17,6 +17,7 @@ var PlantedBugs = map[string]string{
 	BugGrantNoMargin:         "a new grant waits only for expires_at, not expires_at + skew margin",
 	BugRenewAfterExpiry:      "a renewal is accepted after expires_at (until the lease is removed)",
 	BugSnapshotDropsCounters: "snapshots store a scope's counter as its live lease's token (0 when free)",
+	BugSkipEntryChecksum:     "log entry checksums are not verified: not by Apply, not by the node's log store",
 }
 
 var plantedOn = map[string]bool{}

@@ -6,4 +6,5 @@ const (
 	BugGrantNoMargin         = "grant-no-margin"
 	BugRenewAfterExpiry      = "renew-after-expiry"
 	BugSnapshotDropsCounters = "snapshot-drops-counters"
+	BugSkipEntryChecksum     = "skip-entry-checksum"
 )

@@ -24,10 +24,10 @@ const (
 )
 
 // AllNemeses lists every kind implemented: the process nemeses above,
-// snapshot and member (nemesis_state.go), the network ones (NetNemeses,
+// snapshot and member (nemesis_state.go), storage (nemesis_storage.go), the network ones (NetNemeses,
 // nemesis_net.go) and the clock ones (clock.go). "all" means every one in
 // spec (InSpecNemeses): clock-rate, beyond the drift bound, must be named.
-var AllNemeses = append(append([]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemSnapshot, NemMember},
+var AllNemeses = append(append([]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemSnapshot, NemMember, NemStorage},
 	NetNemeses...), NemClockBump, NemClockStrobe, NemClockRate)
 
 // InSpecNemeses is AllNemeses without the out-of-spec clock-rate.
@@ -133,6 +133,8 @@ func (n *nemesis) run(ctx context.Context) {
 			n.snapshot(ctx, hold)
 		case NemMember:
 			n.member(ctx, hold)
+		case NemStorage:
+			n.storage(ctx, hold)
 		case NemClockBump:
 			n.clockBump(ctx, hold)
 		case NemClockStrobe:

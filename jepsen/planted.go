@@ -40,6 +40,8 @@ var PlantedBugs = []PlantedBug{
 		Nemeses: nil, Time: 25 * time.Second, Catch: []string{NameLinearizable, NameTokens}},
 	{Name: "wall-clock-time", In: "leased", What: "the leader's cluster time is its wall clock, not its monotonic clock",
 		Nemeses: []string{"clock-bump"}, Time: 30 * time.Second, Catch: []string{NameSafeWindows, NameGrantIntervals, NameLinearizable}},
+	{Name: "skip-entry-checksum", In: "leased", What: "log entry checksums are not verified, so a node applies an entry its disk changed",
+		Nemeses: []string{NemStorage}, Time: 30 * time.Second, Catch: []string{NameStorage}},
 	{Name: "accept-lower-token", In: "fencedkv", What: "fencedkv applies a write whose token is below the scope's highest",
 		Nemeses: []string{NemClientPause}, Time: 25 * time.Second, Catch: []string{NameFencedTokens, NameFinalRead}},
 }
