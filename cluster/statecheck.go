@@ -233,11 +233,12 @@ func (n *Node) stateCheckLoop() {
 }
 
 // checkReplicas asks every other voter for its checkpoints and applies the
-// majority rule at the newest index this node and a quorum of voters all
-// hashed: this node is corrupt when a quorum agrees on a hash other than
-// its own. A peer that differs from a quorum this node belongs to is
-// reported (it finds out by itself). Without a quorum at any shared index
-// nothing is decided.
+// majority rule at the newest index where a quorum of voters agrees on one
+// hash: this node is corrupt when that hash is not its own. (At newer
+// indexes some voters may not have hashed yet: a 1–1 split there decides
+// nothing.) A peer that differs from a quorum this node belongs to is
+// reported (it finds out by itself). Without a majority at any shared
+// index nothing is decided.
 func (n *Node) checkReplicas(ctx context.Context) {
 	own := n.sm.checks.list()
 	if len(own) == 0 {
@@ -286,6 +287,7 @@ func (n *Node) checkReplicas(ctx context.Context) {
 	}
 	wg.Wait()
 
+	undecided := uint64(0) // the newest index where voters differ without a majority
 	for i := len(own) - 1; i >= 0; i-- {
 		cp := own[i]
 		votes := map[string][]string{} // hash -> voter ids
@@ -322,9 +324,15 @@ func (n *Node) checkReplicas(ctx context.Context) {
 				cp.index, shortHash(cp.hash), strings.Join(ids, ","), shortHash([]byte(h))))
 			return
 		}
+		// No majority here: some voters may not have hashed this index
+		// yet (or differ among themselves); an older index may decide.
+		if len(votes) > 1 && undecided == 0 {
+			undecided = cp.index
+		}
+	}
+	if undecided != 0 {
 		n.metrics.stateChecks.WithLabelValues("undecided").Inc()
-		n.log.Warn("replicas' states differ and no majority agrees", "index", cp.index)
-		return
+		n.log.Warn("replicas' states differ and no majority agrees", "index", undecided)
 	}
 }
 
