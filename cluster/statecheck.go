@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -287,53 +287,88 @@ func (n *Node) checkReplicas(ctx context.Context) {
 	}
 	wg.Wait()
 
-	undecided := uint64(0) // the newest index where voters differ without a majority
+	v := judge(own, n.cfg.ID, selfVoter, peers, quorum)
+	switch v.result {
+	case "match":
+		n.metrics.stateChecks.WithLabelValues("match").Inc()
+		for _, d := range v.others {
+			n.metrics.stateChecks.WithLabelValues("peer_differs").Inc()
+			n.log.Error("replicas' state differs from the majority's", "index", v.index, "replicas", strings.Join(d.ids, ","),
+				"their-hash", shortHash(d.hash), "majority-hash", shortHash(v.hash))
+		}
+	case "corrupt":
+		n.metrics.stateChecks.WithLabelValues("corrupt").Inc()
+		n.markCorrupt(fmt.Sprintf("at index %d this node's state hash is %s, voters %s agree on %s",
+			v.index, shortHash(v.own), strings.Join(v.agree, ","), shortHash(v.hash)))
+	case "undecided":
+		n.metrics.stateChecks.WithLabelValues("undecided").Inc()
+		n.log.Warn("replicas' states differ and no majority agrees", "index", v.index)
+	}
+}
+
+// verdict is judge's answer.
+type verdict struct {
+	// result: "match" (a quorum agrees with this node), "corrupt" (a
+	// quorum agrees on another hash), "undecided" (voters differ and no
+	// quorum agrees at any shared index), "" (not enough voters hashed any
+	// of this node's checkpoints yet).
+	result string
+	index  uint64
+	own    []byte   // this node's hash at index
+	hash   []byte   // the hash a quorum agrees on (match, corrupt)
+	agree  []string // the voters that agree on hash, sorted
+	others []hashVoters
+}
+
+type hashVoters struct {
+	hash []byte
+	ids  []string
+}
+
+// judge applies the majority rule to this node's checkpoints (own, oldest
+// first) and the other voters' (peers: id -> index -> hash), newest index
+// first: the first index where a quorum of voters agrees on one hash
+// decides. At newer indexes some voters may not have hashed yet, so a
+// split there decides nothing. It is pure: the caller acts on the verdict.
+func judge(own []checkpoint, self string, selfVoter bool, peers map[string]map[uint64][]byte, quorum int) verdict {
+	var undecided uint64
 	for i := len(own) - 1; i >= 0; i-- {
 		cp := own[i]
 		votes := map[string][]string{} // hash -> voter ids
 		if selfVoter {
-			votes[string(cp.hash)] = append(votes[string(cp.hash)], n.cfg.ID)
+			votes[string(cp.hash)] = []string{self}
 		}
-		reported := len(votes)
 		for id, m := range peers {
 			if h, ok := m[cp.index]; ok {
 				votes[string(h)] = append(votes[string(h)], id)
-				reported++
 			}
-		}
-		if reported < quorum {
-			continue // not enough voters hashed this index (yet)
 		}
 		for h, ids := range votes {
 			if len(ids) < quorum {
 				continue
 			}
-			if bytes.Equal([]byte(h), cp.hash) {
-				n.metrics.stateChecks.WithLabelValues("match").Inc()
+			sort.Strings(ids)
+			v := verdict{result: "corrupt", index: cp.index, own: cp.hash, hash: []byte(h), agree: ids}
+			if h == string(cp.hash) {
+				v.result = "match"
 				for oh, oids := range votes {
 					if oh != h {
-						n.metrics.stateChecks.WithLabelValues("peer_differs").Inc()
-						n.log.Error("replicas' state differs from the majority's", "index", cp.index, "replicas", strings.Join(oids, ","),
-							"their-hash", shortHash([]byte(oh)), "majority-hash", shortHash(cp.hash))
+						sort.Strings(oids)
+						v.others = append(v.others, hashVoters{hash: []byte(oh), ids: oids})
 					}
 				}
-				return
+				sort.Slice(v.others, func(a, b int) bool { return v.others[a].ids[0] < v.others[b].ids[0] })
 			}
-			n.metrics.stateChecks.WithLabelValues("corrupt").Inc()
-			n.markCorrupt(fmt.Sprintf("at index %d this node's state hash is %s, voters %s agree on %s",
-				cp.index, shortHash(cp.hash), strings.Join(ids, ","), shortHash([]byte(h))))
-			return
+			return v
 		}
-		// No majority here: some voters may not have hashed this index
-		// yet (or differ among themselves); an older index may decide.
 		if len(votes) > 1 && undecided == 0 {
 			undecided = cp.index
 		}
 	}
 	if undecided != 0 {
-		n.metrics.stateChecks.WithLabelValues("undecided").Inc()
-		n.log.Warn("replicas' states differ and no majority agrees", "index", undecided)
+		return verdict{result: "undecided", index: undecided}
 	}
+	return verdict{}
 }
 
 func shortHash(h []byte) string {

@@ -195,3 +195,44 @@ func TestCorruptLeaderFencesItselfNotItsFollowers(t *testing.T) {
 		return err == nil
 	})
 }
+
+// TestJudgeDecidesAtTheNewestIndexAMajorityAgreesOn: the majority rule,
+// including the case found with writes flowing (the newest checkpoint
+// hashed by one peer only: a 1–1 split there must not end the round).
+func TestJudgeDecidesAtTheNewestIndexAMajorityAgreesOn(t *testing.T) {
+	h := func(s string) []byte { return []byte(s) }
+	own := []checkpoint{{8, h("A8")}, {16, h("X16")}, {24, h("X24")}}
+	cases := []struct {
+		name   string
+		own    []checkpoint
+		voter  bool
+		peers  map[string]map[uint64][]byte
+		result string
+		index  uint64
+	}{
+		{"healthy, both peers agree", []checkpoint{{8, h("A8")}}, true,
+			map[string]map[uint64][]byte{"n2": {8: h("A8")}, "n3": {8: h("A8")}}, "match", 8},
+		{"healthy, one peer is enough with me", []checkpoint{{8, h("A8")}}, true,
+			map[string]map[uint64][]byte{"n2": {8: h("A8")}}, "match", 8},
+		{"corrupt: the newest index is split 1-1, an older one decides", own, true,
+			map[string]map[uint64][]byte{"n2": {16: h("A16"), 24: h("A24")}, "n3": {16: h("A16")}}, "corrupt", 16},
+		{"not enough hashed yet", own, true,
+			map[string]map[uint64][]byte{"n2": {32: h("A32")}}, "", 0},
+		{"all differ", []checkpoint{{8, h("A8")}}, true,
+			map[string]map[uint64][]byte{"n2": {8: h("B8")}, "n3": {8: h("C8")}}, "undecided", 8},
+		{"a non-voter follows the voters", []checkpoint{{8, h("X8")}}, false,
+			map[string]map[uint64][]byte{"n2": {8: h("A8")}, "n3": {8: h("A8")}}, "corrupt", 8},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := judge(tc.own, "n1", tc.voter, tc.peers, 2)
+			if v.result != tc.result || v.index != tc.index {
+				t.Fatalf("got %q at %d, want %q at %d (%+v)", v.result, v.index, tc.result, tc.index, v)
+			}
+		})
+	}
+	v := judge([]checkpoint{{8, h("A8")}}, "n1", true, map[string]map[uint64][]byte{"n2": {8: h("A8")}, "n3": {8: h("B8")}}, 2)
+	if v.result != "match" || len(v.others) != 1 || v.others[0].ids[0] != "n3" {
+		t.Fatalf("a differing peer is named: %+v", v)
+	}
+}
