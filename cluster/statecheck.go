@@ -70,10 +70,35 @@ func newStateCheckpoints(every uint64) *stateCheckpoints {
 	return &stateCheckpoints{every: every, pending: make(chan pendingCheck, 1)}
 }
 
+// checkLeasesPerStep is the state size up to which a checkpoint comes every
+// c.every indexes; each doubling of the leases beyond it doubles the
+// interval, so that hashing costs about the same per entry at any size
+// (a hash encodes the whole state, ~1 s of CPU at a million leases).
+const checkLeasesPerStep = 1 << 16
+
+// interval is the checkpoint interval for a state of leases leases: every,
+// doubled for each doubling of leases beyond checkLeasesPerStep. The
+// lease count is replicated state, so replicas with the same state use the
+// same interval; and the boundaries of a longer interval are a subset of
+// those of a shorter one, so replicas whose counts differ still share
+// checkpoints.
+func (c *stateCheckpoints) interval(leases int) uint64 {
+	n := c.every
+	for l := leases; l > checkLeasesPerStep && n < 1<<62; l >>= 1 {
+		n <<= 1
+	}
+	return n
+}
+
 // due reports whether applying a command at index, after one at prev (or a
-// snapshot restored at prev), crosses a checkpoint boundary.
-func (c *stateCheckpoints) due(prev, index uint64) bool {
-	return c != nil && c.every > 0 && index/c.every != prev/c.every
+// snapshot restored at prev), to a state now holding leases leases,
+// crosses a checkpoint boundary.
+func (c *stateCheckpoints) due(prev, index uint64, leases int) bool {
+	if c == nil || c.every == 0 {
+		return false
+	}
+	n := c.interval(leases)
+	return index/n != prev/n
 }
 
 // offer hands a copy of the state at index to the hasher, without waiting.

@@ -236,3 +236,21 @@ func TestJudgeDecidesAtTheNewestIndexAMajorityAgreesOn(t *testing.T) {
 		t.Fatalf("a differing peer is named: %+v", v)
 	}
 }
+
+// TestCheckpointIntervalGrowsWithTheState: up to 64 Ki leases a checkpoint
+// every StateCheckEvery indexes; beyond, the interval doubles with the
+// leases, and its boundaries stay a subset of the shorter interval's.
+func TestCheckpointIntervalGrowsWithTheState(t *testing.T) {
+	c := newStateCheckpoints(4096)
+	for _, tc := range []struct {
+		leases int
+		want   uint64
+	}{{0, 4096}, {1 << 16, 4096}, {1<<16 + 1, 8192}, {1 << 20, 65536}, {1 << 21, 131072}} {
+		if got := c.interval(tc.leases); got != tc.want {
+			t.Fatalf("interval(%d) = %d, want %d", tc.leases, got, tc.want)
+		}
+	}
+	if !c.due(8191, 8192, 0) || c.due(8191, 8192, 1<<20) || !c.due(65535, 65537, 1<<20) || c.due(65536, 70000, 1<<20) {
+		t.Fatal("boundaries")
+	}
+}

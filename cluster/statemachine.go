@@ -64,7 +64,7 @@ func (m *stateMachine) Apply(l *raft.Log) interface{} {
 	m.mu.Lock()
 	a, err := m.st.Apply(l.Data)
 	if err == nil {
-		if m.checks.due(m.index, l.Index) {
+		if m.checks.due(m.index, l.Index, m.st.Len()) {
 			m.checks.offer(l.Index, m.st.Snapshot())
 		}
 		m.index = l.Index
