@@ -85,6 +85,9 @@ func TestReplicaWithDivergentStateRaisesAlarmAndServesNothing(t *testing.T) {
 	if got := metricValue(t, f, "leasefence_state_corrupt"); got != 1 {
 		t.Fatalf("leasefence_state_corrupt = %v", got)
 	}
+	if ok, why := f.healthy(); ok || !strings.Contains(why, "corrupt") {
+		t.Fatalf("health of the corrupt node: %v %q", ok, why)
+	}
 	// Reads (stale ones too) and writes are refused on the corrupt node.
 	fc := tc.client(fi)
 	for name, call := range map[string]func() error{
