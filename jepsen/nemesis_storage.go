@@ -18,10 +18,12 @@ import (
 
 // NemStorage stops a follower, changes one byte of a committed command
 // entry's body in its raft.db (a resource name, as a bad disk or a stray
-// write would), starts it again and watches what it does; the heal
+// write would) or, half the time when it has snapshots, one byte of its
+// newest snapshot, starts it again and watches what it does; the heal
 // replaces it (members remove, wipe, join), as docs/OPERATIONS.md says.
 // CheckStorageRefused then demands that the node refused (exited naming
-// the corrupt entry) or fenced itself, never served on.
+// the corrupt store), fenced itself, or (a snapshot) set the corrupt one
+// aside and rebuilt from an older one and the log; never served on.
 const NemStorage = "storage"
 
 // NameStorage is CheckStorageRefused's name.
@@ -35,10 +37,21 @@ const AnomalyServedFromCorruptStore = "served-from-corrupt-store"
 // (cluster/corrupt.go, cluster/statecheck.go).
 var refusalMarkers = []string{"corrupt log entry", "corrupt snapshot", "state is corrupt"}
 
+// setAsideMarker is what leased logs when it will not restore a corrupt
+// snapshot (cluster/corrupt.go); it then starts from an older one or
+// refuses.
+const setAsideMarker = "corrupt snapshot; it will not be restored"
+
 // StorageOutcome is what a node did after NemStorage changed its raft.db.
 type StorageOutcome struct {
-	// Index is the entry whose body was changed (0: none found to change).
+	// Index is the entry whose body was changed, or the last index of the
+	// snapshot that was (0: nothing found to change).
 	Index uint64 `json:"index"`
+	// Snapshot names the snapshot changed ("": an entry in raft.db).
+	Snapshot string `json:"snapshot,omitempty"`
+	// SetAside: the node logged that it will not restore the changed
+	// snapshot (and started from an older one and its log).
+	SetAside bool `json:"set_aside,omitempty"`
 	// Refused: the process exited saying the store is corrupt.
 	Refused bool `json:"refused,omitempty"`
 	// Fenced: it runs but reports its state corrupt (serves nothing).
@@ -59,11 +72,24 @@ func (n *nemesis) storage(ctx context.Context, hold time.Duration) {
 	n.progress(fmt.Sprintf("nemesis: storage: %s stopped, one byte of a committed entry changed, restarted", id))
 	p := cl.Proc(id)
 	p.Kill(syscall.SIGTERM, 15*time.Second)
-	path := filepath.Join(cl.DataDir(id), "raft.db")
-	index, err := CorruptCommandEntry(path, ResourcePrefix)
-	n.record(Fault{Phase: "start", Kind: NemStorage, Target: id,
-		Detail: errString(err, fmt.Sprintf("SIGTERM; entry %d's resource name changed in %s", index, path))})
-	out := &StorageOutcome{Index: index}
+	out := &StorageOutcome{}
+	var index uint64
+	var err error
+	var detail string
+	if snap, sindex, ok := newestSnapshot(cl.DataDir(id)); ok && n.rng.IntN(2) == 0 {
+		err = flipByte(filepath.Join(snap, "state.bin"))
+		index, out.Snapshot = sindex, filepath.Base(snap)
+		detail = fmt.Sprintf("SIGTERM; one byte of snapshot %s (index %d) changed", out.Snapshot, index)
+	} else {
+		path := filepath.Join(cl.DataDir(id), "raft.db")
+		index, err = CorruptCommandEntry(path, ResourcePrefix)
+		detail = fmt.Sprintf("SIGTERM; entry %d's resource name changed in %s", index, path)
+	}
+	if err != nil {
+		index = 0
+	}
+	out.Index = index
+	n.record(Fault{Phase: "start", Kind: NemStorage, Target: id, Detail: errString(err, detail)})
 	logBefore := len(p.Tail(1 << 30))
 	if err == nil && index > 0 {
 		if rerr := p.Start(); rerr == nil {
@@ -88,6 +114,8 @@ func (n *nemesis) storage(ctx context.Context, hold time.Duration) {
 		what = "refused to run"
 	case out.Fenced:
 		what = "fenced itself"
+	case out.SetAside:
+		what = "set the corrupt snapshot aside and rebuilt from an older one and its log"
 	case !out.Served:
 		what = "undecided"
 	}
@@ -121,7 +149,15 @@ func (o *StorageOutcome) observe(ctx context.Context, cl *Cluster, id string, p 
 				return
 			}
 			if st.AppliedIndex >= o.Index {
-				o.Served = true
+				log := p.Tail(1 << 30)
+				if logBefore < len(log) {
+					log = log[logBefore:]
+				}
+				if o.Snapshot != "" && strings.Contains(log, setAsideMarker) {
+					o.SetAside = true
+				} else {
+					o.Served = true
+				}
 				return
 			}
 		}
@@ -183,14 +219,48 @@ func CheckStorageRefused(faults []Fault) Result {
 		}
 		o := x.Storage
 		switch {
-		case o.Refused || o.Fenced:
+		case o.Refused || o.Fenced || o.SetAside:
 			f.r.Checked++
 		case o.Served:
 			f.r.Checked++
-			f.invalid(AnomalyServedFromCorruptStore, "%s came up on a raft.db whose entry %d was changed and applied past it without refusing", x.Target, o.Index)
+			what := fmt.Sprintf("a raft.db whose entry %d", o.Index)
+			if o.Snapshot != "" {
+				what = fmt.Sprintf("a snapshot (%s, index %d) that", o.Snapshot, o.Index)
+			}
+			f.invalid(AnomalyServedFromCorruptStore, "%s came up on %s was changed and applied past it without refusing", x.Target, what)
 		default:
 			f.unknown("%s neither refused nor served within the watch after entry %d was changed", x.Target, o.Index)
 		}
 	}
 	return f.done("storage fault")
+}
+
+// newestSnapshot returns the directory and last index of the newest
+// snapshot in a node's data dir (raft names them term-index-millis).
+func newestSnapshot(dataDir string) (dir string, index uint64, ok bool) {
+	states, _ := filepath.Glob(filepath.Join(dataDir, "snapshots", "*", "state.bin"))
+	var best [2]uint64
+	for _, s := range states {
+		var term, idx, ms uint64
+		if _, err := fmt.Sscanf(filepath.Base(filepath.Dir(s)), "%d-%d-%d", &term, &idx, &ms); err != nil {
+			continue
+		}
+		if !ok || term > best[0] || (term == best[0] && idx > best[1]) {
+			dir, index, ok, best = filepath.Dir(s), idx, true, [2]uint64{term, idx}
+		}
+	}
+	return dir, index, ok
+}
+
+// flipByte flips one bit of the byte in the middle of the file.
+func flipByte(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if len(data) == 0 {
+		return fmt.Errorf("%s is empty", path)
+	}
+	data[len(data)/2] ^= 0x01
+	return os.WriteFile(path, data, 0o600)
 }

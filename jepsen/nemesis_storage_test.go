@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,12 +62,17 @@ func TestCheckStorageRefusedCatchesANodeThatServedOn(t *testing.T) {
 	heal := func(o StorageOutcome) Fault {
 		return Fault{Phase: "heal", Kind: NemStorage, Target: "n2", TimeNs: int64(time.Second), Storage: &o}
 	}
-	if r := CheckStorageRefused([]Fault{heal(StorageOutcome{Index: 9, Refused: true}), heal(StorageOutcome{Index: 12, Fenced: true})}); r.Verdict != Valid || r.Checked != 2 {
+	if r := CheckStorageRefused([]Fault{heal(StorageOutcome{Index: 9, Refused: true}), heal(StorageOutcome{Index: 12, Fenced: true}),
+		heal(StorageOutcome{Index: 64, Snapshot: "2-64-1", SetAside: true})}); r.Verdict != Valid || r.Checked != 3 {
 		t.Fatalf("refused and fenced: %v", r)
 	}
 	r := CheckStorageRefused([]Fault{heal(StorageOutcome{Index: 9, Refused: true}), heal(StorageOutcome{Index: 14, Served: true})})
 	if r.Verdict != Invalid || r.Anomaly != AnomalyServedFromCorruptStore {
 		t.Fatalf("served on: %v", r)
+	}
+	r = CheckStorageRefused([]Fault{heal(StorageOutcome{Index: 64, Snapshot: "2-64-1", Served: true})})
+	if r.Verdict != Invalid || !strings.Contains(r.Witness, "snapshot") {
+		t.Fatalf("restored a changed snapshot: %v", r)
 	}
 	if r := CheckStorageRefused(nil); r.Verdict != Unknown {
 		t.Fatalf("no fault: %v", r)
