@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path/filepath"
 
 	"github.com/hashicorp/go-hclog"
@@ -116,6 +117,9 @@ type checkedSnapshotStore struct {
 // Open implements raft.SnapshotStore.
 func (s *checkedSnapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	meta, rc, err := s.SnapshotStore.Open(id)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, err // reaped meanwhile: not corruption
+	}
 	if err != nil {
 		cerr := &CorruptSnapshotError{Node: s.node, Path: filepath.Join(s.dir, "snapshots", id), Err: err}
 		s.log.Error("snapshot cannot be opened; stopping the node", "path", cerr.Path, "error", cerr)

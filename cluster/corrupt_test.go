@@ -3,11 +3,15 @@ package cluster
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 )
 
 // replaceInFile replaces every occurrence of old in the file with new (same
@@ -128,5 +132,57 @@ func TestFlippedByteInSnapshotStopsTheNodeAtStart(t *testing.T) {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message %q does not say %q", msg, want)
 		}
+	}
+}
+
+// TestCheckSnapshotsSetsACorruptOneAsideOnlyWhenTheLogCanRebuild: with the
+// newest snapshot corrupt, a node may start from the older one only when
+// its log still holds every entry after it; otherwise it refuses. Real
+// snapshot files (raft's file store and its CRC).
+func TestCheckSnapshotsSetsACorruptOneAsideOnlyWhenTheLogCanRebuild(t *testing.T) {
+	dir := t.TempDir()
+	store, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, index := range []uint64{10, 20} {
+		sink, err := store.Create(raft.SnapshotVersionMax, index, 1, raft.Configuration{}, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(sink, "state at %d, with some bytes to change", index)
+		if err := sink.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logs := raft.NewInmemStore()
+	log := testLogger(t, "snapshots")
+	if err := checkSnapshots(store, logs, dir, "n1", log); err != nil {
+		t.Fatalf("intact snapshots: %v", err)
+	}
+	metas, _ := store.List()
+	replaceInFile(t, filepath.Join(dir, "snapshots", metas[0].ID, "state.bin"), []byte("state at 20"), []byte("state at 21"))
+
+	// The log starts after the older snapshot: nothing can rebuild.
+	if err := logs.StoreLogs([]*raft.Log{{Index: 15, Term: 1, Type: raft.LogNoop}}); err != nil {
+		t.Fatal(err)
+	}
+	var ce *CorruptSnapshotError
+	if err := checkSnapshots(store, logs, dir, "n1", log); !errors.As(err, &ce) || !strings.Contains(err.Error(), metas[0].ID) ||
+		!strings.Contains(err.Error(), "log starts at index 15") {
+		t.Fatalf("newest corrupt, log from 15: %v", err)
+	}
+	// The log holds everything after the older snapshot: start from it.
+	logs = raft.NewInmemStore()
+	if err := logs.StoreLogs([]*raft.Log{{Index: 11, Term: 1, Type: raft.LogNoop}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkSnapshots(store, logs, dir, "n1", log); err != nil {
+		t.Fatalf("newest corrupt, log from 11: %v", err)
+	}
+	// Both corrupt: refuse.
+	replaceInFile(t, filepath.Join(dir, "snapshots", metas[1].ID, "state.bin"), []byte("state at 10"), []byte("state at 11"))
+	if err := checkSnapshots(store, logs, dir, "n1", log); !errors.Is(err, ErrCorruptStore) {
+		t.Fatalf("both corrupt: %v", err)
 	}
 }
