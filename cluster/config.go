@@ -144,7 +144,8 @@ type Config struct {
 	// StateCheckEvery: every node hashes its state right after applying
 	// the first command entry at or past each multiple of this many log
 	// indexes, and nodes compare these hashes (cluster/DESIGN.md,
-	// "Replicas compare state"). Each costs a copy of the expiry heap on
+	// "Replicas compare state"); the interval doubles with each doubling
+	// of the leases beyond 64 Ki. Each costs a copy of the expiry heap on
 	// the apply path and an encoding of the state off it. 0: 4096.
 	StateCheckEvery uint64
 	// StateCheckPoll is how often a node compares its state checkpoints
