@@ -285,7 +285,18 @@ type StatusResponse struct {
 	// token_floor is the cluster-wide token floor in this node's state: every
 	// scope's next token is above it. 0 until the cluster is restored from a
 	// backup (leased --restore raises it above every token in the backup).
-	TokenFloor    uint64 `protobuf:"varint,21,opt,name=token_floor,json=tokenFloor,proto3" json:"token_floor,omitempty"`
+	TokenFloor uint64 `protobuf:"varint,21,opt,name=token_floor,json=tokenFloor,proto3" json:"token_floor,omitempty"`
+	// (22-30 left for others' fields.)
+	// state_checkpoints are this node's most recent state checkpoints, oldest
+	// first: every node hashes its state right after applying the first
+	// command entry at or past each multiple of the check interval, so
+	// replicas can compare hashes at the same index (cluster/DESIGN.md,
+	// "Replicas compare state").
+	StateCheckpoints []*StateCheckpoint `protobuf:"bytes,31,rep,name=state_checkpoints,json=stateCheckpoints,proto3" json:"state_checkpoints,omitempty"`
+	// state_corrupt is empty on a healthy node. Otherwise it says why this
+	// node's state is known to differ from the majority's: the node serves
+	// no lease calls and refuses leadership until it is replaced.
+	StateCorrupt  string `protobuf:"bytes,32,opt,name=state_corrupt,json=stateCorrupt,proto3" json:"state_corrupt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -467,6 +478,74 @@ func (x *StatusResponse) GetTokenFloor() uint64 {
 	return 0
 }
 
+func (x *StatusResponse) GetStateCheckpoints() []*StateCheckpoint {
+	if x != nil {
+		return x.StateCheckpoints
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetStateCorrupt() string {
+	if x != nil {
+		return x.StateCorrupt
+	}
+	return ""
+}
+
+// StateCheckpoint is the SHA-256 of the state machine's deterministic
+// snapshot encoding right after applying the entry at index.
+type StateCheckpoint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Hash          []byte                 `protobuf:"bytes,2,opt,name=hash,proto3" json:"hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateCheckpoint) Reset() {
+	*x = StateCheckpoint{}
+	mi := &file_api_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateCheckpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateCheckpoint) ProtoMessage() {}
+
+func (x *StateCheckpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_api_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateCheckpoint.ProtoReflect.Descriptor instead.
+func (*StateCheckpoint) Descriptor() ([]byte, []int) {
+	return file_api_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *StateCheckpoint) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *StateCheckpoint) GetHash() []byte {
+	if x != nil {
+		return x.Hash
+	}
+	return nil
+}
+
 // FaultClockStatus reports an unsafe fault-injection clock's settings.
 type FaultClockStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -480,7 +559,7 @@ type FaultClockStatus struct {
 
 func (x *FaultClockStatus) Reset() {
 	*x = FaultClockStatus{}
-	mi := &file_api_cluster_proto_msgTypes[5]
+	mi := &file_api_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +571,7 @@ func (x *FaultClockStatus) String() string {
 func (*FaultClockStatus) ProtoMessage() {}
 
 func (x *FaultClockStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[5]
+	mi := &file_api_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +584,7 @@ func (x *FaultClockStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultClockStatus.ProtoReflect.Descriptor instead.
 func (*FaultClockStatus) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{5}
+	return file_api_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FaultClockStatus) GetRate() float64 {
@@ -533,7 +612,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_cluster_proto_msgTypes[6]
+	mi := &file_api_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -545,7 +624,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[6]
+	mi := &file_api_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -558,7 +637,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{6}
+	return file_api_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -590,7 +669,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_cluster_proto_msgTypes[7]
+	mi := &file_api_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +681,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[7]
+	mi := &file_api_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +694,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{7}
+	return file_api_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 type RemoveRequest struct {
@@ -627,7 +706,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_api_cluster_proto_msgTypes[8]
+	mi := &file_api_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -639,7 +718,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[8]
+	mi := &file_api_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -652,7 +731,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{8}
+	return file_api_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RemoveRequest) GetId() string {
@@ -670,7 +749,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_api_cluster_proto_msgTypes[9]
+	mi := &file_api_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +761,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[9]
+	mi := &file_api_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +774,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{9}
+	return file_api_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 type TransferLeadershipRequest struct {
@@ -707,7 +786,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_api_cluster_proto_msgTypes[10]
+	mi := &file_api_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +798,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[10]
+	mi := &file_api_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +811,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{10}
+	return file_api_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -751,7 +830,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_api_cluster_proto_msgTypes[11]
+	mi := &file_api_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +842,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_proto_msgTypes[11]
+	mi := &file_api_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +855,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_proto_rawDescGZIP(), []int{11}
+	return file_api_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TransferLeadershipResponse) GetLeaderId() string {
@@ -804,7 +883,7 @@ const file_api_cluster_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1a\n" +
 	"\bsuffrage\x18\x03 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\x04 \x01(\bR\x06leader\"\xb7\x05\n" +
+	"\x06leader\x18\x04 \x01(\bR\x06leader\"\xa9\x06\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
@@ -832,7 +911,12 @@ const file_api_cluster_proto_rawDesc = "" +
 	"state_hash\x18\x13 \x01(\fR\tstateHash\x12(\n" +
 	"\x10state_hash_index\x18\x14 \x01(\x04R\x0estateHashIndex\x12\x1f\n" +
 	"\vtoken_floor\x18\x15 \x01(\x04R\n" +
-	"tokenFloor\"L\n" +
+	"tokenFloor\x12K\n" +
+	"\x11state_checkpoints\x18\x1f \x03(\v2\x1e.leasefence.v1.StateCheckpointR\x10stateCheckpoints\x12#\n" +
+	"\rstate_corrupt\x18  \x01(\tR\fstateCorrupt\";\n" +
+	"\x0fStateCheckpoint\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04hash\x18\x02 \x01(\fR\x04hash\"L\n" +
 	"\x10FaultClockStatus\x12\x12\n" +
 	"\x04rate\x18\x01 \x01(\x01R\x04rate\x12$\n" +
 	"\x0ewall_offset_ns\x18\x02 \x01(\x03R\fwallOffsetNs\"M\n" +
@@ -867,39 +951,41 @@ func file_api_cluster_proto_rawDescGZIP() []byte {
 	return file_api_cluster_proto_rawDescData
 }
 
-var file_api_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_api_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_api_cluster_proto_goTypes = []any{
 	(*SnapshotRequest)(nil),            // 0: leasefence.v1.SnapshotRequest
 	(*SnapshotChunk)(nil),              // 1: leasefence.v1.SnapshotChunk
 	(*StatusRequest)(nil),              // 2: leasefence.v1.StatusRequest
 	(*Member)(nil),                     // 3: leasefence.v1.Member
 	(*StatusResponse)(nil),             // 4: leasefence.v1.StatusResponse
-	(*FaultClockStatus)(nil),           // 5: leasefence.v1.FaultClockStatus
-	(*JoinRequest)(nil),                // 6: leasefence.v1.JoinRequest
-	(*JoinResponse)(nil),               // 7: leasefence.v1.JoinResponse
-	(*RemoveRequest)(nil),              // 8: leasefence.v1.RemoveRequest
-	(*RemoveResponse)(nil),             // 9: leasefence.v1.RemoveResponse
-	(*TransferLeadershipRequest)(nil),  // 10: leasefence.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 11: leasefence.v1.TransferLeadershipResponse
+	(*StateCheckpoint)(nil),            // 5: leasefence.v1.StateCheckpoint
+	(*FaultClockStatus)(nil),           // 6: leasefence.v1.FaultClockStatus
+	(*JoinRequest)(nil),                // 7: leasefence.v1.JoinRequest
+	(*JoinResponse)(nil),               // 8: leasefence.v1.JoinResponse
+	(*RemoveRequest)(nil),              // 9: leasefence.v1.RemoveRequest
+	(*RemoveResponse)(nil),             // 10: leasefence.v1.RemoveResponse
+	(*TransferLeadershipRequest)(nil),  // 11: leasefence.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 12: leasefence.v1.TransferLeadershipResponse
 }
 var file_api_cluster_proto_depIdxs = []int32{
 	3,  // 0: leasefence.v1.StatusResponse.members:type_name -> leasefence.v1.Member
-	5,  // 1: leasefence.v1.StatusResponse.fault_clock:type_name -> leasefence.v1.FaultClockStatus
-	2,  // 2: leasefence.v1.ClusterService.Status:input_type -> leasefence.v1.StatusRequest
-	6,  // 3: leasefence.v1.ClusterService.Join:input_type -> leasefence.v1.JoinRequest
-	8,  // 4: leasefence.v1.ClusterService.Remove:input_type -> leasefence.v1.RemoveRequest
-	10, // 5: leasefence.v1.ClusterService.TransferLeadership:input_type -> leasefence.v1.TransferLeadershipRequest
-	0,  // 6: leasefence.v1.ClusterService.Snapshot:input_type -> leasefence.v1.SnapshotRequest
-	4,  // 7: leasefence.v1.ClusterService.Status:output_type -> leasefence.v1.StatusResponse
-	7,  // 8: leasefence.v1.ClusterService.Join:output_type -> leasefence.v1.JoinResponse
-	9,  // 9: leasefence.v1.ClusterService.Remove:output_type -> leasefence.v1.RemoveResponse
-	11, // 10: leasefence.v1.ClusterService.TransferLeadership:output_type -> leasefence.v1.TransferLeadershipResponse
-	1,  // 11: leasefence.v1.ClusterService.Snapshot:output_type -> leasefence.v1.SnapshotChunk
-	7,  // [7:12] is the sub-list for method output_type
-	2,  // [2:7] is the sub-list for method input_type
-	2,  // [2:2] is the sub-list for extension type_name
-	2,  // [2:2] is the sub-list for extension extendee
-	0,  // [0:2] is the sub-list for field type_name
+	6,  // 1: leasefence.v1.StatusResponse.fault_clock:type_name -> leasefence.v1.FaultClockStatus
+	5,  // 2: leasefence.v1.StatusResponse.state_checkpoints:type_name -> leasefence.v1.StateCheckpoint
+	2,  // 3: leasefence.v1.ClusterService.Status:input_type -> leasefence.v1.StatusRequest
+	7,  // 4: leasefence.v1.ClusterService.Join:input_type -> leasefence.v1.JoinRequest
+	9,  // 5: leasefence.v1.ClusterService.Remove:input_type -> leasefence.v1.RemoveRequest
+	11, // 6: leasefence.v1.ClusterService.TransferLeadership:input_type -> leasefence.v1.TransferLeadershipRequest
+	0,  // 7: leasefence.v1.ClusterService.Snapshot:input_type -> leasefence.v1.SnapshotRequest
+	4,  // 8: leasefence.v1.ClusterService.Status:output_type -> leasefence.v1.StatusResponse
+	8,  // 9: leasefence.v1.ClusterService.Join:output_type -> leasefence.v1.JoinResponse
+	10, // 10: leasefence.v1.ClusterService.Remove:output_type -> leasefence.v1.RemoveResponse
+	12, // 11: leasefence.v1.ClusterService.TransferLeadership:output_type -> leasefence.v1.TransferLeadershipResponse
+	1,  // 12: leasefence.v1.ClusterService.Snapshot:output_type -> leasefence.v1.SnapshotChunk
+	8,  // [8:13] is the sub-list for method output_type
+	3,  // [3:8] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_api_cluster_proto_init() }
@@ -913,7 +999,7 @@ func file_api_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_cluster_proto_rawDesc), len(file_api_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -46,6 +46,9 @@ func (s *clusterService) Status(ctx context.Context, req *api.StatusRequest) (*a
 		TickNs:       int64(n.cfg.Tick),
 		Version:      Version,
 		Unsafe:       n.unsafeFeatures(),
+
+		StateCheckpoints: n.sm.checks.proto(),
+		StateCorrupt:     n.StateCorrupt(),
 	}
 	if fc := n.faultClock; fc != nil {
 		out.FaultClock = &api.FaultClockStatus{Rate: fc.Rate(), WallOffsetNs: int64(fc.WallOffset())}

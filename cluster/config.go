@@ -164,6 +164,17 @@ type Config struct {
 	// Logger receives the node's logs (and raft's). nil means hclog's
 	// default at Info.
 	Logger hclog.Logger
+
+	// StateCheckEvery: every node hashes its state right after applying
+	// the first command entry at or past each multiple of this many log
+	// indexes, and nodes compare these hashes (cluster/DESIGN.md,
+	// "Replicas compare state"); the interval doubles with each doubling
+	// of the leases beyond 64 Ki. Each costs a copy of the expiry heap on
+	// the apply path and an encoding of the state off it. 0: 4096.
+	StateCheckEvery uint64
+	// StateCheckPoll is how often a node compares its state checkpoints
+	// with the other voters'. 0: 5s.
+	StateCheckPoll time.Duration
 }
 
 // DefaultConfig returns a Config with every tunable at its documented
@@ -193,6 +204,9 @@ func DefaultConfig() Config {
 		MaxWaitersPerResource: 1024,
 		MaxWatchersPerClient:  256,
 		MaxLeasesPerIdentity:  10000,
+
+		StateCheckEvery: 4096,
+		StateCheckPoll:  5 * time.Second,
 	}
 }
 
@@ -251,6 +265,10 @@ func (c Config) withDefaults() Config {
 	if c.MaxLeasesPerIdentity == 0 {
 		c.MaxLeasesPerIdentity = d.MaxLeasesPerIdentity
 	}
+	if c.StateCheckEvery == 0 {
+		c.StateCheckEvery = d.StateCheckEvery
+	}
+	setDur(&c.StateCheckPoll, d.StateCheckPoll)
 	if c.Clock == nil {
 		c.Clock = SystemClock()
 	}

@@ -20,11 +20,15 @@ func (n *Node) Registry() *prometheus.Registry { return n.metrics.reg }
 // MetricsAddr returns the address of the metrics HTTP server ("" if off).
 func (n *Node) MetricsAddr() string { return n.httpAddr }
 
-// healthy reports whether the node can serve: not failed, and a leader is
-// known (so writes and linearizable reads can be answered or forwarded).
+// healthy reports whether the node can serve: not failed, its state not
+// found corrupt (statecheck.go), and a leader is known (so writes and
+// linearizable reads can be answered or forwarded).
 func (n *Node) healthy() (bool, string) {
 	if err := n.Err(); err != nil {
 		return false, err.Error()
+	}
+	if c := n.StateCorrupt(); c != "" {
+		return false, ErrStateCorrupt.Error() + ": " + c
 	}
 	if id, _ := n.Leader(); id == "" {
 		return false, "no leader known"

@@ -1,10 +1,16 @@
 package cluster
 
 import (
+	"fmt"
+	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
+
+	"github.com/leasefence/leasefence/fsm"
 )
 
 // openLogStore opens the raft log and stable store, a bbolt file.
@@ -23,4 +29,113 @@ func openLogStore(path string, unsyncedFreelist bool) (*raftboltdb.BoltStore, er
 		opts.FreelistType = bbolt.FreelistMapType
 	}
 	return raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: opts})
+}
+
+// checkedLogStore is the node's raft log store: raft-boltdb with every
+// command entry's checksum (fsm.VerifyEntry) checked on the way in and out.
+//
+// Only raft.LogCommand entries carry our bytes (the FSM's type byte and
+// body); configuration entries are raft's own encoding and barrier/no-op
+// entries are empty, so those pass unchecked.
+//
+// On read (GetLog), a mismatch is logged at ERROR with the file, the index
+// and what to do, and stops the node (onCorrupt, run on its own goroutine:
+// it shuts raft down, which must not wait on a raft goroutine). The entry
+// is still returned as read, with no error: raft panics when a read in its
+// apply path fails, and the FSM verifies the same checksum before it
+// applies anything, so the entry is refused there, never applied. A leader
+// that sends such an entry to a follower is refused by the follower's
+// StoreLogs check.
+//
+// On write (StoreLogs), an entry that fails its checksum is refused: a
+// follower never stores what its leader's disk (or the wire) corrupted.
+type checkedLogStore struct {
+	raft.LogStore
+	path      string
+	node      string
+	log       hclog.Logger
+	onCorrupt corruptHandler
+}
+
+// newCheckedLogStore verifies every entry in store (the trailing logs the
+// file holds, read once at open) and returns the checking store. A
+// corrupt entry is a *CorruptLogError: the node must not start.
+func newCheckedLogStore(store raft.LogStore, path, node string, log hclog.Logger) (*checkedLogStore, error) {
+	s := &checkedLogStore{LogStore: store, path: path, node: node, log: log}
+	first, err := store.FirstIndex()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %s: first index: %w", path, err)
+	}
+	last, err := store.LastIndex()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %s: last index: %w", path, err)
+	}
+	for i := first; first > 0 && i <= last; i++ {
+		var l raft.Log
+		if err := store.GetLog(i, &l); err != nil {
+			return nil, &CorruptLogError{Node: node, Path: path, Index: i, Err: err}
+		}
+		if err := checkLog(i, &l); err != nil {
+			return nil, &CorruptLogError{Node: node, Path: path, Index: i, Err: err}
+		}
+	}
+	return s, nil
+}
+
+// checkLog verifies one entry read for index.
+func checkLog(index uint64, l *raft.Log) error {
+	if l.Index != index {
+		return fmt.Errorf("entry read for index %d says index %d", index, l.Index)
+	}
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	return fsm.VerifyEntry(l.Data)
+}
+
+// GetLog implements raft.LogStore (see checkedLogStore).
+func (s *checkedLogStore) GetLog(index uint64, l *raft.Log) error {
+	if err := s.LogStore.GetLog(index, l); err != nil {
+		return err
+	}
+	if err := checkLog(index, l); err != nil {
+		cerr := &CorruptLogError{Node: s.node, Path: s.path, Index: index, Err: err}
+		s.log.Error("corrupt log entry read from disk; stopping the node", "path", s.path, "index", index, "error", cerr)
+		s.onCorrupt.report(cerr)
+	}
+	return nil
+}
+
+// StoreLog implements raft.LogStore.
+func (s *checkedLogStore) StoreLog(l *raft.Log) error {
+	return s.StoreLogs([]*raft.Log{l})
+}
+
+// StoreLogs implements raft.LogStore: nothing is stored when one entry
+// fails its checksum.
+func (s *checkedLogStore) StoreLogs(logs []*raft.Log) error {
+	for _, l := range logs {
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		if err := fsm.VerifyEntry(l.Data); err != nil {
+			s.log.Error("refusing to store a log entry that fails its checksum (the sender's log or the wire corrupted it)", "index", l.Index, "term", l.Term, "error", err)
+			return fmt.Errorf("cluster: log entry %d: %w", l.Index, err)
+		}
+	}
+	return s.LogStore.StoreLogs(logs)
+}
+
+// corruptHandler holds what a store calls when it reads corrupt bytes
+// (the node's onFatal), set once raft runs; before that it does nothing.
+type corruptHandler struct{ f atomic.Pointer[func(error)] }
+
+func (h *corruptHandler) set(f func(error)) { h.f.Store(&f) }
+
+// report runs the handler on its own goroutine: it shuts raft down, which
+// must not wait on the raft goroutine that read the bytes.
+func (h *corruptHandler) report(err error) {
+	if f := h.f.Load(); f != nil {
+		go (*f)(err)
+	}
 }

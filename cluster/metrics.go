@@ -22,6 +22,7 @@ type metrics struct {
 	refusalsEvicted                         prometheus.Counter
 	proposeSeconds                          prometheus.Histogram
 	batchCommands                           prometheus.Histogram
+	stateChecks                             *prometheus.CounterVec
 }
 
 func newMetrics(n *Node) *metrics {
@@ -50,7 +51,14 @@ func newMetrics(n *Node) *metrics {
 		Help:    "Leader: commands per Raft entry (group commit).",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 12),
 	})
-	reg.MustRegister(m.refusals, m.proposeSeconds, m.batchCommands)
+	m.stateChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "leasefence", Name: "state_checks_total",
+		Help: "Comparisons of this node's state checkpoint with the other voters' (cluster/DESIGN.md), by result: match, peer_differs (another replica differs from the majority this node is in), corrupt (this node differs), undecided (no majority agrees).",
+	}, []string{"result"})
+	reg.MustRegister(m.refusals, m.proposeSeconds, m.batchCommands, m.stateChecks)
+	for _, r := range []string{"match", "peer_differs", "corrupt", "undecided"} {
+		m.stateChecks.WithLabelValues(r)
+	}
 	m.refusalsEvicted = counter("dedup_refusals_evicted_total",
 		"Refused request ids forgotten before --refusal-keep because --max-refusals were remembered (oldest first): a late copy of such a request is no longer refused by its id.")
 	for _, r := range []string{"held", "not_found", "invalid", "request_id_reused", "lease_ended"} {
@@ -103,6 +111,12 @@ func newMetrics(n *Node) *metrics {
 	})
 	gauge("snapshot_bytes", "Size of the newest snapshot in this node's snapshot store (0: none).", func() float64 {
 		return float64(n.lastSnapshotBytes())
+	})
+	gauge("state_corrupt", "1 when this node's state was found to differ from the majority's: it serves nothing and refuses leadership until replaced (docs/OPERATIONS.md, \"Corruption\").", func() float64 {
+		if n.StateCorrupt() != "" {
+			return 1
+		}
+		return 0
 	})
 	gauge("raft_term", "Current Raft term.", func() float64 { return float64(n.raft.CurrentTerm()) })
 	gauge("raft_commit_index", "Raft commit index.", func() float64 { return float64(n.raft.CommitIndex()) })

@@ -77,6 +77,9 @@ type Node struct {
 	// empty until the node has one; a leader hands it to joining nodes.
 	clusterID string
 	clusterMu sync.Mutex
+	// corrupt is why this node's state differs from the majority's
+	// (statecheck.go); nil while it does not.
+	corrupt atomic.Pointer[string]
 }
 
 // leaderState is this node's view of its own leadership for one term. It
@@ -146,6 +149,7 @@ func Start(cfg Config) (*Node, error) {
 	n.sm.metrics = n.metrics
 	n.snaps = newSnapshotPolicy(cfg.SnapshotThreshold, cfg.SnapshotThresholdMax, cfg.TrailingLogs)
 	n.sm.snaps = n.snaps
+	n.sm.checks = newStateCheckpoints(cfg.StateCheckEvery)
 	if err := n.open(); err != nil {
 		n.cleanup()
 		return nil, err
@@ -194,12 +198,18 @@ func (n *Node) open() error {
 		return err
 	}
 	n.store = store
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, cfg.Logger.Named("snapshots"))
+	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, cfg.Logger.Named("snapshots"))
 	if err != nil {
 		return fmt.Errorf("cluster: snapshot store: %w", err)
 	}
+	// Integrity (corrupt.go, logstore.go): refuse to start on a corrupt
+	// entry or newest snapshot; stop when one is read later.
+	checked, snaps, err := n.checkStores(store, fileSnaps)
+	if err != nil {
+		return err
+	}
 	n.snapStore = snaps
-	logs, err := raft.NewLogCache(1024, store)
+	logs, err := raft.NewLogCache(1024, checked)
 	if err != nil {
 		return err
 	}
@@ -249,8 +259,8 @@ func (n *Node) open() error {
 	// forwarding, join) with their own peer certificate.
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	var srvOpts []grpc.ServerOption
-	unaryInts := []grpc.UnaryServerInterceptor{recoverUnary(n.log)}
-	streamInts := []grpc.StreamServerInterceptor{recoverStream(n.log)}
+	unaryInts := []grpc.UnaryServerInterceptor{recoverUnary(n.log), n.corruptGuardUnary}
+	streamInts := []grpc.StreamServerInterceptor{recoverStream(n.log), n.corruptGuardStream}
 	if cfg.TLS.Enabled() {
 		srvTLS, peerTLS, err := transport.LoadTLS(cfg.TLS, cfg.PeerIdentity)
 		if err != nil {
@@ -322,6 +332,8 @@ func (n *Node) open() error {
 	}); err != nil {
 		return fmt.Errorf("cluster: start raft: %w", err)
 	}
+	checked.onCorrupt.set(n.onFatal)
+	snaps.onCorrupt.set(n.onFatal)
 	if !existing && len(cfg.Bootstrap) > 0 {
 		var servers []raft.Server
 		for id, addr := range cfg.Bootstrap {
@@ -359,6 +371,9 @@ func (n *Node) open() error {
 	go func() { defer n.wg.Done(); n.proposeLoop() }()
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.snaps.run(n, time.Second, n.stopCh) }()
+	n.wg.Add(2)
+	go func() { defer n.wg.Done(); n.sm.checks.run(n.stopCh, n.log) }()
+	go func() { defer n.wg.Done(); n.stateCheckLoop() }()
 	if n.faultClock != nil {
 		n.wg.Add(1)
 		go func() { defer n.wg.Done(); n.faultClock.Run(n.stopCh, FaultClockPoll) }()
@@ -504,6 +519,9 @@ func (n *Node) leaderLoop() {
 			}
 			if !isLeader {
 				n.log.Info("lost leadership")
+				continue
+			}
+			if n.refuseLeadership() { // a corrupt state never leads
 				continue
 			}
 			term := n.raft.CurrentTerm()

@@ -48,6 +48,9 @@ type stateMachine struct {
 	// the window in which a reader sees the entry's content but not yet
 	// its index in applied.
 	testAfterPublish atomic.Pointer[func(index uint64)]
+	// checks takes the state checkpoints replicas compare (statecheck.go);
+	// set before raft starts.
+	checks *stateCheckpoints
 }
 
 func newStateMachine(h *hub, log hclog.Logger, onFatal func(error)) *stateMachine {
@@ -67,6 +70,9 @@ func (m *stateMachine) Apply(l *raft.Log) interface{} {
 	m.mu.Lock()
 	a, err := m.st.Apply(l.Data)
 	if err == nil {
+		if m.checks.due(m.index, l.Index, m.st.Len()) {
+			m.checks.offer(l.Index, m.st.Snapshot())
+		}
 		m.index = l.Index
 	}
 	m.mu.Unlock()

@@ -58,6 +58,10 @@ func (e *EndedError) Unwrap() error { return ErrLeaseEnded }
 var (
 	// ErrCorruptEntry is returned when an entry's bytes do not decode.
 	ErrCorruptEntry = errors.New("fsm: corrupt log entry")
+	// ErrChecksum is returned (wrapped, and wrapping ErrCorruptEntry) when
+	// a checksummed entry's bytes do not match its checksum: they changed
+	// after the leader wrote them (disk or memory corruption).
+	ErrChecksum = fmt.Errorf("%w: checksum mismatch", ErrCorruptEntry)
 	// ErrUnknownEntry is returned for an entry type this version does not
 	// know and that is not marked ignorable.
 	ErrUnknownEntry = errors.New("fsm: unknown log entry type")

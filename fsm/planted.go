@@ -19,6 +19,7 @@ var PlantedBugs = map[string]string{
 	BugSnapshotDropsCounters:   "snapshots store a scope's counter as its live lease's token (0 when free)",
 	BugRestoreBumpsKnownScopes: "a restore raises only the counters of scopes the backup knows, not the token floor: a scope first used after the backup starts again at 1",
 	BugDedupResourceOnly:       "a request id's retry is compared by resource only, so it replays across scopes, holders, ttls and wait",
+	BugSkipEntryChecksum:       "log entry checksums are not verified: not by Apply, not by the node's log store",
 }
 
 var plantedOn = map[string]bool{}

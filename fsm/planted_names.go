@@ -10,4 +10,5 @@ const (
 	// BugRestoreBumpsKnownScopes is issue 13's restore: RaiseFloor raises
 	// only the counters of scopes the backup knows and leaves the floor.
 	BugRestoreBumpsKnownScopes = "restore-bumps-known-scopes"
+	BugSkipEntryChecksum       = "skip-entry-checksum"
 )

@@ -192,4 +192,7 @@ type Fault struct {
 	// Effective is set on heal when the fault was verified to have taken
 	// effect (the process was seen stopped, killed, ...).
 	Effective bool `json:"effective,omitempty"`
+	// Storage is what a node did after NemStorage changed its store (on
+	// heal).
+	Storage *StorageOutcome `json:"storage,omitempty"`
 }

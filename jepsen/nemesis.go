@@ -24,12 +24,13 @@ const (
 )
 
 // AllNemeses lists every kind implemented: the process nemeses above,
-// snapshot and member (nemesis_state.go), the network ones (NetNemeses,
-// nemesis_net.go), the combined ones (ComboNemeses, nemesis_combo.go), the
-// clock ones (clock.go) and restore (nemesis_restore.go). "all" means every
-// one in spec (InSpecNemeses): clock-rate, beyond the drift bound, and
-// restore, which loses acknowledged state by design, must be named.
-var AllNemeses = append(append(append([]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemSnapshot, NemMember},
+// snapshot and member (nemesis_state.go), storage (nemesis_storage.go), the
+// network ones (NetNemeses, nemesis_net.go), the combined ones (ComboNemeses,
+// nemesis_combo.go), the clock ones (clock.go) and restore
+// (nemesis_restore.go). "all" means every one in spec (InSpecNemeses):
+// clock-rate, beyond the drift bound, and restore, which loses acknowledged
+// state by design, must be named.
+var AllNemeses = append(append(append([]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemSnapshot, NemMember, NemStorage},
 	NetNemeses...), ComboNemeses...), NemClockBump, NemClockStrobe, NemClockRate, NemRestore)
 
 // InSpecNemeses is AllNemeses without the out-of-spec clock-rate and
@@ -148,6 +149,8 @@ func (n *nemesis) run(ctx context.Context) {
 			n.rollingRestart(ctx)
 		case NemPartitionKill:
 			n.partitionKill(ctx, hold)
+		case NemStorage:
+			n.storage(ctx, hold)
 		case NemClockBump:
 			n.clockBump(ctx, hold)
 		case NemClockStrobe:

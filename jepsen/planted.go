@@ -46,6 +46,8 @@ var PlantedBugs = []PlantedBug{
 		Nemeses: nil, Time: 25 * time.Second, Catch: []string{NameRequestIDs}},
 	{Name: "restore-bumps-known-scopes", In: "leased", What: "a restore raises only the counters of the scopes the backup knows, not the token floor",
 		Nemeses: []string{NemRestore}, Time: 30 * time.Second, Catch: []string{NameRestore, NameTokens}},
+	{Name: "skip-entry-checksum", In: "leased", What: "log entry checksums are not verified, so a node applies an entry its disk changed",
+		Nemeses: []string{NemStorage}, Time: 30 * time.Second, Catch: []string{NameStorage}},
 	{Name: "accept-lower-token", In: "fencedkv", What: "fencedkv applies a write whose token is below the scope's highest",
 		Nemeses: []string{NemClientPause}, Time: 25 * time.Second, Catch: []string{NameFencedTokens, NameFinalRead}},
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -434,6 +435,9 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	faults, _ := ReadFaults(mustRead(filepath.Join(dir, "nemesis.jsonl"), nlog))
 	sum.Results = append(withRestoreCheck(cfg.Nemeses, CheckAll(h, audit, cfg.SkewMargin), h, faults), serves.done("sentinel"), converge,
 		CheckMeaningful(cfg, h, faults))
+	if slices.Contains(cfg.Nemeses, NemStorage) {
+		sum.Results = append(sum.Results, CheckStorageRefused(faults))
+	}
 	MarkRequired(cfg.Nemeses, sum.Results)
 	sum.Passed, sum.Failed = Tally(sum.Results)
 	sum.NotCounted = NotCounted(sum.Results)

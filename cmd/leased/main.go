@@ -150,6 +150,8 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries since the last snapshot that trigger a new one: the least, raised up to --snapshot-threshold-max while the state is large, so that the log between snapshots stays near half a snapshot's size")
 	fs.Uint64Var(&cfg.SnapshotThresholdMax, "snapshot-threshold-max", 0, "the most --snapshot-threshold is raised to while the state is large (0: 64x --snapshot-threshold; equal to it: never raised)")
 	fs.Uint64Var(&cfg.TrailingLogs, "trailing-logs", cfg.TrailingLogs, "log entries kept after a snapshot")
+	fs.Uint64Var(&cfg.StateCheckEvery, "state-check-every", cfg.StateCheckEvery, "hash the state at every multiple of this many log indexes, for the replicas to compare (docs/OPERATIONS.md, \"Corruption\")")
+	fs.DurationVar(&cfg.StateCheckPoll, "state-check-poll", cfg.StateCheckPoll, "how often a node compares its state hashes with the other voters'")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "host:port for HTTP /metrics (Prometheus) and /healthz; empty: off")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "also serve /debug/pprof/ on the metrics address (exposes internals)")
 	fs.StringVar(&cfg.PolicyFile, "policy", "", "JSON authorization policy (identities, tokens, prefixes, admin; see docs/SECURITY.md); empty: everything allowed")

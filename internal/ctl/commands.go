@@ -343,7 +343,7 @@ func setupStatus(a *app, fs *flag.FlagSet) func(context.Context, []string) error
 				LastLogIndex: s.GetLastLogIndex(), Members: viewMembers(s.GetMembers()),
 				LiveLeases: s.GetLiveLeases(), ClusterTimeNs: s.GetClusterTimeNs(),
 				SkewMargin: skew, Drift: s.GetDrift(), Tick: tick, Version: s.GetVersion(),
-				Unsafe: s.GetUnsafe(), TokenFloor: s.GetTokenFloor(),
+				Unsafe: s.GetUnsafe(), TokenFloor: s.GetTokenFloor(), StateCorrupt: s.GetStateCorrupt(),
 			})
 			return nil
 		}
@@ -375,6 +375,10 @@ func setupStatus(a *app, fs *flag.FlagSet) func(context.Context, []string) error
 		if u := s.GetUnsafe(); len(u) > 0 {
 			// Each enabled by an explicit flag on the node answering.
 			k.row("unsafe", strings.Join(u, ", "))
+		}
+		if c := s.GetStateCorrupt(); c != "" {
+			// The node serves nothing until replaced (docs/OPERATIONS.md).
+			k.row("STATE CORRUPT", c+"; replace this node")
 		}
 		k.flush()
 		fmt.Fprintln(a.stdout, "members")

@@ -671,3 +671,21 @@ func TestReorderKeepsValuesWithTheirFlags(t *testing.T) {
 		t.Errorf("reorder = %q, want %q", got, want)
 	}
 }
+
+func TestStatusShowsACorruptState(t *testing.T) {
+	t.Parallel()
+	f := start(t, &fake{onStatus: func(context.Context, *api.StatusRequest) (*api.StatusResponse, error) {
+		st := testStatus("10.0.0.1:7001", "10.0.0.2:7001", "10.0.0.3:7001")
+		st.StateCorrupt = "at index 4096 this node's state hash is 0a, voters n1,n3 agree on 0b"
+		return st, nil
+	}})
+	res := runCtl(t, "status", "--endpoints", f.addr)
+	if !strings.Contains(res.stdout, "STATE CORRUPT  at index 4096 this node's state hash is 0a, voters n1,n3 agree on 0b; replace this node\n") {
+		t.Errorf("stdout:\n%s", res.stdout)
+	}
+	res = runCtl(t, "status", "--json", "--endpoints", f.addr)
+	var out statusResult
+	if err := json.Unmarshal([]byte(res.stdout), &out); err != nil || !strings.HasPrefix(out.StateCorrupt, "at index 4096") {
+		t.Errorf("JSON %q: %v", res.stdout, err)
+	}
+}

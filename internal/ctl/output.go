@@ -132,7 +132,8 @@ type statusResult struct {
 	Version       string       `json:"version"`
 	Unsafe        []string     `json:"unsafe,omitempty"`
 	// TokenFloor is the cluster-wide token floor a restore raised (0: none).
-	TokenFloor uint64 `json:"token_floor,omitempty"`
+	TokenFloor   uint64 `json:"token_floor,omitempty"`
+	StateCorrupt string `json:"state_corrupt,omitempty"`
 }
 
 type eventView struct {
