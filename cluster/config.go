@@ -140,6 +140,11 @@ type Config struct {
 	// Logger receives the node's logs (and raft's). nil means hclog's
 	// default at Info.
 	Logger hclog.Logger
+
+	// Limits bounds connections, streams and messages on the gRPC port
+	// (transport.Limits; servers.go): zero fields become
+	// transport.DefaultLimits.
+	Limits transport.Limits
 }
 
 // DefaultConfig returns a Config with every tunable at its documented
@@ -221,6 +226,7 @@ func (c Config) withDefaults() Config {
 	if c.MaxLeasesPerIdentity == 0 {
 		c.MaxLeasesPerIdentity = d.MaxLeasesPerIdentity
 	}
+	c.Limits = c.Limits.WithDefaults()
 	if c.Clock == nil {
 		c.Clock = SystemClock()
 	}
@@ -319,6 +325,9 @@ func (c Config) Validate() error {
 	}
 	if c.Policy != nil && c.PolicyFile != "" {
 		bad("give a policy or a policy file, not both")
+	}
+	if err := c.Limits.WithDefaults().Check(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -49,7 +50,7 @@ type Node struct {
 	hub       *hub
 	tr        *transport.Transport
 	store     *raftboltdb.BoltStore
-	server    *grpc.Server
+	server    *servers // behind lis (servers.go)
 	lis       net.Listener
 	addr      string
 
@@ -175,16 +176,16 @@ func (n *Node) open() error {
 	// Mutual TLS (opt-in): nodes dial each other (raft transport,
 	// forwarding, join) with their own peer certificate.
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	var srvOpts []grpc.ServerOption
+	var srvTLS *tls.Config
 	unaryInts := []grpc.UnaryServerInterceptor{recoverUnary(n.log)}
 	streamInts := []grpc.StreamServerInterceptor{recoverStream(n.log)}
 	if cfg.TLS.Enabled() {
-		srvTLS, peerTLS, err := transport.LoadTLS(cfg.TLS, cfg.PeerIdentity)
+		serverTLS, peerTLS, err := transport.LoadTLS(cfg.TLS, cfg.PeerIdentity)
 		if err != nil {
 			return fmt.Errorf("cluster: %w", err)
 		}
 		dial = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(peerTLS))}
-		srvOpts = append(srvOpts, grpc.Creds(credentials.NewTLS(srvTLS)))
+		srvTLS = serverTLS
 		pu, ps := transport.PeerInterceptors(cfg.PeerIdentity, n.log)
 		unaryInts = append(unaryInts, pu)
 		streamInts = append(streamInts, ps)
@@ -208,16 +209,15 @@ func (n *Node) open() error {
 	n.fwd = newForwarder(dial, cfg.UnsafePeerRoutes)
 	n.leases = &leaseService{n: n}
 	n.admin = &clusterService{n: n}
-	n.server = grpc.NewServer(append(srvOpts,
-		grpc.MaxRecvMsgSize(16<<20),
-		grpc.ChainUnaryInterceptor(unaryInts...),
-		grpc.ChainStreamInterceptor(streamInts...),
-	)...)
-	n.tr.Register(n.server)
-	api.RegisterLeaseServiceServer(n.server, n.leases)
-	api.RegisterClusterServiceServer(n.server, n.admin)
+	n.server = newServers(n.lis, srvTLS, cfg, n.log,
+		grpc.ChainUnaryInterceptor(unaryInts...), grpc.ChainStreamInterceptor(streamInts...))
 	n.health = health.NewServer()
-	healthpb.RegisterHealthServer(n.server, n.health)
+	n.server.register(func(s grpc.ServiceRegistrar) {
+		n.tr.Register(s)
+		api.RegisterLeaseServiceServer(s, n.leases)
+		api.RegisterClusterServiceServer(s, n.admin)
+		healthpb.RegisterHealthServer(s, n.health)
+	})
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
@@ -264,12 +264,7 @@ func (n *Node) open() error {
 		return err
 	}
 	n.wg.Add(4)
-	go func() {
-		defer n.wg.Done()
-		if err := n.server.Serve(n.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			n.log.Error("grpc server stopped", "error", err)
-		}
-	}()
+	go func() { defer n.wg.Done(); n.server.serve() }()
 	go func() { defer n.wg.Done(); n.healthLoop() }()
 	go func() { defer n.wg.Done(); n.leaderLoop() }()
 	go func() { defer n.wg.Done(); n.proposeLoop() }()
@@ -372,14 +367,7 @@ func (n *Node) cleanup() error {
 		}
 	}
 	if n.server != nil {
-		stopped := make(chan struct{})
-		go func() { n.server.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-time.After(time.Second):
-			n.server.Stop()
-			<-stopped
-		}
+		n.server.stop(time.Second)
 	} else if n.lis != nil {
 		n.lis.Close()
 	}
