@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -94,6 +96,7 @@ func TestConnectionCapClosesExtraConnectionsAndServesAfterOthersClose(t *testing
 	tc := newTestCluster(t, 1, func(c *Config) {
 		c.Limits.MaxConnections = capN
 		c.Limits.HandshakeTimeout = time.Minute // only the cap may close them
+		c.MetricsListen = "127.0.0.1:0"
 	})
 	addr := tc.nodes[0].Addr()
 	raw := openRaw(t, addr, capN+extra)
@@ -124,6 +127,21 @@ func TestConnectionCapClosesExtraConnectionsAndServesAfterOthersClose(t *testing
 	})
 	if st := tc.nodes[0].server.port.Stats(); st.Refused < extra {
 		t.Errorf("refused counter %d, want at least %d", st.Refused, extra)
+	}
+	resp, err := http.Get("http://" + tc.nodes[0].MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var refused float64 = -1
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "leasefence_connections_refused_total "); ok {
+			refused, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	if refused < extra || !strings.Contains(string(body), `leasefence_connections_open{kind="client"}`) {
+		t.Errorf("metrics: refused %v, want at least %d, and connections_open by kind", refused, extra)
 	}
 }
 

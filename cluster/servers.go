@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/leasefence/leasefence/transport"
@@ -130,5 +131,41 @@ func warnFileLimit(log hclog.Logger, maxConns int) {
 	if rl.Cur != ^uint64(0) && uint64(maxConns)+fileReserve > rl.Cur {
 		log.Warn("max connections leave too few file descriptors for the rest of the node; lower --max-connections or raise the open-files limit",
 			"max-connections", maxConns, "open-files-limit", rl.Cur, "reserve", fileReserve)
+	}
+}
+
+// registerPortMetrics adds the port's connection gauges and counters to
+// reg. They read 0 until the node's servers exist.
+func registerPortMetrics(reg *prometheus.Registry, n *Node) {
+	stats := func() transport.PortStats {
+		if n.server == nil {
+			return transport.PortStats{}
+		}
+		return n.server.port.Stats()
+	}
+	for _, g := range []struct {
+		kind string
+		f    func(transport.PortStats) int
+	}{
+		{"client", func(s transport.PortStats) int { return s.Clients - s.Handshaking }},
+		{"handshaking", func(s transport.PortStats) int { return s.Handshaking }},
+		{"peer", func(s transport.PortStats) int { return s.Peers }},
+	} {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "leasefence", Name: "connections_open",
+			Help:        "Open connections on the gRPC port by kind: client and handshaking count against --max-connections, peer (verified peer certificate) does not.",
+			ConstLabels: prometheus.Labels{"kind": g.kind},
+		}, func() float64 { return float64(g.f(stats())) }))
+	}
+	for _, c := range []struct {
+		name, help string
+		f          func(transport.PortStats) uint64
+	}{
+		{"connections_refused_total", "Connections closed at accept: --max-connections were open and none was in its handshake.", func(s transport.PortStats) uint64 { return s.Refused }},
+		{"connections_evicted_total", "Connections closed in their TLS handshake to make room for a new one at --max-connections.", func(s transport.PortStats) uint64 { return s.Evicted }},
+		{"tls_handshake_failures_total", "TLS handshakes on the gRPC port that failed or exceeded --handshake-timeout.", func(s transport.PortStats) uint64 { return s.HandshakeFailures }},
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "leasefence", Name: c.name, Help: c.help},
+			func() float64 { return float64(c.f(stats())) }))
 	}
 }
