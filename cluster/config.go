@@ -172,6 +172,8 @@ func DefaultConfig() Config {
 		MaxWaitersPerResource: 1024,
 		MaxWatchersPerClient:  256,
 		MaxLeasesPerIdentity:  10000,
+
+		Limits: transport.DefaultLimits(),
 	}
 }
 

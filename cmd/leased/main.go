@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/signal"
@@ -156,6 +157,14 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	fs.IntVar(&cfg.MaxWaitersPerResource, "max-waiters-per-resource", cfg.MaxWaitersPerResource, "callers that may queue on one resource (Acquire with wait)")
 	fs.IntVar(&cfg.MaxWatchersPerClient, "max-watchers-per-client", cfg.MaxWatchersPerClient, "open watch streams per identity (per connection without a policy)")
 	fs.IntVar(&cfg.MaxLeasesPerIdentity, "max-leases-per-identity", cfg.MaxLeasesPerIdentity, "live leases one identity may hold (with --policy)")
+	// Connection and message limits on the gRPC port (cluster.Config.Limits).
+	var maxStreams uint
+	fs.IntVar(&cfg.Limits.MaxConnections, "max-connections", cfg.Limits.MaxConnections, "open client connections (and connections in their TLS handshake) on the gRPC port; past it the oldest handshaking one, or the new one, is closed. Peers are not counted")
+	fs.DurationVar(&cfg.Limits.HandshakeTimeout, "handshake-timeout", cfg.Limits.HandshakeTimeout, "time a new connection has for its TLS handshake and its HTTP/2 preface")
+	fs.DurationVar(&cfg.Limits.IdleTimeout, "idle-timeout", cfg.Limits.IdleTimeout, "close a connection without calls for this long (GOAWAY; clients reconnect)")
+	fs.UintVar(&maxStreams, "max-streams-per-connection", uint(cfg.Limits.MaxStreamsPerConnection), "concurrent calls on one client connection (with TLS; peers are not bounded)")
+	fs.IntVar(&cfg.Limits.MaxClientMessage, "max-client-message", cfg.Limits.MaxClientMessage, "largest message in bytes a client may send (with TLS; larger: ResourceExhausted)")
+	fs.IntVar(&cfg.Limits.MaxPeerMessage, "max-peer-message", cfg.Limits.MaxPeerMessage, "largest message in bytes a peer may send (Raft AppendEntries, snapshot chunks); without TLS the limit for every caller")
 	var insecure bool
 	fs.BoolVar(&insecure, "insecure", false, "serve plaintext gRPC without TLS: local development only (anyone who reaches the port can take every lease)")
 	fs.StringVar(&cfg.TLS.CertFile, "tls-cert", "", "PEM certificate of this node (with the peer identity); with --tls-key and --tls-ca turns on mutual TLS")
@@ -205,6 +214,10 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	if fs.NArg() > 0 {
 		return settings{Config: cfg}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	if maxStreams > math.MaxUint32 {
+		return settings{Config: cfg}, fmt.Errorf("--max-streams-per-connection %d is above %d", maxStreams, uint32(math.MaxUint32))
+	}
+	cfg.Limits.MaxStreamsPerConnection = uint32(maxStreams)
 	peers, err := cluster.ParsePeers(bootstrap)
 	if err != nil {
 		return settings{Config: cfg}, err
