@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -190,64 +191,30 @@ func TestAbusiveClientIsRefusedWhileHonestClientsAreServed(t *testing.T) {
 		during, errsDuring = honestLoad(honest, workers, maxCycles, duringStop, "during")
 	}()
 
-	// 1. Twice the cap in silent TCP connections, no certificate needed.
-	var raw []net.Conn
-	for i := 0; i < 2*capN; i++ {
-		rc, err := net.DialTimeout("tcp", addr, 2*time.Second)
-		if err != nil {
-			t.Logf("silent connection %d: %v", i, err)
-			break
-		}
-		raw = append(raw, rc)
+	// The abuser runs in its own process (this test binary again), so that
+	// its 1 GiB of marshalled requests is not collected on the honest
+	// client's time.
+	abuseCtx, abuseCancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer abuseCancel()
+	abuser := exec.CommandContext(abuseCtx, os.Args[0], "-test.run", "^TestLimitsAbuser$", "-test.short", "-test.v", "-test.count=1")
+	abuser.Env = append(os.Environ(), "LEASEFENCE_E2E_ABUSE="+addr, "LEASEFENCE_E2E_ABUSE_CAP="+strconv.Itoa(capN), "LEASEFENCE_E2E_ABUSE_CERTS="+dir)
+	var abuseOut strings.Builder
+	abuser.Stdout, abuser.Stderr = &abuseOut, &abuseOut
+	if err := abuser.Start(); err != nil {
+		t.Fatal(err)
 	}
-	defer func() {
-		for _, rc := range raw {
-			rc.Close()
-		}
-	}()
-	// 2. 32 concurrent 15 MiB requests from a certified client.
-	big := strings.Repeat("b", 15<<20)
-	var bigRefused, bigOther atomic.Int64
-	var bigWG sync.WaitGroup
-	bigConns := []*grpc.ClientConn{dial(), dial(), dial(), dial()}
-	for g := 0; g < 32; g++ {
-		bigWG.Add(1)
-		go func() {
-			defer bigWG.Done()
-			lc := api.NewLeaseServiceClient(bigConns[g%len(bigConns)])
-			for i := 0; i < 2; i++ {
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				_, err := lc.Acquire(ctx, &api.AcquireRequest{Resource: fmt.Sprintf("big/%d", g), Holder: big, Ttl: durationpb.New(10 * time.Second)})
-				cancel()
-				if status.Code(err) == codes.ResourceExhausted {
-					bigRefused.Add(1)
-				} else {
-					bigOther.Add(1)
-					if bigOther.Load() == 1 {
-						t.Logf("a 15 MiB request got: %v", err)
-					}
-				}
-			}
-		}()
-	}
-	// 3. A new certified client during the flood.
+	// A new certified client while the flood is on.
+	time.Sleep(300 * time.Millisecond)
 	newStart := time.Now()
 	newConn := dial()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_, newErr := api.NewLeaseServiceClient(newConn).Acquire(ctx, &api.AcquireRequest{Resource: "honest/new", Holder: "new", Ttl: durationpb.New(10 * time.Second)})
 	cancel()
 	newLatency := time.Since(newStart)
-	bigWG.Wait()
-	closed := 0
-	deadline := time.Now().Add(time.Second)
-	for _, rc := range raw {
-		_ = rc.SetReadDeadline(deadline)
-		if _, err := rc.Read(make([]byte, 1)); err != nil {
-			var ne net.Error
-			if !errors.As(err, &ne) || !ne.Timeout() {
-				closed++
-			}
-		}
+	abuseErr := abuser.Wait()
+	var res abuseResult
+	if line, ok := findLine(abuseOut.String(), "ABUSE-RESULT "); !ok || json.Unmarshal([]byte(line), &res) != nil || abuseErr != nil {
+		t.Fatalf("abuser: %v\n%s", abuseErr, abuseOut.String())
 	}
 	// Keep the honest load on for at least as long as the baseline ran.
 	time.Sleep(max(0, 3*time.Second-time.Since(newStart)))
@@ -264,16 +231,16 @@ func TestAbusiveClientIsRefusedWhileHonestClientsAreServed(t *testing.T) {
 	t.Logf("leased %s, limits flags %v, leader n%d pid %d", bin, withLimits, li+1, pid)
 	t.Logf("honest before: %d cycles, %d errors, p50 %v, p99 %v", len(before), errsBefore, p50b, p99b)
 	t.Logf("honest during: %d cycles, %d errors, p50 %v, p99 %v (p99 ratio %.2f)", len(during), errsDuring, p50d, p99d, ratio)
-	t.Logf("silent connections: %d opened, %d closed by the node within ~1s (cap %d)", len(raw), closed, capN)
-	t.Logf("15 MiB requests: %d refused with ResourceExhausted, %d otherwise", bigRefused.Load(), bigOther.Load())
+	t.Logf("silent connections: %d opened, %d closed by the node within ~1s (cap %d)", res.Opened, res.Closed, capN)
+	t.Logf("15 MiB requests: %d refused with ResourceExhausted, %d otherwise (%s)", res.Refused, res.Other, res.FirstOther)
 	t.Logf("new certified client during the flood: %v in %v", newErr, newLatency)
 	t.Logf("leader RSS: before %s, peak during %s, after %s", mib(rssBefore), mib(peakRSS.Load()), mib(rssAfter))
 
-	if bigOther.Load() != 0 {
-		t.Errorf("%d of 64 15 MiB requests were not refused with ResourceExhausted", bigOther.Load())
+	if res.Other != 0 || res.Refused != 64 {
+		t.Errorf("%d of 64 15 MiB requests were not refused with ResourceExhausted", 64-res.Refused)
 	}
-	if closed < len(raw)-capN {
-		t.Errorf("only %d of %d silent connections closed, cap %d", closed, len(raw), capN)
+	if res.Closed < res.Opened-capN {
+		t.Errorf("only %d of %d silent connections closed, cap %d", res.Closed, res.Opened, capN)
 	}
 	if newErr != nil {
 		t.Errorf("a new certified client during the flood: %v", newErr)
@@ -288,4 +255,100 @@ func TestAbusiveClientIsRefusedWhileHonestClientsAreServed(t *testing.T) {
 	if ratio > 20 {
 		t.Errorf("honest p99 rose %.1f-fold during the abuse", ratio)
 	}
+}
+
+// abuseResult is what the abuser process reports.
+type abuseResult struct {
+	Opened, Closed int   // silent connections
+	Refused, Other int64 // 15 MiB requests: ResourceExhausted or anything else
+	FirstOther     string
+}
+
+func findLine(out, prefix string) (string, bool) {
+	for _, l := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(l, prefix); ok {
+			return rest, true
+		}
+	}
+	return "", false
+}
+
+// TestLimitsAbuser is the abusive client of
+// TestAbusiveClientIsRefusedWhileHonestClientsAreServed, run in a process
+// of its own; it does nothing unless LEASEFENCE_E2E_ABUSE names a node.
+// It opens twice the cap in silent TCP connections, sends 32 × 2 requests
+// of 15 MiB from a certified client, counts which silent connections the
+// node closed within a second, and prints the result as JSON.
+func TestLimitsAbuser(t *testing.T) {
+	addr := os.Getenv("LEASEFENCE_E2E_ABUSE")
+	if addr == "" {
+		t.Skip("the abuser of TestAbusiveClientIsRefusedWhileHonestClientsAreServed")
+	}
+	capN, _ := strconv.Atoi(os.Getenv("LEASEFENCE_E2E_ABUSE_CAP"))
+	dir := os.Getenv("LEASEFENCE_E2E_ABUSE_CERTS")
+	clientTLS, err := client.LoadTLS(filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key"), filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res abuseResult
+	var raw []net.Conn
+	for i := 0; i < 2*capN; i++ {
+		rc, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			t.Logf("silent connection %d: %v", i, err)
+			break
+		}
+		raw = append(raw, rc)
+	}
+	defer func() {
+		for _, rc := range raw {
+			rc.Close()
+		}
+	}()
+	res.Opened = len(raw)
+	big := strings.Repeat("b", 15<<20)
+	var refused, other atomic.Int64
+	var firstOther sync.Once
+	var wg sync.WaitGroup
+	var conns []*grpc.ClientConn
+	for i := 0; i < 4; i++ {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS.Clone())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conns = append(conns, conn)
+	}
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lc := api.NewLeaseServiceClient(conns[g%len(conns)])
+			for i := 0; i < 2; i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				_, err := lc.Acquire(ctx, &api.AcquireRequest{Resource: fmt.Sprintf("big/%d", g), Holder: big, Ttl: durationpb.New(10 * time.Second)})
+				cancel()
+				if status.Code(err) == codes.ResourceExhausted {
+					refused.Add(1)
+				} else {
+					other.Add(1)
+					firstOther.Do(func() { res.FirstOther = fmt.Sprint(err) })
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	res.Refused, res.Other = refused.Load(), other.Load()
+	deadline := time.Now().Add(time.Second)
+	for _, rc := range raw {
+		_ = rc.SetReadDeadline(deadline)
+		if _, err := rc.Read(make([]byte, 1)); err != nil {
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() {
+				res.Closed++
+			}
+		}
+	}
+	b, _ := json.Marshal(res)
+	fmt.Printf("ABUSE-RESULT %s\n", b)
 }
