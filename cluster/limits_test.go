@@ -334,11 +334,13 @@ func TestClientMessageLimitLeavesPeersTheirLargeMessages(t *testing.T) {
 	})
 }
 
-// With TLS, connections still in their handshake give way: a flood of
-// silent connections filling the cap cannot lock out a certified client
-// (the oldest handshaking connection is closed to make room), while
-// established client connections count and are never evicted.
-func TestSilentConnectionsCannotLockOutCertifiedClients(t *testing.T) {
+// With TLS, connections still in their handshake give way to established
+// ones, and peers always get in: a flood of silent connections filling the
+// cap cannot lock out a certified client (it runs its handshake on the
+// reserve past the cap, then takes the slot of the oldest silent one);
+// when established clients fill the cap, a peer still gets in and a new
+// client is closed after its handshake.
+func TestSilentConnectionsCannotLockOutCertifiedClientsOrPeers(t *testing.T) {
 	const capN = 8
 	fx := newTLSFixture(t)
 	tc := newTestCluster(t, 1, func(c *Config) {
@@ -348,6 +350,10 @@ func TestSilentConnectionsCannotLockOutCertifiedClients(t *testing.T) {
 	})
 	n := tc.nodes[0]
 	clientCert, err := fx.ca.Client("client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerLeaf, err := fx.ca.Peer("n9", transport.DefaultPeerIdentity)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,13 +367,11 @@ func TestSilentConnectionsCannotLockOutCertifiedClients(t *testing.T) {
 	if got := countClosed(raw, time.Second); got != 1 {
 		t.Errorf("%d silent connections closed to make room, want 1", got)
 	}
-	st := n.server.port.Stats()
-	if st.Evicted != 1 || st.Clients != capN {
-		t.Errorf("stats %+v: want 1 evicted and %d counted", st, capN)
+	if st := n.server.port.Stats(); st.Evicted != 1 || st.Clients != capN || st.Handshaking != capN-1 {
+		t.Errorf("stats %+v: want 1 evicted, %d counted, %d handshaking", st, capN, capN-1)
 	}
-	// Fill the rest of the cap with certified clients (one after the
-	// other: each evicts a silent one): they hold their slots, and the next
-	// connection is refused at once.
+	// Certified clients take the remaining slots, one after the other,
+	// each from a silent connection.
 	var conns []net.Conn
 	for i := 0; i < capN-1; i++ {
 		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", n.Addr(), tlsClientConfig(t, fx, clientCert))
@@ -383,14 +387,23 @@ func TestSilentConnectionsCannotLockOutCertifiedClients(t *testing.T) {
 	if st := n.server.port.Stats(); st.Handshaking != 0 || st.Clients != capN {
 		t.Fatalf("stats %+v: want only established clients, %d of them", st, capN)
 	}
-	extra := openRaw(t, n.Addr(), 1)
-	if !closedByPeer(extra[0], 2*time.Second) {
-		t.Fatal("a connection past a cap full of established clients was not closed")
+	// Established clients fill the cap: a peer still gets in...
+	prt := transportpb.NewRaftTransportClient(fx.dial(t, n.Addr(), peerLeaf))
+	if _, err := prt.AppendEntries(ctxT(t), &transportpb.AppendEntriesRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("peer at a cap full of clients: got %v, want InvalidArgument from the transport", err)
+	}
+	// ...and a new client is closed after its handshake.
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", n.Addr(), tlsClientConfig(t, fx, clientCert))
+	if err == nil {
+		defer c.Close()
+		if !closedByPeer(c, 2*time.Second) {
+			t.Fatal("a client past a cap full of established clients was not closed")
+		}
 	}
 	if got := countClosed(conns, 200*time.Millisecond); got != 0 {
 		t.Errorf("%d established client connections were closed", got)
 	}
-	if st := n.server.port.Stats(); st.Refused < 1 {
-		t.Errorf("refused counter %d, want at least 1", st.Refused)
+	if st := n.server.port.Stats(); st.Refused < 1 || st.Peers < 1 {
+		t.Errorf("stats %+v: want a refusal and a peer", st)
 	}
 }

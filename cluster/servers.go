@@ -147,13 +147,13 @@ func registerPortMetrics(reg *prometheus.Registry, n *Node) {
 		kind string
 		f    func(transport.PortStats) int
 	}{
-		{"client", func(s transport.PortStats) int { return s.Clients - s.Handshaking }},
+		{"client", func(s transport.PortStats) int { return s.Clients - (s.Handshaking - s.Reserved) }},
 		{"handshaking", func(s transport.PortStats) int { return s.Handshaking }},
 		{"peer", func(s transport.PortStats) int { return s.Peers }},
 	} {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "leasefence", Name: "connections_open",
-			Help:        "Open connections on the gRPC port by kind: client and handshaking count against --max-connections, peer (verified peer certificate) does not.",
+			Help:        "Open connections on the gRPC port by kind: client (established), handshaking (TLS handshake under way, in the cap or the reserve past it), peer (verified peer certificate, not counted against --max-connections).",
 			ConstLabels: prometheus.Labels{"kind": g.kind},
 		}, func() float64 { return float64(g.f(stats())) }))
 	}
@@ -161,7 +161,7 @@ func registerPortMetrics(reg *prometheus.Registry, n *Node) {
 		name, help string
 		f          func(transport.PortStats) uint64
 	}{
-		{"connections_refused_total", "Connections closed at accept: --max-connections were open and none was in its handshake.", func(s transport.PortStats) uint64 { return s.Refused }},
+		{"connections_refused_total", "Connections closed because established connections held every --max-connections slot (at accept, or a client after its handshake on the reserve).", func(s transport.PortStats) uint64 { return s.Refused }},
 		{"connections_evicted_total", "Connections closed in their TLS handshake to make room for a new one at --max-connections.", func(s transport.PortStats) uint64 { return s.Evicted }},
 		{"tls_handshake_failures_total", "TLS handshakes on the gRPC port that failed or exceeded --handshake-timeout.", func(s transport.PortStats) uint64 { return s.HandshakeFailures }},
 	} {

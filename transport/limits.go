@@ -76,10 +76,13 @@ var ErrLimits = errors.New("transport: limits")
 // the peer limits serves both.
 type Limits struct {
 	// MaxConnections bounds the open TCP connections of clients plus those
-	// still in their handshake. Past it, with TLS, the connection that has
-	// waited longest in its handshake is closed to make room (so a flood of
-	// silent connections cannot lock certified callers out); when none is
-	// handshaking, or without TLS, the new connection is closed at once.
+	// still in their handshake. Past it, with TLS, up to
+	// DefaultHandshakeReserve more may run their handshake (a peer is let
+	// in, a client is closed after it unless a slot has freed); past that
+	// the connection that has waited longest in its handshake is closed to
+	// make room (so a flood of silent connections cannot lock certified
+	// callers or peers out). Without TLS the new connection is closed at
+	// once.
 	MaxConnections int
 	// HandshakeTimeout bounds a new connection's TLS handshake and, after
 	// it, the HTTP/2 preface (grpc.ConnectionTimeout).

@@ -1,11 +1,16 @@
 package transport
 
 import (
+	"crypto/tls"
 	"errors"
 	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/credentials"
+
+	"github.com/leasefence/leasefence/internal/certgen"
 )
 
 func TestLimitsDefaultsAndChecks(t *testing.T) {
@@ -105,4 +110,95 @@ func TestPlaintextPortCapsConnections(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// A TLS port lets up to HandshakeReserve connections run their handshake
+// past the cap, then makes room by closing the one longest in its
+// handshake; a verified peer leaves the count and goes to Peers().
+func TestTLSPortReserveAndEviction(t *testing.T) {
+	ca, err := certgen.NewCA("test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	caFile, _, err := ca.Write(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := ca.Peer("n1", DefaultPeerIdentity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, err := self.Write(dir, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvCfg, peerCfg, err := LoadTLS(TLSFiles{CertFile: certFile, KeyFile: keyFile, CAFile: caFile}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewPort(lis, PortConfig{TLS: srvCfg, MaxConnections: 2, HandshakeReserve: 2, HandshakeTimeout: time.Minute})
+	defer p.Close()
+	waitStats := func(what string, ok func(PortStats) bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !ok(p.Stats()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: stats %+v", what, p.Stats())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	var raw []net.Conn
+	for i := 0; i < 4; i++ {
+		c, err := net.Dial("tcp", lis.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		raw = append(raw, c)
+	}
+	waitStats("cap and reserve full", func(s PortStats) bool { return s.Clients == 2 && s.Reserved == 2 && s.Handshaking == 4 })
+	fifth, err := net.Dial("tcp", lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fifth.Close()
+	waitStats("the oldest handshaking connection evicted", func(s PortStats) bool { return s.Evicted == 1 && s.Handshaking == 4 })
+	_ = raw[0].SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := raw[0].Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Fatalf("oldest silent connection: read %v, want closed", err)
+	}
+	// A peer (this node's own certificate) gets in and leaves the count.
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := p.Peers().Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	pc := peerCfg.Clone()
+	pc.ServerName = "127.0.0.1"
+	pc.NextProtos = []string{"h2"}
+	conn, err := tls.Dial("tcp", lis.Addr().String(), pc)
+	if err != nil {
+		t.Fatalf("peer dial: %v", err)
+	}
+	defer conn.Close()
+	select {
+	case c := <-accepted:
+		defer c.Close()
+		_, info, err := HandshakenTLS().ServerHandshake(c)
+		if err != nil || len(info.(credentials.TLSInfo).State.VerifiedChains) == 0 {
+			t.Fatalf("handshaken credentials: %v %v", info, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the peer connection was not handed to Peers()")
+	}
+	if st := p.Stats(); st.Peers != 1 || st.Clients+st.Reserved > 4 {
+		t.Fatalf("stats %+v: want 1 peer outside the count", st)
+	}
 }

@@ -26,22 +26,36 @@ type PortConfig struct {
 	// MaxConnections and HandshakeTimeout: see Limits.
 	MaxConnections   int
 	HandshakeTimeout time.Duration
+	// HandshakeReserve is how many connections may be in their TLS
+	// handshake beyond MaxConnections (0: DefaultHandshakeReserve), so that
+	// a peer still gets in when established clients fill the cap; a client
+	// that comes in on it is closed after the handshake unless a slot has
+	// freed. Ignored without TLS.
+	HandshakeReserve int
 	// Logger receives the port's logs; nil means hclog.Default().
 	Logger hclog.Logger
 }
 
+// DefaultHandshakeReserve is the default PortConfig.HandshakeReserve.
+const DefaultHandshakeReserve = 64
+
 // PortStats are a Port's counters since it was made.
 type PortStats struct {
-	// Clients is the number of open counted connections: clients, and
-	// connections still in their TLS handshake.
+	// Clients is the number of connections holding one of the
+	// MaxConnections slots: clients, and connections in their handshake.
 	Clients int
-	// Handshaking is the part of Clients still in the handshake.
+	// Handshaking is the number of connections in their TLS handshake:
+	// some of Clients, plus Reserved.
 	Handshaking int
+	// Reserved is the number of handshaking connections in the handshake
+	// reserve, past MaxConnections.
+	Reserved int
 	// Peers is the number of open connections that showed a peer
 	// certificate (not counted against MaxConnections).
 	Peers int
-	// Refused counts connections closed at accept because MaxConnections
-	// were open and none of them was handshaking.
+	// Refused counts connections closed because MaxConnections were held
+	// by established connections: at accept (the reserve full too, or
+	// plaintext), or after a client's handshake on the reserve.
 	Refused uint64
 	// Evicted counts handshaking connections closed to make room for a
 	// new one when MaxConnections were open.
@@ -51,7 +65,11 @@ type PortStats struct {
 }
 
 // Port is a node's one TCP port in front of its gRPC servers. It caps the
-// open connections (PortConfig.MaxConnections), and with TLS it completes
+// open connections (PortConfig.MaxConnections; with TLS, peers are not
+// counted once verified, and a small handshake reserve past the cap lets
+// them in when established clients hold every slot; when reserve and cap
+// are full, the connection longest in its handshake gives way to a new
+// one), and with TLS it completes
 // each connection's handshake itself, within HandshakeTimeout and off the
 // accept loop, and hands the connection to Peers() when the verified client
 // certificate carries the peer identity, else to Clients(). Serve a
@@ -72,9 +90,12 @@ type Port struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu          sync.Mutex
-	open        int        // counted connections
-	handshaking *list.List // of *portConn, oldest first
+	reserve int // handshake slots past the cap (TLS only)
+
+	mu           sync.Mutex
+	open         int        // counted connections
+	reservedOpen int        // connections in the handshake reserve
+	handshaking  *list.List // of *portConn, oldest first
 
 	peers, clients *connQueue
 
@@ -95,6 +116,9 @@ func NewPort(lis net.Listener, cfg PortConfig) *Port {
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = DefaultHandshakeTimeout
 	}
+	if cfg.HandshakeReserve <= 0 {
+		cfg.HandshakeReserve = DefaultHandshakeReserve
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.Default()
 	}
@@ -108,7 +132,7 @@ func NewPort(lis net.Listener, cfg PortConfig) *Port {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Port{
-		lis: lis, tls: tcfg, peerID: cfg.PeerIdentity, max: cfg.MaxConnections,
+		lis: lis, tls: tcfg, peerID: cfg.PeerIdentity, max: cfg.MaxConnections, reserve: cfg.HandshakeReserve,
 		timeout: cfg.HandshakeTimeout, log: cfg.Logger.Named("port"),
 		ctx: ctx, cancel: cancel,
 		handshaking: list.New(),
@@ -134,7 +158,7 @@ func (p *Port) Addr() net.Addr { return p.lis.Addr() }
 // Stats returns the port's counters.
 func (p *Port) Stats() PortStats {
 	p.mu.Lock()
-	s := PortStats{Clients: p.open, Handshaking: p.handshaking.Len()}
+	s := PortStats{Clients: p.open, Handshaking: p.handshaking.Len(), Reserved: p.reservedOpen}
 	p.mu.Unlock()
 	s.Peers = int(p.peerOpen.Load())
 	s.Refused = p.refused.Load()
@@ -209,12 +233,21 @@ func (p *Port) acceptLoop() {
 	}
 }
 
-// admit counts c in, making room by evicting the oldest handshaking
-// connection when the cap is reached. false: refused.
+// admit counts c in. With the cap reached it takes, with TLS, one of the
+// handshake reserve's slots (so a peer can still get in when established
+// clients fill the cap), else the slot of the oldest handshaking
+// connection, which it closes; otherwise c is refused (false).
 func (p *Port) admit(c *portConn) bool {
 	p.mu.Lock()
 	var victim *portConn
-	if p.open >= p.max {
+	switch {
+	case p.open < p.max:
+		p.open++
+		c.counted = true
+	case p.tls != nil && p.reservedOpen < p.reserve:
+		p.reservedOpen++
+		c.reserved = true
+	default:
 		front := p.handshaking.Front()
 		if front == nil {
 			p.mu.Unlock()
@@ -223,11 +256,10 @@ func (p *Port) admit(c *portConn) bool {
 		victim = p.handshaking.Remove(front).(*portConn)
 		victim.elem = nil
 		victim.evicted = true
-		victim.counted = false // its slot passes to c
-	} else {
-		p.open++
+		// Its slot passes to c.
+		c.counted, c.reserved = victim.counted, victim.reserved
+		victim.counted, victim.reserved = false, false
 	}
-	c.counted = true
 	if p.tls != nil {
 		c.elem = p.handshaking.PushBack(c)
 	}
@@ -265,17 +297,63 @@ func (p *Port) handshake(c *portConn) {
 	cs := tc.ConnectionState()
 	if len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 && HasPeerIdentity(cs.VerifiedChains[0][0], p.peerID) {
 		p.mu.Lock()
-		if c.counted {
-			c.counted = false
-			p.open--
-		}
+		p.release(c)
 		c.peer = true
 		p.mu.Unlock()
 		p.peerOpen.Add(1)
 		p.peers.hand(p.ctx, tc)
 		return
 	}
+	// A client that came in on the reserve takes a counted slot: a free
+	// one, else that of the oldest connection still in its handshake
+	// (established clients win over handshaking ones), else it goes.
+	p.mu.Lock()
+	ok := !c.reserved
+	var victim *portConn
+	if c.reserved {
+		if p.open >= p.max {
+			for e := p.handshaking.Front(); e != nil; e = e.Next() {
+				if v := e.Value.(*portConn); v.counted {
+					victim = v
+					break
+				}
+			}
+			if victim != nil {
+				p.handshaking.Remove(victim.elem)
+				victim.elem = nil
+				victim.evicted = true
+				p.release(victim)
+			}
+		}
+		if p.open < p.max {
+			p.release(c)
+			p.open++
+			c.counted, ok = true, true
+		}
+	}
+	p.mu.Unlock()
+	if victim != nil {
+		p.evicted.Add(1)
+		victim.Conn.Close()
+	}
+	if !ok {
+		p.refused.Add(1)
+		tc.Close()
+		return
+	}
 	p.clients.hand(p.ctx, tc)
+}
+
+// release gives back c's counted or reserved slot. Call with p.mu held.
+func (p *Port) release(c *portConn) {
+	if c.counted {
+		c.counted = false
+		p.open--
+	}
+	if c.reserved {
+		c.reserved = false
+		p.reservedOpen--
+	}
 }
 
 // portConn is an accepted TCP connection; closing it gives its slot back.
@@ -285,10 +363,11 @@ type portConn struct {
 	once sync.Once
 
 	// Guarded by port.mu.
-	counted bool
-	peer    bool
-	evicted bool
-	elem    *list.Element // in port.handshaking while handshaking
+	counted  bool // holds one of the MaxConnections slots
+	reserved bool // holds a handshake reserve slot
+	peer     bool
+	evicted  bool
+	elem     *list.Element // in port.handshaking while handshaking
 }
 
 func (c *portConn) Close() error {
@@ -296,10 +375,7 @@ func (c *portConn) Close() error {
 	c.once.Do(func() {
 		p := c.port
 		p.mu.Lock()
-		if c.counted {
-			c.counted = false
-			p.open--
-		}
+		p.release(c)
 		if c.elem != nil {
 			p.handshaking.Remove(c.elem)
 			c.elem = nil

@@ -231,7 +231,7 @@ func TestAbusiveClientIsRefusedWhileHonestClientsAreServed(t *testing.T) {
 	t.Logf("leased %s, limits flags %v, leader n%d pid %d", bin, withLimits, li+1, pid)
 	t.Logf("honest before: %d cycles, %d errors, p50 %v, p99 %v", len(before), errsBefore, p50b, p99b)
 	t.Logf("honest during: %d cycles, %d errors, p50 %v, p99 %v (p99 ratio %.2f)", len(during), errsDuring, p50d, p99d, ratio)
-	t.Logf("silent connections: %d opened, %d closed by the node within ~1s (cap %d)", res.Opened, res.Closed, capN)
+	t.Logf("silent connections: %d opened, %d closed by the node within ~1s (cap %d, handshake reserve %d)", res.Opened, res.Closed, capN, transport.DefaultHandshakeReserve)
 	t.Logf("15 MiB requests: %d refused with ResourceExhausted, %d otherwise (%s)", res.Refused, res.Other, res.FirstOther)
 	t.Logf("new certified client during the flood: %v in %v", newErr, newLatency)
 	t.Logf("leader RSS: before %s, peak during %s, after %s", mib(rssBefore), mib(peakRSS.Load()), mib(rssAfter))
@@ -239,8 +239,10 @@ func TestAbusiveClientIsRefusedWhileHonestClientsAreServed(t *testing.T) {
 	if res.Other != 0 || res.Refused != 64 {
 		t.Errorf("%d of 64 15 MiB requests were not refused with ResourceExhausted", 64-res.Refused)
 	}
-	if res.Closed < res.Opened-capN {
-		t.Errorf("only %d of %d silent connections closed, cap %d", res.Closed, res.Opened, capN)
+	// Past the cap, and the handshake reserve past it, the silent ones give
+	// way (the connections of the honest and the big clients took slots).
+	if res.Closed < res.Opened-capN-transport.DefaultHandshakeReserve {
+		t.Errorf("only %d of %d silent connections closed, cap %d + reserve %d", res.Closed, res.Opened, capN, transport.DefaultHandshakeReserve)
 	}
 	if newErr != nil {
 		t.Errorf("a new certified client during the flood: %v", newErr)
