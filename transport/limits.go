@@ -190,8 +190,9 @@ func (l Limits) common() []grpc.ServerOption {
 // common timeouts and keepalive rules, MaxClientMessage, at most
 // MaxStreamsPerConnection streams, bounded metadata and fixed flow-control
 // windows. What one client connection can make the node hold is then
-// bounded by MaxStreamsPerConnection × MaxClientMessage (message buffers,
-// allocated from each message's header) plus 1 MiB of unread data.
+// bounded by MaxStreamsPerConnection × MaxClientMessage (once gRPC has
+// accepted a message's declared length it opens the window for the whole
+// message and buffers it) plus 1 MiB of data not yet asked for.
 func (l Limits) ClientServerOptions() []grpc.ServerOption {
 	return append(l.common(),
 		grpc.MaxRecvMsgSize(l.MaxClientMessage),
