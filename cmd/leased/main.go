@@ -159,7 +159,7 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	fs.IntVar(&cfg.MaxLeasesPerIdentity, "max-leases-per-identity", cfg.MaxLeasesPerIdentity, "live leases one identity may hold (with --policy)")
 	// Connection and message limits on the gRPC port (cluster.Config.Limits).
 	var maxStreams uint
-	fs.IntVar(&cfg.Limits.MaxConnections, "max-connections", cfg.Limits.MaxConnections, "open client connections (and connections in their TLS handshake) on the gRPC port; past it the oldest handshaking one, or the new one, is closed. Peers are not counted")
+	fs.IntVar(&cfg.Limits.MaxConnections, "max-connections", cfg.Limits.MaxConnections, "open client connections (and connections in their TLS handshake) on the gRPC port; peers are not counted. Past it, with TLS, 64 more may run their handshake (peers get in), then the one longest in its handshake is closed; without TLS the new one is closed")
 	fs.DurationVar(&cfg.Limits.HandshakeTimeout, "handshake-timeout", cfg.Limits.HandshakeTimeout, "time a new connection has for its TLS handshake and its HTTP/2 preface")
 	fs.DurationVar(&cfg.Limits.IdleTimeout, "idle-timeout", cfg.Limits.IdleTimeout, "close a connection without calls for this long (GOAWAY; clients reconnect)")
 	fs.UintVar(&maxStreams, "max-streams-per-connection", uint(cfg.Limits.MaxStreamsPerConnection), "concurrent calls on one client connection (with TLS; peers are not bounded)")
