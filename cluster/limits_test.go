@@ -407,3 +407,13 @@ func TestSilentConnectionsCannotLockOutCertifiedClientsOrPeers(t *testing.T) {
 		t.Errorf("stats %+v: want a refusal and a peer", st)
 	}
 }
+
+// Without TLS the handshake timeout bounds the HTTP/2 preface: a silent
+// plaintext connection is closed within it (gRPC's default is 120 s).
+func TestSilentPlaintextConnectionIsClosedAfterTheHandshakeTimeout(t *testing.T) {
+	tc := newTestCluster(t, 1, func(c *Config) { c.Limits.HandshakeTimeout = 500 * time.Millisecond })
+	raw := openRaw(t, tc.nodes[0].Addr(), 1)
+	if !closedByPeer(raw[0], 3*time.Second) {
+		t.Fatal("a plaintext connection without an HTTP/2 preface is still open after 3s (handshake timeout 500ms)")
+	}
+}
