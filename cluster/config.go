@@ -175,6 +175,10 @@ type Config struct {
 	// StateCheckPoll is how often a node compares its state checkpoints
 	// with the other voters'. 0: 5s.
 	StateCheckPoll time.Duration
+	// Limits bounds connections, streams and messages on the gRPC port
+	// (transport.Limits; servers.go): zero fields become
+	// transport.DefaultLimits.
+	Limits transport.Limits
 }
 
 // DefaultConfig returns a Config with every tunable at its documented
@@ -207,6 +211,7 @@ func DefaultConfig() Config {
 
 		StateCheckEvery: 4096,
 		StateCheckPoll:  5 * time.Second,
+		Limits:          transport.DefaultLimits(),
 	}
 }
 
@@ -269,6 +274,7 @@ func (c Config) withDefaults() Config {
 		c.StateCheckEvery = d.StateCheckEvery
 	}
 	setDur(&c.StateCheckPoll, d.StateCheckPoll)
+	c.Limits = c.Limits.WithDefaults()
 	if c.Clock == nil {
 		c.Clock = SystemClock()
 	}
@@ -395,6 +401,9 @@ func (c Config) Validate() error {
 	}
 	if c.Policy != nil && c.PolicyFile != "" {
 		bad("give a policy or a policy file, not both")
+	}
+	if err := c.Limits.WithDefaults().Check(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

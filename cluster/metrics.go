@@ -147,6 +147,7 @@ func newMetrics(n *Node) *metrics {
 		}
 		states.Collect(ch)
 	}, states))
+	registerPortMetrics(reg, n) // servers.go
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -50,7 +51,7 @@ type Node struct {
 	hub       *hub
 	tr        *transport.Transport
 	store     *raftboltdb.BoltStore
-	server    *grpc.Server
+	server    *servers // behind lis (servers.go)
 	lis       net.Listener
 	addr      string
 
@@ -258,16 +259,16 @@ func (n *Node) open() error {
 	// Mutual TLS (opt-in): nodes dial each other (raft transport,
 	// forwarding, join) with their own peer certificate.
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	var srvOpts []grpc.ServerOption
+	var srvTLS *tls.Config
 	unaryInts := []grpc.UnaryServerInterceptor{recoverUnary(n.log), n.corruptGuardUnary}
 	streamInts := []grpc.StreamServerInterceptor{recoverStream(n.log), n.corruptGuardStream}
 	if cfg.TLS.Enabled() {
-		srvTLS, peerTLS, err := transport.LoadTLS(cfg.TLS, cfg.PeerIdentity)
+		serverTLS, peerTLS, err := transport.LoadTLS(cfg.TLS, cfg.PeerIdentity)
 		if err != nil {
 			return fmt.Errorf("cluster: %w", err)
 		}
 		dial = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(peerTLS))}
-		srvOpts = append(srvOpts, grpc.Creds(credentials.NewTLS(srvTLS)))
+		srvTLS = serverTLS
 		pu, ps := transport.PeerInterceptors(cfg.PeerIdentity, n.log)
 		unaryInts = append(unaryInts, pu)
 		streamInts = append(streamInts, ps)
@@ -291,17 +292,16 @@ func (n *Node) open() error {
 	n.fwd = newForwarder(dial, cfg.UnsafePeerRoutes)
 	n.leases = &leaseService{n: n}
 	n.admin = &clusterService{n: n}
-	n.server = grpc.NewServer(append(srvOpts,
-		grpc.MaxRecvMsgSize(16<<20),
+	n.server = newServers(n.lis, srvTLS, cfg, n.log,
 		grpc.ForceServerCodecV2(transport.ServerCodec()), // with RejectMalformed: bad protobuf is InvalidArgument
-		grpc.ChainUnaryInterceptor(unaryInts...),
-		grpc.ChainStreamInterceptor(streamInts...),
-	)...)
-	n.tr.Register(n.server)
-	n.server.RegisterService(transport.RejectMalformed(&api.LeaseService_ServiceDesc), n.leases)
-	n.server.RegisterService(transport.RejectMalformed(&api.ClusterService_ServiceDesc), n.admin)
+		grpc.ChainUnaryInterceptor(unaryInts...), grpc.ChainStreamInterceptor(streamInts...))
 	n.health = health.NewServer()
-	healthpb.RegisterHealthServer(n.server, n.health)
+	n.server.register(func(s grpc.ServiceRegistrar) {
+		n.tr.Register(s)
+		s.RegisterService(transport.RejectMalformed(&api.LeaseService_ServiceDesc), n.leases)
+		s.RegisterService(transport.RejectMalformed(&api.ClusterService_ServiceDesc), n.admin)
+		healthpb.RegisterHealthServer(s, n.health)
+	})
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
@@ -360,12 +360,7 @@ func (n *Node) open() error {
 		return err
 	}
 	n.wg.Add(4)
-	go func() {
-		defer n.wg.Done()
-		if err := n.server.Serve(n.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			n.log.Error("grpc server stopped", "error", err)
-		}
-	}()
+	go func() { defer n.wg.Done(); n.server.serve() }()
 	go func() { defer n.wg.Done(); n.healthLoop() }()
 	go func() { defer n.wg.Done(); n.leaderLoop() }()
 	go func() { defer n.wg.Done(); n.proposeLoop() }()
@@ -471,19 +466,10 @@ func (n *Node) cleanup() error {
 		}
 	}
 	if n.server != nil {
-		stopped := make(chan struct{})
-		go func() { n.server.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-time.After(time.Second):
-			n.server.Stop()
-			<-stopped
-		}
-	}
-	if n.lis != nil {
-		// The server closes only a listener it serves: a start that failed
-		// between making the server and Serve (a refused restore, a raft
-		// error) would keep the port bound.
+		// Stops the servers and closes the port, and with it the
+		// listener: also after a start that failed before Serve.
+		n.server.stop(time.Second)
+	} else if n.lis != nil {
 		n.lis.Close()
 	}
 	if n.httpSrv != nil {

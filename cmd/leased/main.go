@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/signal"
@@ -160,6 +161,14 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	fs.DurationVar(&cfg.RefusalKeep, "refusal-keep", cfg.RefusalKeep, "how long a refused Acquire's request id is remembered, so a late copy is refused again (>= 30s; must cover a client's retries of one request id)")
 	fs.IntVar(&cfg.MaxRefusals, "max-refusals", cfg.MaxRefusals, "refused request ids remembered at most; past it the oldest are forgotten first (about 110 B of heap and of snapshot each)")
 	fs.IntVar(&cfg.MaxLeasesPerIdentity, "max-leases-per-identity", cfg.MaxLeasesPerIdentity, "live leases one identity may hold (with --policy)")
+	// Connection and message limits on the gRPC port (cluster.Config.Limits).
+	var maxStreams uint
+	fs.IntVar(&cfg.Limits.MaxConnections, "max-connections", cfg.Limits.MaxConnections, "open client connections (and connections in their TLS handshake) on the gRPC port; peers are not counted. Past it, with TLS, 64 more may run their handshake (peers get in), then the one longest in its handshake is closed; without TLS the new one is closed")
+	fs.DurationVar(&cfg.Limits.HandshakeTimeout, "handshake-timeout", cfg.Limits.HandshakeTimeout, "time a new connection has for its TLS handshake and its HTTP/2 preface")
+	fs.DurationVar(&cfg.Limits.IdleTimeout, "idle-timeout", cfg.Limits.IdleTimeout, "close a connection without calls for this long (GOAWAY; clients reconnect)")
+	fs.UintVar(&maxStreams, "max-streams-per-connection", uint(cfg.Limits.MaxStreamsPerConnection), "concurrent calls on one client connection (with TLS; peers are not bounded)")
+	fs.IntVar(&cfg.Limits.MaxClientMessage, "max-client-message", cfg.Limits.MaxClientMessage, "largest message in bytes a client may send (with TLS; larger: ResourceExhausted)")
+	fs.IntVar(&cfg.Limits.MaxPeerMessage, "max-peer-message", cfg.Limits.MaxPeerMessage, "largest message in bytes a peer may send (Raft AppendEntries, snapshot chunks); without TLS the limit for every caller")
 	var insecure bool
 	fs.BoolVar(&insecure, "insecure", false, "serve plaintext gRPC without TLS: local development only (anyone who reaches the port can take every lease and call the Raft transport: TimeoutNow, AppendEntries)")
 	fs.StringVar(&cfg.TLS.CertFile, "tls-cert", "", "PEM certificate of this node (with the peer identity); with --tls-key and --tls-ca turns on mutual TLS")
@@ -215,6 +224,10 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	if fs.NArg() > 0 {
 		return settings{Config: cfg}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	if maxStreams > math.MaxUint32 {
+		return settings{Config: cfg}, fmt.Errorf("--max-streams-per-connection %d is above %d", maxStreams, uint32(math.MaxUint32))
+	}
+	cfg.Limits.MaxStreamsPerConnection = uint32(maxStreams)
 	peers, err := cluster.ParsePeers(bootstrap)
 	if err != nil {
 		return settings{Config: cfg}, err
