@@ -454,6 +454,7 @@ func TestBadPolicyFileStopsTheNodeAtStart(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.ID, cfg.DataDir, cfg.Listen = "n1", dir, "127.0.0.1:0"
+	cfg.Insecure = true
 	cfg.Logger = testLogger(t, "n1")
 	for _, f := range []string{file, dir + "/missing.json"} {
 		cfg.PolicyFile = f

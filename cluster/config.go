@@ -104,6 +104,12 @@ type Config struct {
 	// transport.DefaultPeerIdentity. With TLS, only a caller whose
 	// certificate carries it may call the Raft transport service.
 	PeerIdentity string
+	// Insecure serves plaintext gRPC without TLS: local development only
+	// (anyone who reaches the port can take every lease and speak Raft).
+	// Validate refuses a Config with neither TLS files nor Insecure, as
+	// leased refuses to start without --tls-* or --insecure: an embedded
+	// node is held to the same rule. Status lists it as unsafe "insecure".
+	Insecure bool
 
 	// UnsafePeerRoutes is for fault injection only (leased
 	// --unsafe-peer-route, used by jepsen's proxy mode): when this node
@@ -294,8 +300,9 @@ func (c Config) withDefaults() Config {
 // snapshot threshold (and its maximum against it), the bootstrap list
 // against the id, a restore against the bootstrap list, pprof against the
 // metrics address, a policy against a policy file, and the TLS files
-// against each other. It reads no files: what the data dir holds is
-// checked when the node opens it (Start).
+// against each other and against Insecure (one of the two is required).
+// It reads no files: what the data dir holds is checked when the node
+// opens it (Start).
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -306,6 +313,13 @@ func (c Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		bad("data dir is required")
+	}
+	tlsGiven := c.TLS.CertFile != "" || c.TLS.KeyFile != "" || c.TLS.CAFile != ""
+	switch {
+	case c.Insecure && tlsGiven:
+		bad("insecure (--insecure) and TLS files (--tls-*) exclude each other")
+	case !c.Insecure && !tlsGiven:
+		bad("no TLS configured: give TLS files (--tls-cert, --tls-key and --tls-ca; make certs writes development ones), or choose insecure (--insecure) to serve plaintext for local development")
 	}
 	if c.Listen == "" {
 		bad("listen address is required")

@@ -44,6 +44,7 @@ func oneNode(t *testing.T, buf *lockedBuffer, tweak func(*Config)) (*Node, Confi
 	addr := freeAddrs(t, 1)[0]
 	cfg := DefaultConfig()
 	cfg.ID, cfg.Listen, cfg.DataDir = "n1", addr, t.TempDir()
+	cfg.Insecure = true
 	cfg.Bootstrap = map[string]string{"n1": addr}
 	cfg.MinTTL, cfg.SkewMargin, cfg.Tick = 1500*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
 	cfg.Logger = newBufLogger(buf)
@@ -280,6 +281,7 @@ func corruptFile(t *testing.T, path string) {
 func TestTrailingLogsMustCoverTheSnapshotThreshold(t *testing.T) {
 	d := DefaultConfig()
 	d.ID, d.DataDir, d.Bootstrap = "n1", "/tmp/x", map[string]string{"n1": "127.0.0.1:7001"}
+	d.Insecure = true
 	if err := d.Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}

@@ -25,6 +25,7 @@ func ExampleStart() {
 
 	cfg := cluster.DefaultConfig()
 	cfg.ID = "n1"
+	cfg.Insecure = true // plaintext on loopback, for this example only
 	cfg.Listen = addr
 	cfg.DataDir = dir
 	cfg.Bootstrap = map[string]string{"n1": addr}

@@ -80,8 +80,12 @@ func newTestCluster(t testing.TB, n int, tweak func(*Config)) *testCluster {
 		clock := NewManualClock()
 		cfg.Clock = clock
 		cfg.Logger = testLogger(t, cfg.ID)
+		cfg.Insecure = true
 		if tweak != nil {
 			tweak(&cfg)
+		}
+		if cfg.TLS.Enabled() {
+			cfg.Insecure = false
 		}
 		tc.cfgs = append(tc.cfgs, cfg)
 		tc.clocks = append(tc.clocks, clock)

@@ -38,6 +38,7 @@ func TestPolicyFilePermissionsAreCheckedAndThePolicyIsLogged(t *testing.T) {
 			addr := freeAddrs(t, 1)[0]
 			cfg := DefaultConfig()
 			cfg.ID, cfg.Listen, cfg.DataDir = "n1", addr, t.TempDir()
+			cfg.Insecure = true
 			cfg.Bootstrap = map[string]string{"n1": addr}
 			cfg.PolicyFile = file
 			var buf lockedBuffer

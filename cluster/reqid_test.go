@@ -175,6 +175,7 @@ func TestRefusedRequestIDsAreCappedAndCounted(t *testing.T) {
 func TestConfigRefusesAShortRefusalKeepOrNoCap(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.ID, cfg.DataDir, cfg.Bootstrap = "n1", t.TempDir(), map[string]string{"n1": "127.0.0.1:7001"}
+	cfg.Insecure = true
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}

@@ -246,13 +246,7 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	if cfg.BumpTokens == 0 && !cfg.AllowZeroBump {
 		return settings{Config: cfg}, fmt.Errorf("--bump-tokens 0 needs --allow-zero-bump: without a bump, new tokens may repeat tokens resources have already accepted")
 	}
-	tlsGiven := cfg.TLS.CertFile != "" || cfg.TLS.KeyFile != "" || cfg.TLS.CAFile != ""
-	switch {
-	case insecure && tlsGiven:
-		return settings{Config: cfg}, fmt.Errorf("--insecure and --tls-* exclude each other")
-	case !insecure && !tlsGiven:
-		return settings{Config: cfg}, fmt.Errorf("no TLS configured: give --tls-cert, --tls-key and --tls-ca (make certs writes development ones), or --insecure to serve plaintext for local development")
-	}
+	cfg.Insecure = insecure // Validate refuses neither TLS nor --insecure, and both
 	mem, err := memlimit.Choose(memoryLimit, os.Getenv("GOMEMLIMIT"), "/")
 	if err != nil {
 		return settings{Config: cfg}, err

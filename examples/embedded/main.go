@@ -4,7 +4,13 @@
 // -peers to get a replicated cluster embedded in three application
 // instances; one copy alone is a one-node cluster.
 //
-//	go run ./examples/embedded -id n1 -listen 127.0.0.1:7101 -peers n1=127.0.0.1:7101
+//	go run ./examples/embedded -id n1 -listen 127.0.0.1:7101 -peers n1=127.0.0.1:7101 -insecure
+//
+// The node keeps its state in -data-dir (default data/embedded-<id>), so
+// tokens continue across restarts of the application, as they must. Like
+// leased, it needs TLS files (-tls-cert, -tls-key, -tls-ca; make certs
+// writes development ones) or an explicit -insecure for plaintext on a
+// development machine.
 package main
 
 import (
@@ -14,38 +20,41 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"time"
 
 	"github.com/leasefence/leasefence/client"
 	"github.com/leasefence/leasefence/cluster"
+	"github.com/leasefence/leasefence/transport"
 )
 
 func main() {
 	id := flag.String("id", "n1", "node id")
 	listen := flag.String("listen", "127.0.0.1:7101", "address the embedded node serves on")
 	peers := flag.String("peers", "n1=127.0.0.1:7101", "founding members id=addr,...")
-	dataDir := flag.String("data-dir", "", "data dir (default: a temporary one)")
+	dataDir := flag.String("data-dir", "", "data dir, kept across restarts (default data/embedded-<id>)")
+	insecure := flag.Bool("insecure", false, "serve plaintext: local development only")
+	var tlsFiles transport.TLSFiles
+	flag.StringVar(&tlsFiles.CertFile, "tls-cert", "", "node certificate (PEM)")
+	flag.StringVar(&tlsFiles.KeyFile, "tls-key", "", "node key (PEM)")
+	flag.StringVar(&tlsFiles.CAFile, "tls-ca", "", "cluster CA (PEM)")
 	flag.Parse()
-	if err := run(*id, *listen, *peers, *dataDir); err != nil {
+	if *dataDir == "" {
+		*dataDir = filepath.Join("data", "embedded-"+*id)
+	}
+	if err := run(*id, *listen, *peers, *dataDir, *insecure, tlsFiles); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(id, listen, peers, dataDir string) error {
-	if dataDir == "" {
-		d, err := os.MkdirTemp("", "embedded-"+id+"-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		dataDir = d
-	}
+func run(id, listen, peers, dataDir string, insecure bool, tlsFiles transport.TLSFiles) error {
 	bootstrap, err := cluster.ParsePeers(peers)
 	if err != nil {
 		return err
 	}
 	cfg := cluster.DefaultConfig()
 	cfg.ID, cfg.Listen, cfg.DataDir, cfg.Bootstrap = id, listen, dataDir, bootstrap
+	cfg.Insecure, cfg.TLS = insecure, tlsFiles
 	node, err := cluster.Start(cfg)
 	if err != nil {
 		return err
@@ -54,7 +63,15 @@ func run(id, listen, peers, dataDir string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	c, err := client.Dial(ctx, node.Addr())
+	ccfg := client.Config{Endpoints: []string{node.Addr()}}
+	if tlsFiles.Enabled() {
+		// The example's own client presents the node's certificate; an
+		// application would have a client certificate of its own.
+		if ccfg.TLS, err = client.LoadTLS(tlsFiles.CertFile, tlsFiles.KeyFile, tlsFiles.CAFile); err != nil {
+			return err
+		}
+	}
+	c, err := client.New(ccfg)
 	if err != nil {
 		return err
 	}

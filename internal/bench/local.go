@@ -51,6 +51,7 @@ func StartLocal(ctx context.Context, n int, dataDir string) (*Local, error) {
 		cfg := cluster.DefaultConfig()
 		cfg.ID, cfg.Listen, cfg.DataDir = fmt.Sprintf("n%d", i+1), a, filepath.Join(dir, fmt.Sprintf("n%d", i+1))
 		cfg.Bootstrap = peers
+		cfg.Insecure = true // loopback, in-process benchmark only
 		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: cfg.ID, Level: hclog.Error, Output: os.Stderr})
 		lc.logs = append(lc.logs, cfg.Logger)
 		node, err := cluster.Start(cfg)

@@ -50,6 +50,7 @@ func StartEmbeddedN(n int) (addrs []string, stop func()) {
 		cfg := cluster.DefaultConfig()
 		cfg.ID, cfg.Listen, cfg.DataDir = fmt.Sprintf("n%d", i+1), a, filepath.Join(dir, fmt.Sprintf("n%d", i+1))
 		cfg.Bootstrap = peers
+		cfg.Insecure = true // loopback, tests only
 		cfg.Logger = hclog.NewNullLogger()
 		node, err := cluster.Start(cfg)
 		if err != nil {
