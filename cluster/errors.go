@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
@@ -55,6 +56,25 @@ func (e *NotLeaderError) Error() string {
 // Is makes errors.Is(err, ErrNoLeader) true when the leader is unknown.
 func (e *NotLeaderError) Is(target error) bool { return target == ErrNoLeader && e.Addr == "" }
 
+// IndeterminateError is ErrIndeterminate with the request id the caller
+// may retry with (empty when its call carried none). It is returned when a
+// command reached Raft without an outcome, and when a forwarded call that
+// may not be resent went unanswered by a leader that may still apply it.
+type IndeterminateError struct {
+	RequestID string
+	Err       error // what happened
+}
+
+func (e *IndeterminateError) Error() string {
+	if e.RequestID == "" {
+		return fmt.Sprintf("%v: %v", ErrIndeterminate, e.Err)
+	}
+	return fmt.Sprintf("%v (retry with request id %q): %v", ErrIndeterminate, e.RequestID, e.Err)
+}
+
+// Unwrap makes errors.Is(err, ErrIndeterminate) true, and exposes Err.
+func (e *IndeterminateError) Unwrap() []error { return []error{ErrIndeterminate, e.Err} }
+
 // raftError classifies an error of a Raft future: definite failures (the
 // command never entered the log) become *NotLeaderError; anything after
 // the command may have entered the log becomes ErrIndeterminate.
@@ -103,7 +123,14 @@ func toStatus(err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.As(err, &nl):
 		return withDetail(codes.Unavailable, err, &api.NotLeader{LeaderId: nl.ID, LeaderAddr: nl.Addr})
-	case errors.Is(err, ErrNoLeader), errors.Is(err, ErrIndeterminate), errors.Is(err, ErrStopped):
+	case errors.Is(err, ErrIndeterminate):
+		info := &errdetails.ErrorInfo{Reason: api.ReasonIndeterminate, Domain: api.ErrorDomain}
+		var ie *IndeterminateError
+		if errors.As(err, &ie) && ie.RequestID != "" {
+			info.Metadata = map[string]string{api.MetaRequestID: ie.RequestID}
+		}
+		return withDetail(codes.Unavailable, err, info)
+	case errors.Is(err, ErrNoLeader), errors.Is(err, ErrStopped):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, ErrPermissionDenied):
 		return status.Error(codes.PermissionDenied, err.Error())

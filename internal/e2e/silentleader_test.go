@@ -1,0 +1,76 @@
+package e2e
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/internal/testcluster"
+)
+
+// silentFailoverBound is how long an acquire may take after the leader
+// went silent: about one election (the default heartbeat timeout is drawn
+// from [500 ms, 1 s]) plus the client's attempt timeout, with slack for a
+// loaded machine and the race detector.
+const silentFailoverBound = 3 * time.Second
+
+// freeze stops node i with SIGSTOP: its kernel still accepts connections
+// and acknowledges data, the process answers nothing (a silent leader, as
+// a frozen host or a dropped link is). It is resumed at the end of the test.
+func freeze(t *testing.T, c *testcluster.Cluster, i int) {
+	t.Helper()
+	c.Signal(i, syscall.SIGSTOP)
+	t.Cleanup(func() { c.Signal(i, syscall.SIGCONT) })
+}
+
+// others returns the indexes of the nodes other than i.
+func others(c *testcluster.Cluster, i int) []int {
+	var out []int
+	for j := range c.Procs {
+		if j != i {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// A follower that forwards to a leader which stopped answering gives up on
+// that hop and forwards to the new leader inside the caller's deadline: a
+// caller talking to that one follower only (no client failover) gets its
+// grant after about one election, not after its deadline.
+func TestFollowerForwardingToSilentLeaderReroutesWithinAnElection(t *testing.T) {
+	c := startCluster(t, 3)
+	li := c.Leader()
+	f := others(c, li)[0]
+	warm(t, c, f)
+	freeze(t, c, li)
+	lost := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := c.Lease(f).Acquire(ctx, &api.AcquireRequest{
+		Resource: "silent/hop", Holder: "e2e", Ttl: durationpb.New(5 * time.Second), RequestId: "silent-hop-1",
+	})
+	took := time.Since(lost)
+	if err != nil {
+		t.Fatalf("acquire through a follower %v after the leader went silent: %v", took, err)
+	}
+	t.Logf("granted token %d through the follower %v after the leader went silent", r.Lease.Token, took)
+	if took > silentFailoverBound {
+		t.Fatalf("acquire took %v after the leader went silent, want at most %v", took, silentFailoverBound)
+	}
+}
+
+// warm opens the connections a forwarded call uses (the test's own to node
+// i, node i's to the leader), so that the measured call pays no dial.
+func warm(t *testing.T, c *testcluster.Cluster, i int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Lease(i).Get(ctx, &api.GetRequest{Resource: "warm"}); err != nil {
+		t.Fatalf("warming node %d: %v", i, err)
+	}
+}
