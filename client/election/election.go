@@ -70,7 +70,7 @@ func (e *Election) Campaign(ctx context.Context) (*client.Lease, error) {
 		}
 		// A waiting Acquire ends when the leader it waited on changes;
 		// campaign again until ctx ends.
-		if ctx.Err() != nil || !(errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrIndeterminate)) {
+		if ctx.Err() != nil || !(errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrNoLeader) || errors.Is(err, client.ErrIndeterminate)) {
 			return nil, err
 		}
 		select {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/client"
 	"github.com/leasefence/leasefence/internal/testcluster"
 )
 
@@ -72,5 +74,69 @@ func warm(t *testing.T, c *testcluster.Cluster, i int) {
 	defer cancel()
 	if _, err := c.Lease(i).Get(ctx, &api.GetRequest{Resource: "warm"}); err != nil {
 		t.Fatalf("warming node %d: %v", i, err)
+	}
+}
+
+// The client's Acquire, after the leader went silent, succeeds within
+// about an election whichever node the client tries first: a follower
+// (which re-routes its hop) or the frozen leader itself (which the client
+// gives up on after its attempt timeout). While a quorum is up, no call
+// fails.
+func TestClientAcquireAfterSilentLeaderSucceedsWithinAnElection(t *testing.T) {
+	for _, first := range []string{"follower", "frozen leader"} {
+		t.Run(first+" first", func(t *testing.T) {
+			c := startCluster(t, 3)
+			li := c.Leader()
+			order := others(c, li)
+			if first == "frozen leader" {
+				order = append([]int{li}, order...)
+			} else {
+				order = append(order[:1], append([]int{li}, order[1:]...)...)
+			}
+			var eps []string
+			for _, i := range order {
+				eps = append(eps, c.Procs[i].Addr)
+			}
+			cl, err := client.New(client.Config{Endpoints: eps})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			l, err := cl.Acquire(ctx, "silent/warm", client.WithTTL(5*time.Second))
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+
+			freeze(t, c, li)
+			lost := time.Now()
+			for k := 0; k < 3; k++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				start := time.Now()
+				l, err := cl.Acquire(ctx, fmt.Sprintf("silent/%d", k), client.WithTTL(5*time.Second))
+				cancel()
+				took := time.Since(start)
+				if err != nil {
+					t.Fatalf("acquire %d, %v after the leader went silent, failed after %v while a quorum is up: %v", k, time.Since(lost), took, err)
+				}
+				t.Logf("acquire %d granted token %d in %v (%v after the leader went silent)", k, l.Token(), took, time.Since(lost))
+				if took > silentFailoverBound {
+					t.Fatalf("acquire %d took %v, want at most %v", k, took, silentFailoverBound)
+				}
+				l.Release(context.Background())
+			}
+
+			// The old leader comes back as a follower; calls keep working.
+			c.Signal(li, syscall.SIGCONT)
+			ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := cl.Acquire(ctx, "silent/after", client.WithTTL(5*time.Second)); err != nil {
+				t.Fatalf("acquire after the old leader resumed: %v", err)
+			}
+		})
 	}
 }
