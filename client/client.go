@@ -7,6 +7,18 @@
 // every effect (package fence checks it at the resource). The lease's Done
 // channel and Context only tell this process when to stop trying; they
 // cannot stop an effect already in flight.
+//
+// Failover: every call the client retries is safe to send twice (an
+// Acquire carries a request id; the others are reads, renewals and
+// releases). A node that does not answer an attempt within
+// Config.RequestTimeout is presumed silent, and the call goes to the node
+// that says it leads, inside the caller's deadline; a follower that
+// forwards to a silent leader re-routes by itself. A silent leader costs a
+// call about one election. A call that gives up says what it saw:
+// ErrIndeterminate (an *IndeterminateError with the request id to retry
+// with) when it changes state and may have arrived, ErrNoLeader when nodes
+// answered but none could reach a leader, ErrUnavailable when no node
+// answered at all.
 package client
 
 import (
@@ -243,15 +255,16 @@ func (c *Client) failover(addr string, err error) {
 // probeTimeout bounds the status round that follows a silent attempt.
 const probeTimeout = 300 * time.Millisecond
 
-// afterSilence moves away from addr, a node that did not answer an attempt
-// in time: it may be a frozen or cut-off leader, or a follower still
-// waiting for an election. Rather than trying the endpoints in turn (and
-// meeting the silent leader again), it asks every endpoint for its status
-// at once and moves to a node that says it leads (the highest term wins);
-// failing that, to the first other node that answered, which holds the
-// call until a leader is elected; failing that, to the next endpoint. It
-// waits at most probeTimeout.
-func (c *Client) afterSilence(ctx context.Context, addr string) {
+// relocate moves away from addr, a node that did not answer an attempt in
+// time, broke the connection, or answered that it could not reach a
+// leader: it may be a frozen or cut-off leader, or a follower whose leader
+// is. Rather than trying the endpoints in turn (and meeting a silent
+// leader again), it asks every endpoint for its status at once and moves
+// to a node that says it leads (the highest term wins); failing that, to
+// the first other node that answered, which holds the call until a leader
+// is elected; failing that, to the next endpoint. It waits at most
+// probeTimeout, and not for addr once every other node has answered.
+func (c *Client) relocate(ctx context.Context, addr string) {
 	c.mu.Lock()
 	eps := append([]string(nil), c.endpoints...)
 	conns := make([]*grpc.ClientConn, len(eps))
@@ -260,7 +273,8 @@ func (c *Client) afterSilence(ctx context.Context, addr string) {
 	}
 	c.mu.Unlock()
 	type answer struct {
-		addr, leader string
+		from         string // the endpoint asked
+		addr, leader string // set when it answered; when it leads
 		term         uint64
 	}
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
@@ -268,12 +282,12 @@ func (c *Client) afterSilence(ctx context.Context, addr string) {
 	answers := make(chan answer, len(eps))
 	for i, e := range eps {
 		go func() {
-			a := answer{}
+			a := answer{from: e}
 			if conns[i] != nil {
 				st, err := api.NewClusterServiceClient(conns[i]).Status(pctx, &api.StatusRequest{})
 				switch {
 				case err == nil:
-					a = answer{addr: e, term: st.Term}
+					a.addr, a.term = e, st.Term
 					if st.State == "leader" {
 						a.leader = e
 					}
@@ -286,7 +300,8 @@ func (c *Client) afterSilence(ctx context.Context, addr string) {
 	}
 	var leader answer
 	alive := ""
-	for range eps {
+	silentAsked := false
+	for n := range eps {
 		a := <-answers
 		if a.leader != "" && (leader.leader == "" || a.term > leader.term) {
 			leader = a
@@ -294,6 +309,10 @@ func (c *Client) afterSilence(ctx context.Context, addr string) {
 		}
 		if alive == "" && a.addr != "" && a.addr != addr {
 			alive = a.addr
+		}
+		silentAsked = silentAsked || a.from == addr
+		if n == len(eps)-2 && !silentAsked && alive != "" {
+			break // all but the silent node answered: do not wait for it
 		}
 	}
 	to := leader.leader
@@ -370,9 +389,12 @@ func (c *Client) do(ctx context.Context, spec callSpec, op func(context.Context,
 		if ctx.Err() != nil {
 			return seen.giveUp(spec, ctx.Err())
 		}
-		if silent {
-			c.afterSilence(ctx, addr)
-		} else {
+		switch k := classify(err); {
+		case silent, k == attemptBroken, k == attemptNoLeader, k == attemptIndeterminate:
+			// The node is silent, or could not reach a leader: the
+			// next endpoint in turn may well be the silent leader.
+			c.relocate(ctx, addr)
+		default:
 			c.failover(addr, err)
 		}
 		if giveUpAt.IsZero() {
