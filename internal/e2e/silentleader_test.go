@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasefence/leasefence/api"
@@ -138,5 +140,50 @@ func TestClientAcquireAfterSilentLeaderSucceedsWithinAnElection(t *testing.T) {
 				t.Fatalf("acquire after the old leader resumed: %v", err)
 			}
 		})
+	}
+}
+
+// A keep-alive stream that a follower relays to the leader ends, with
+// Unavailable, soon after that leader goes silent, so the client reopens
+// it elsewhere: it is not held open, unanswered, until the client's own
+// silence detection gives up.
+func TestKeepAliveRelayEndsWhenItsLeaderGoesSilent(t *testing.T) {
+	c := startCluster(t, 3)
+	li := c.Leader()
+	f := others(c, li)[0]
+	r, err := c.Acquire("silent/keepalive", 10*time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := c.Lease(f).KeepAlive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&api.KeepAliveRequest{LeaseId: r.Lease.Id, Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := stream.Recv(); err != nil || resp.Code != 0 {
+		t.Fatalf("renewal through the relay before the freeze: %v, %v", resp, err)
+	}
+	freeze(t, c, li)
+	lost := time.Now()
+	if err := stream.Send(&api.KeepAliveRequest{LeaseId: r.Lease.Id, Seq: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Logf("relayed stream ended %v after the leader went silent: %v", time.Since(lost), err)
+			if status.Code(err) != codes.Unavailable {
+				t.Fatalf("relayed stream ended with %v, want Unavailable", err)
+			}
+			break
+		}
+		t.Logf("answer %v after the freeze: seq %d code %d", time.Since(lost), resp.Seq, resp.Code)
+	}
+	if took := time.Since(lost); took > silentFailoverBound {
+		t.Fatalf("relayed stream ended %v after the leader went silent, want at most %v", took, silentFailoverBound)
 	}
 }
