@@ -220,6 +220,10 @@ func forward[T any](ctx context.Context, n *Node, o fwdOpts, call func(context.C
 		if err != nil || conn == nil {
 			return resp, conn == nil && err == nil, err
 		}
+		if planted(BugForwardNoTimeout) {
+			resp, err = call(markForwarded(ctx), conn) // the old forwarding
+			return resp, false, err
+		}
 		deadline, atDeadline := answerBy(ctx), errAnswerBy
 		if !o.long {
 			if d := time.Now().Add(n.hopTimeout()); deadline.IsZero() || d.Before(deadline) {

@@ -13,6 +13,7 @@ const (
 	BugLocalReads        = "local-reads"
 	BugWallClockTime     = "wall-clock-time"
 	BugLeaseIDByResource = "lease-id-by-resource"
+	BugForwardNoTimeout  = "forward-no-timeout"
 )
 
 // wallNanos is the wall clock's reading: the fault clock's when c has one,

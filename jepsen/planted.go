@@ -40,6 +40,8 @@ var PlantedBugs = []PlantedBug{
 		Nemeses: nil, Time: 25 * time.Second, Catch: []string{NameLinearizable, NameTokens}},
 	{Name: "wall-clock-time", In: "leased", What: "the leader's cluster time is its wall clock, not its monotonic clock",
 		Nemeses: []string{"clock-bump"}, Time: 30 * time.Second, Catch: []string{NameSafeWindows, NameGrantIntervals, NameLinearizable}},
+	{Name: "forward-no-timeout", In: "leased", What: "a follower forwarding to a silent leader waits out the caller's deadline (no hop timeout, no re-route)",
+		Nemeses: []string{NemPauseLeader}, Time: 30 * time.Second, Catch: []string{NameUnavailability}},
 	{Name: "accept-lower-token", In: "fencedkv", What: "fencedkv applies a write whose token is below the scope's highest",
 		Nemeses: []string{NemClientPause}, Time: 25 * time.Second, Catch: []string{NameFencedTokens, NameFinalRead}},
 }
