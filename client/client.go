@@ -420,13 +420,13 @@ func (c *Client) do(ctx context.Context, spec callSpec, op func(context.Context,
 
 // attempts sums up the failed attempts of one call, for giveUp.
 type attempts struct {
-	answered  bool   // some node answered (a status of its own)
-	noLeader  bool   // the last node that answered knew no leader
-	maybeSent bool   // some attempt may have reached the leader, its outcome unknown
-	reqID     string // the request id an indeterminate answer named
-	last      error  // the last attempt's error
+	answered  bool  // some node answered (a status of its own)
+	maybeSent bool  // some attempt may have reached the leader, its outcome unknown
+	last      error // the last attempt's error
 }
 
+// add records a failed attempt; unanswered says that the attempt's time
+// ran out (the node was silent, or the caller's deadline came).
 func (a *attempts) add(err error, unanswered bool) {
 	a.last = err
 	switch k := classify(err); {
@@ -434,12 +434,9 @@ func (a *attempts) add(err error, unanswered bool) {
 		a.maybeSent = true
 	case k == attemptNotSent:
 	case k == attemptIndeterminate:
-		a.answered, a.maybeSent, a.noLeader = true, true, false
-		if id := indeterminateRequestID(err); id != "" {
-			a.reqID = id
-		}
+		a.answered, a.maybeSent = true, true
 	default:
-		a.answered, a.noLeader = true, k == attemptNoLeader
+		a.answered = true
 	}
 }
 
@@ -454,11 +451,7 @@ func (a *attempts) giveUp(spec callSpec, cause error) error {
 		why = ErrNoLeader
 	}
 	if spec.requestID != "" && a.maybeSent {
-		id := spec.requestID
-		if a.reqID != "" {
-			id = a.reqID
-		}
-		return &IndeterminateError{RequestID: id, Err: fmt.Errorf("%s: %w", whatAnswered(why), a.errFor(cause))}
+		return &IndeterminateError{RequestID: spec.requestID, Err: fmt.Errorf("%s: %w", whatAnswered(why), a.errFor(cause))}
 	}
 	return fmt.Errorf("%w: %w", why, a.errFor(cause))
 }

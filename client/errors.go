@@ -205,14 +205,3 @@ func classify(err error) attemptKind {
 	}
 	return attemptBroken
 }
-
-// indeterminateRequestID returns the request id an INDETERMINATE status
-// names, if any.
-func indeterminateRequestID(err error) string {
-	for _, d := range status.Convert(err).Details() {
-		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.Reason == api.ReasonIndeterminate {
-			return ei.Metadata[api.MetaRequestID]
-		}
-	}
-	return ""
-}

@@ -73,7 +73,8 @@ func TestGiveUpNamesWhatTheCallSaw(t *testing.T) {
 		{"no leader", callSpec{requestID: "r"}, []attempt{{refused, false}, {noLeader, false}}, ErrNoLeader, ""},
 		{"no leader after a silent node, a write", callSpec{requestID: "r"}, []attempt{{context.DeadlineExceeded, true}, {noLeader, false}}, ErrIndeterminate, "r"},
 		{"no leader after a silent node, a read", callSpec{}, []attempt{{context.DeadlineExceeded, true}, {noLeader, false}}, ErrNoLeader, ""},
-		{"a node said unknown", callSpec{requestID: "r"}, []attempt{{unknown, false}, {noLeader, false}}, ErrIndeterminate, "from-server"},
+		{"a node said unknown", callSpec{requestID: "r"}, []attempt{{unknown, false}, {noLeader, false}}, ErrIndeterminate, "r"},
+		{"a node said unknown, a read", callSpec{}, []attempt{{unknown, false}}, ErrNoLeader, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
