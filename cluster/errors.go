@@ -66,10 +66,14 @@ type IndeterminateError struct {
 }
 
 func (e *IndeterminateError) Error() string {
-	if e.RequestID == "" {
-		return fmt.Sprintf("%v: %v", ErrIndeterminate, e.Err)
+	msg := e.Err.Error()
+	if !errors.Is(e.Err, ErrIndeterminate) {
+		msg = fmt.Sprintf("%v: %s", ErrIndeterminate, msg)
 	}
-	return fmt.Sprintf("%v (retry with request id %q): %v", ErrIndeterminate, e.RequestID, e.Err)
+	if e.RequestID != "" {
+		msg += fmt.Sprintf(" (retry with request id %q)", e.RequestID)
+	}
+	return msg
 }
 
 // Unwrap makes errors.Is(err, ErrIndeterminate) true, and exposes Err.

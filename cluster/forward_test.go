@@ -2,7 +2,10 @@ package cluster
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -118,5 +121,26 @@ func TestForwardingHopToUnansweringLeaderEndsIndeterminateBeforeTheDeadline(t *t
 	}
 	if cut := m.GetCounter().GetValue(); cut < 3 {
 		t.Fatalf("forward_hops_cut_total = %v; want at least 3 (one release, two acquire hops)", cut)
+	}
+}
+
+// An indeterminate outcome is said once, with the request id to retry
+// with, whether or not the wrapped error already says it; the status
+// carries the id for the client.
+func TestIndeterminateErrorNamesOutcomeOnceAndItsRequestID(t *testing.T) {
+	for _, inner := range []error{
+		fmt.Errorf("%w: leadership lost while committing log", ErrIndeterminate),
+		errHopSilent,
+	} {
+		err := &IndeterminateError{RequestID: "r-1", Err: inner}
+		if msg := err.Error(); strings.Count(msg, "outcome unknown") != 1 || !strings.Contains(msg, `"r-1"`) {
+			t.Errorf("%q: want \"outcome unknown\" once and the request id", msg)
+		}
+		if !errors.Is(err, ErrIndeterminate) || !errors.Is(err, inner) {
+			t.Errorf("%v does not unwrap to ErrIndeterminate and %v", err, inner)
+		}
+		if id, ok := indeterminate(toStatus(err)); !ok || id != "r-1" {
+			t.Errorf("toStatus(%v) = %v; want Unavailable INDETERMINATE naming r-1", err, toStatus(err))
+		}
 	}
 }
