@@ -122,7 +122,7 @@ func ReadProbeSamples(b []byte) ([]ProbeSample, error) {
 // killed or paused node comes back), a caller pinned to a node of that
 // quorum must see a successful call at least every UnavailabilityBound.
 var boundedKinds = map[string]bool{
-	NemKill: true, NemKillLeader: true, NemPause: true, NemPauseLeader: true, NemPartitionLeader: true,
+	NemKill: true, NemKillLeader: true, NemPause: true, NemPauseLeader: true, NemPartitionLeader: true, NemSilentLeader: true,
 }
 
 // settleAfterHeal is how long after a heal a window still counts as the

@@ -25,10 +25,11 @@ const (
 
 // AllNemeses lists every kind implemented: the process nemeses above,
 // snapshot and member (nemesis_state.go), the network ones (NetNemeses,
-// nemesis_net.go) and the clock ones (clock.go). "all" means every one in
+// nemesis_net.go; silent-leader, nemesis_silent.go) and the clock ones
+// (clock.go). "all" means every one in
 // spec (InSpecNemeses): clock-rate, beyond the drift bound, must be named.
 var AllNemeses = append(append([]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemSnapshot, NemMember},
-	NetNemeses...), NemClockBump, NemClockStrobe, NemClockRate)
+	NetNemeses...), NemSilentLeader, NemClockBump, NemClockStrobe, NemClockRate)
 
 // InSpecNemeses is AllNemeses without the out-of-spec clock-rate.
 func InSpecNemeses() []string {
@@ -133,6 +134,8 @@ func (n *nemesis) run(ctx context.Context) {
 			n.snapshot(ctx, hold)
 		case NemMember:
 			n.member(ctx, hold)
+		case NemSilentLeader:
+			n.silentLeader(ctx, hold)
 		case NemClockBump:
 			n.clockBump(ctx, hold)
 		case NemClockStrobe:
