@@ -14,4 +14,12 @@ const (
 	// scope, token. The caller holds nothing: it must treat the lease as
 	// lost and Acquire again with a new request id.
 	ReasonLeaseEnded = "LEASE_ENDED"
+
+	// ReasonIndeterminate marks an Unavailable whose call may or may not
+	// have taken effect: it reached Raft, or a leader that stopped
+	// answering. Retrying with the same request id is safe.
+	ReasonIndeterminate = "INDETERMINATE"
+	// MetaRequestID is the ErrorInfo metadata key of the request id to
+	// retry with (absent when the call carried none).
+	MetaRequestID = "request_id"
 )

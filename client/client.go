@@ -7,6 +7,18 @@
 // every effect (package fence checks it at the resource). The lease's Done
 // channel and Context only tell this process when to stop trying; they
 // cannot stop an effect already in flight.
+//
+// Failover: every call the client retries is safe to send twice (an
+// Acquire carries a request id; the others are reads, renewals and
+// releases). A node that does not answer an attempt within
+// Config.RequestTimeout is presumed silent, and the call goes to the node
+// that says it leads, inside the caller's deadline; a follower that
+// forwards to a silent leader re-routes by itself. A silent leader costs a
+// call about one election. A call that gives up says what it saw:
+// ErrIndeterminate (an *IndeterminateError with the request id to retry
+// with) when it changes state and may have arrived, ErrNoLeader when nodes
+// answered but none could reach a leader, ErrUnavailable when no node
+// answered at all.
 package client
 
 import (
@@ -41,8 +53,15 @@ type Config struct {
 	Token string
 	// DialOptions are appended to the client's own (credentials).
 	DialOptions []grpc.DialOption
-	// RequestTimeout bounds one attempt of a call (not a waiting Acquire).
-	// Default 5s.
+	// RequestTimeout bounds one attempt of a call on one node (not a
+	// waiting Acquire). A node that has not answered by then is presumed
+	// silent (a frozen or cut-off host answers nothing, not even a reset)
+	// and the call is sent to the next node, within the caller's deadline:
+	// every call the client retries is safe to send twice (it carries a
+	// request id, or it is a read, a renewal or a release). Default 1.2s, a
+	// little more than a cluster with default settings needs to notice a
+	// silent leader and elect another, so that a follower re-routing its
+	// forwarded call is not abandoned.
 	RequestTimeout time.Duration
 	// RetryFor bounds how long a call retries on Unavailable before it
 	// gives up (the caller's context may end it sooner). Default 15s.
@@ -63,12 +82,15 @@ type Config struct {
 	Testing TestingKnobs
 }
 
+// DefaultRequestTimeout is Config.RequestTimeout when it is zero.
+const DefaultRequestTimeout = 1200 * time.Millisecond
+
 func (c *Config) setDefaults() error {
 	if len(c.Endpoints) == 0 {
 		return errors.New("client: no endpoints")
 	}
 	if c.RequestTimeout == 0 {
-		c.RequestTimeout = 5 * time.Second
+		c.RequestTimeout = DefaultRequestTimeout
 	}
 	if c.RetryFor == 0 {
 		c.RetryFor = 15 * time.Second
@@ -155,7 +177,7 @@ func Dial(ctx context.Context, endpoints ...string) (*Client, error) {
 }
 
 func (c *Client) ping(ctx context.Context) error {
-	return c.call(ctx, false, func(ctx context.Context, conn *grpc.ClientConn) error {
+	return c.call(ctx, true, func(ctx context.Context, conn *grpc.ClientConn) error {
 		_, err := api.NewClusterServiceClient(conn).Status(ctx, &api.StatusRequest{})
 		return err
 	})
@@ -186,16 +208,23 @@ func (c *Client) endpoint() (string, *grpc.ClientConn, error) {
 		return "", nil, ErrClosed
 	}
 	addr := c.endpoints[c.cur%len(c.endpoints)]
+	conn, err := c.connLocked(addr)
+	return addr, conn, err
+}
+
+// connLocked returns the connection to addr, dialling it lazily; c.mu is
+// held.
+func (c *Client) connLocked(addr string) (*grpc.ClientConn, error) {
 	conn, ok := c.conns[addr]
 	if !ok {
 		var err error
 		conn, err = grpc.NewClient(addr, c.opts...)
 		if err != nil {
-			return "", nil, fmt.Errorf("client: dial %s: %w", addr, err)
+			return nil, fmt.Errorf("client: dial %s: %w", addr, err)
 		}
 		c.conns[addr] = conn
 	}
-	return addr, conn, nil
+	return conn, nil
 }
 
 func (c *Client) currentEndpoint() string {
@@ -226,13 +255,120 @@ func (c *Client) failover(addr string, err error) {
 	c.cur = (c.cur + 1) % len(c.endpoints)
 }
 
+// probeTimeout bounds the status round that follows a silent attempt.
+const probeTimeout = 300 * time.Millisecond
+
+// relocate moves away from addr, a node that did not answer an attempt in
+// time, broke the connection, or answered that it could not reach a
+// leader: it may be a frozen or cut-off leader, or a follower whose leader
+// is. Rather than trying the endpoints in turn (and meeting a silent
+// leader again), it asks every endpoint for its status at once and moves
+// to a node that says it leads (the highest term wins); failing that, to
+// the first other node that answered, which holds the call until a leader
+// is elected; failing that, to the next endpoint. It waits at most
+// probeTimeout, and not for addr once every other node has answered.
+func (c *Client) relocate(ctx context.Context, addr string) {
+	c.mu.Lock()
+	eps := append([]string(nil), c.endpoints...)
+	conns := make([]*grpc.ClientConn, len(eps))
+	for i, e := range eps {
+		conns[i], _ = c.connLocked(e)
+	}
+	c.mu.Unlock()
+	type answer struct {
+		from         string // the endpoint asked
+		addr, leader string // set when it answered; when it leads
+		term         uint64
+	}
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	answers := make(chan answer, len(eps))
+	for i, e := range eps {
+		go func() {
+			a := answer{from: e}
+			if conns[i] != nil {
+				st, err := api.NewClusterServiceClient(conns[i]).Status(pctx, &api.StatusRequest{})
+				switch {
+				case err == nil:
+					a.addr, a.term = e, st.Term
+					if st.State == "leader" {
+						a.leader = e
+					}
+				case !retryable(err): // it answered, if only to refuse
+					a.addr = e
+				}
+			}
+			answers <- a
+		}()
+	}
+	var leader answer
+	alive := ""
+	silentAsked := false
+	for n := range eps {
+		a := <-answers
+		if a.leader != "" && (leader.leader == "" || a.term > leader.term) {
+			leader = a
+			cancel() // one leader is enough; the rest answer at once
+		}
+		if alive == "" && a.addr != "" && a.addr != addr {
+			alive = a.addr
+		}
+		silentAsked = silentAsked || a.from == addr
+		if n == len(eps)-2 && !silentAsked && alive != "" {
+			break // all but the silent node answered: do not wait for it
+		}
+	}
+	to := leader.leader
+	if to == "" {
+		to = alive
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.endpoints[c.cur%len(c.endpoints)] != addr {
+		return // someone else moved already
+	}
+	for i, e := range c.endpoints {
+		if to != "" && e == to {
+			c.cur = i
+			return
+		}
+	}
+	c.cur = (c.cur + 1) % len(c.endpoints)
+}
+
 // call runs op against the current endpoint, failing over and retrying
-// with jittered backoff on retryable errors until it succeeds, fails for
-// good, RetryFor passes or ctx ends. With perAttempt, each attempt is
-// bounded by RequestTimeout. Errors are mapped through fromStatus; a
-// retryable failure at the end becomes ErrUnavailable.
+// on retryable errors until it succeeds, fails for good, RetryFor passes or
+// ctx ends. With perAttempt, each attempt is bounded by RequestTimeout;
+// without, op may take until ctx ends (a waiting Acquire). It is do for a
+// call that changes nothing, or whose outcome does not matter when unknown.
 func (c *Client) call(ctx context.Context, perAttempt bool, op func(context.Context, *grpc.ClientConn) error) error {
-	var giveUp time.Time // RetryFor counts from the first failure
+	return c.do(ctx, callSpec{wait: !perAttempt}, op)
+}
+
+// callSpec says how do may treat a call.
+type callSpec struct {
+	// wait: the call may rightly take until ctx ends (a waiting Acquire),
+	// so its attempts are not bounded by RequestTimeout.
+	wait bool
+	// requestID, when set, marks a call that changes state and may be sent
+	// again with that id. When no attempt gave a definite answer and one
+	// may have taken effect, it fails with an *IndeterminateError carrying
+	// the id.
+	requestID string
+}
+
+// do runs op against the current endpoint; on a retryable error, or when
+// the node does not answer within RequestTimeout, it moves to the next node
+// (or the leader a node named) and sends op again, with jittered backoff
+// after an answer, until op succeeds, fails for good, RetryFor passes
+// (counted from the first failure) or ctx ends. op must be safe to run more
+// than once, and never runs twice at the same time. Errors are mapped
+// through fromStatus; giving up, do says what it saw (giveUp).
+func (c *Client) do(ctx context.Context, spec callSpec, op func(context.Context, *grpc.ClientConn) error) error {
+	var (
+		giveUpAt time.Time
+		seen     attempts
+	)
 	backoff := 20 * time.Millisecond
 	for {
 		addr, conn, err := c.endpoint()
@@ -240,37 +376,102 @@ func (c *Client) call(ctx context.Context, perAttempt bool, op func(context.Cont
 			return err
 		}
 		actx, cancel := ctx, context.CancelFunc(func() {})
-		if perAttempt {
+		if !spec.wait {
 			actx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
 		}
 		err = op(actx, conn)
+		silent := err != nil && actx.Err() != nil && ctx.Err() == nil // the attempt's own timeout, not the caller's
 		cancel()
 		if err == nil {
 			return nil
 		}
-		if !retryable(err) || ctx.Err() != nil {
-			if ctx.Err() != nil && retryable(err) {
-				return fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
-			}
+		if !retryable(err) {
 			return fromStatus(err)
 		}
-		c.failover(addr, err)
-		if giveUp.IsZero() {
-			giveUp = time.Now().Add(c.cfg.RetryFor)
+		seen.add(err, silent || ctx.Err() != nil)
+		if ctx.Err() != nil {
+			return seen.giveUp(spec, ctx.Err())
 		}
-		if time.Now().After(giveUp) {
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		switch k := classify(err); {
+		case silent, k == attemptBroken, k == attemptNoLeader, k == attemptIndeterminate:
+			// The node is silent, or could not reach a leader: the
+			// next endpoint in turn may well be the silent leader.
+			c.relocate(ctx, addr)
+		default:
+			c.failover(addr, err)
+		}
+		if giveUpAt.IsZero() {
+			giveUpAt = time.Now().Add(c.cfg.RetryFor)
+		}
+		if time.Now().After(giveUpAt) {
+			return seen.giveUp(spec, err)
+		}
+		if silent {
+			continue // the attempt's timeout was wait enough: next node now
 		}
 		sleep := backoff/2 + time.Duration(mrand.Int64N(int64(backoff)))
 		backoff = min(2*backoff, time.Second)
 		select {
 		case <-time.After(sleep):
 		case <-ctx.Done():
-			return fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
+			return seen.giveUp(spec, ctx.Err())
 		case <-c.ctx.Done():
 			return ErrClosed
 		}
 	}
+}
+
+// attempts sums up the failed attempts of one call, for giveUp.
+type attempts struct {
+	answered  bool  // some node answered (a status of its own)
+	maybeSent bool  // some attempt may have reached the leader, its outcome unknown
+	last      error // the last attempt's error
+}
+
+// add records a failed attempt; unanswered says that the attempt's time
+// ran out (the node was silent, or the caller's deadline came).
+func (a *attempts) add(err error, unanswered bool) {
+	a.last = err
+	switch k := classify(err); {
+	case unanswered || k == attemptBroken:
+		a.maybeSent = true
+	case k == attemptNotSent:
+	case k == attemptIndeterminate:
+		a.answered, a.maybeSent = true, true
+	default:
+		a.answered = true
+	}
+}
+
+// giveUp is the error of a call that ran out of time: *IndeterminateError
+// when it changes state and an attempt may have taken effect, ErrNoLeader
+// when nodes answered but none could serve it, ErrUnavailable when no node
+// answered at all. cause is why it stopped (the caller's context or the
+// last error).
+func (a *attempts) giveUp(spec callSpec, cause error) error {
+	why := ErrUnavailable
+	if a.answered {
+		why = ErrNoLeader
+	}
+	if spec.requestID != "" && a.maybeSent {
+		return &IndeterminateError{RequestID: spec.requestID, Err: fmt.Errorf("%s: %w", whatAnswered(why), a.errFor(cause))}
+	}
+	return fmt.Errorf("%w: %w", why, a.errFor(cause))
+}
+
+// whatAnswered says in words what why (ErrNoLeader, ErrUnavailable) means.
+func whatAnswered(why error) string {
+	if why == ErrNoLeader {
+		return "no node could reach a leader"
+	}
+	return "no node answered"
+}
+
+func (a *attempts) errFor(cause error) error {
+	if a.last != nil && a.last != cause {
+		return fmt.Errorf("%w (last attempt: %v)", cause, a.last)
+	}
+	return cause
 }
 
 // newRequestID returns 16 random bytes in hex.

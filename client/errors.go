@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -43,13 +44,44 @@ var (
 	// without its key or the reverse, a certificate without a CA) or a file
 	// it could not load. The wrapping error says which.
 	ErrTLSConfig = errors.New("client: tls config")
-	// ErrUnavailable: no node answered within the retry budget.
-	ErrUnavailable = errors.New("client: cluster unavailable")
-	// ErrIndeterminate: a mutating call was sent but no answer came back;
-	// it may or may not have taken effect. Acquire is safe to retry with
-	// the same request id (WithRequestID).
+	// ErrUnavailable: no node answered within the caller's deadline or
+	// RetryFor: each refused the connection, broke it, or stayed silent.
+	// Nothing the call asked for was done (a call that changes state and
+	// may have reached a node fails with ErrIndeterminate instead).
+	ErrUnavailable = errors.New("client: cluster unreachable")
+	// ErrNoLeader: nodes answered, but none could serve the call within the
+	// caller's deadline or RetryFor: no leader was elected (no quorum is
+	// up or connected), or the leader they named could not be reached.
+	// Nothing the call asked for was done.
+	ErrNoLeader = errors.New("client: no leader")
+	// ErrIndeterminate: a call that changes state may have reached the
+	// leader, and no answer says whether it took effect (the node went
+	// silent, the connection broke after sending, or a node answered that
+	// the outcome is unknown). An *IndeterminateError carries the request
+	// id: an Acquire is safe to retry with it (WithRequestID), and yields
+	// the same lease if the first attempt was granted.
 	ErrIndeterminate = errors.New("client: outcome unknown")
 )
+
+// IndeterminateError says that the outcome of a call is unknown and which
+// request id retries it safely.
+type IndeterminateError struct {
+	// RequestID to retry with ("" when the call carried none).
+	RequestID string
+	// Err says what was seen; it wraps the caller's context error when the
+	// deadline ended the call (a waiting Acquire that timed out).
+	Err error
+}
+
+func (e *IndeterminateError) Error() string {
+	if e.RequestID == "" {
+		return fmt.Sprintf("%v: %v", ErrIndeterminate, e.Err)
+	}
+	return fmt.Sprintf("%v (retry with request id %q): %v", ErrIndeterminate, e.RequestID, e.Err)
+}
+
+// Unwrap makes errors.Is(err, ErrIndeterminate) true, and exposes Err.
+func (e *IndeterminateError) Unwrap() []error { return []error{ErrIndeterminate, e.Err} }
 
 // HeldError describes the lease that refused an Acquire.
 type HeldError struct {
@@ -139,4 +171,49 @@ func leaderHint(err error) string {
 		}
 	}
 	return ""
+}
+
+// attemptKind is what one failed attempt of a call tells (see classify).
+type attemptKind int
+
+const (
+	attemptNotSent       attemptKind = iota // the node could not be reached: nothing was sent
+	attemptBroken                           // no answer after sending: the call may have arrived
+	attemptNoLeader                         // the node answered that it knows no leader
+	attemptIndeterminate                    // the node answered that the outcome is unknown
+	attemptAnswered                         // the node answered otherwise (a leader hint, stopping)
+)
+
+// classify tells an answer of a node from a failure to reach one. The
+// statuses a node sends come from cluster/errors.go's table: a NotLeader
+// or ErrorInfo detail, or a message prefixed "cluster:"; gRPC's own say
+// that dialling failed, or that the connection broke or the deadline
+// passed with the call sent.
+func classify(err error) attemptKind {
+	st := status.Convert(err)
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *api.NotLeader:
+			if d.LeaderAddr == "" {
+				return attemptNoLeader
+			}
+			return attemptAnswered
+		case *errdetails.ErrorInfo:
+			if d.Domain == api.ErrorDomain && d.Reason == api.ReasonIndeterminate {
+				return attemptIndeterminate
+			}
+		}
+	}
+	msg := st.Message()
+	switch {
+	case st.Code() == codes.DeadlineExceeded:
+		return attemptBroken
+	case strings.Contains(msg, "Error while dialing"), strings.Contains(msg, "connection refused"):
+		return attemptNotSent
+	case strings.HasPrefix(msg, "cluster: no leader"):
+		return attemptNoLeader
+	case strings.HasPrefix(msg, "cluster:"), strings.Contains(msg, "node stopping"), strings.HasPrefix(msg, "keep-alive:"):
+		return attemptAnswered
+	}
+	return attemptBroken
 }

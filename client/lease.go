@@ -219,20 +219,15 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		resp   *api.AcquireResponse
 		sentAt time.Duration
 	)
-	attempted := false
-	err := c.call(ctx, !o.wait, func(ctx context.Context, conn *grpc.ClientConn) error {
-		attempted = true
+	err := c.do(ctx, callSpec{wait: o.wait, requestID: o.requestID}, func(ctx context.Context, conn *grpc.ClientConn) error {
 		sentAt = c.clock.Now() // the send time of the attempt that succeeds
 		var err error
 		resp, err = api.NewLeaseServiceClient(conn).Acquire(ctx, req)
 		return err
 	})
 	if err != nil {
-		if errors.Is(err, ErrUnavailable) && attempted {
-			// An attempt may have been granted: retrying with the same
-			// request id yields that lease, never a second one.
-			return nil, fmt.Errorf("%w: acquire %q (retry WithRequestID(%q)): %v", ErrIndeterminate, resource, o.requestID, err)
-		}
+		// An *IndeterminateError when an attempt may have been granted:
+		// retrying with its request id yields that lease, never a second.
 		return nil, err
 	}
 	if resp.Replayed && resp.TtlRemaining.AsDuration() <= 0 {

@@ -56,6 +56,29 @@ func (e *NotLeaderError) Error() string {
 // Is makes errors.Is(err, ErrNoLeader) true when the leader is unknown.
 func (e *NotLeaderError) Is(target error) bool { return target == ErrNoLeader && e.Addr == "" }
 
+// IndeterminateError is ErrIndeterminate with the request id the caller
+// may retry with (empty when its call carried none). It is returned when a
+// command reached Raft without an outcome, and when a forwarded call that
+// may not be resent went unanswered by a leader that may still apply it.
+type IndeterminateError struct {
+	RequestID string
+	Err       error // what happened
+}
+
+func (e *IndeterminateError) Error() string {
+	msg := e.Err.Error()
+	if !errors.Is(e.Err, ErrIndeterminate) {
+		msg = fmt.Sprintf("%v: %s", ErrIndeterminate, msg)
+	}
+	if e.RequestID != "" {
+		msg += fmt.Sprintf(" (retry with request id %q)", e.RequestID)
+	}
+	return msg
+}
+
+// Unwrap makes errors.Is(err, ErrIndeterminate) true, and exposes Err.
+func (e *IndeterminateError) Unwrap() []error { return []error{ErrIndeterminate, e.Err} }
+
 // raftError classifies an error of a Raft future: definite failures (the
 // command never entered the log) become *NotLeaderError; anything after
 // the command may have entered the log becomes ErrIndeterminate.
@@ -103,11 +126,11 @@ func toStatus(err error) error {
 		return withDetail(codes.NotFound, err, &errdetails.ErrorInfo{
 			Reason: api.ReasonLeaseEnded, Domain: api.ErrorDomain,
 			Metadata: map[string]string{
-				"request_id": ended.RequestID,
-				"lease_id":   fmt.Sprintf("%x", ended.Lease.ID),
-				"resource":   ended.Lease.Resource,
-				"scope":      ended.Lease.Scope,
-				"token":      fmt.Sprint(ended.Lease.Token),
+				api.MetaRequestID: ended.RequestID,
+				"lease_id":        fmt.Sprintf("%x", ended.Lease.ID),
+				"resource":        ended.Lease.Resource,
+				"scope":           ended.Lease.Scope,
+				"token":           fmt.Sprint(ended.Lease.Token),
 			},
 		})
 	case errors.As(err, &held):
@@ -118,7 +141,14 @@ func toStatus(err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.As(err, &nl):
 		return withDetail(codes.Unavailable, err, &api.NotLeader{LeaderId: nl.ID, LeaderAddr: nl.Addr})
-	case errors.Is(err, ErrNoLeader), errors.Is(err, ErrIndeterminate), errors.Is(err, ErrStopped):
+	case errors.Is(err, ErrIndeterminate):
+		info := &errdetails.ErrorInfo{Reason: api.ReasonIndeterminate, Domain: api.ErrorDomain}
+		var ie *IndeterminateError
+		if errors.As(err, &ie) && ie.RequestID != "" {
+			info.Metadata = map[string]string{api.MetaRequestID: ie.RequestID}
+		}
+		return withDetail(codes.Unavailable, err, info)
+	case errors.Is(err, ErrNoLeader), errors.Is(err, ErrStopped):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, ErrPermissionDenied):
 		return status.Error(codes.PermissionDenied, err.Error())

@@ -23,6 +23,7 @@ type metrics struct {
 	proposeSeconds                          prometheus.Histogram
 	batchCommands                           prometheus.Histogram
 	stateChecks                             *prometheus.CounterVec
+	forwardCut                              prometheus.Counter
 }
 
 func newMetrics(n *Node) *metrics {
@@ -37,6 +38,7 @@ func newMetrics(n *Node) *metrics {
 	m.renewals = counter("renewals_total", "Lease renewals applied.")
 	m.releases = counter("releases_total", "Leases released.")
 	m.expirations = counter("expirations_total", "Leases removed after expires_at + skew margin.")
+	m.forwardCut = counter("forward_hops_cut_total", "Follower: forwarded calls cut because the leader did not answer in time or raft's view of the leader moved.")
 	m.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "leasefence", Name: "refusals_total",
 		Help: "Commands refused by the state machine, by reason: held, not_found, invalid, request_id_reused, lease_ended (a replayed grant that has ended).",

@@ -363,6 +363,8 @@ func (n *Node) open() error {
 	go func() { defer n.wg.Done(); n.server.serve() }()
 	go func() { defer n.wg.Done(); n.healthLoop() }()
 	go func() { defer n.wg.Done(); n.leaderLoop() }()
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.followLeader() }()
 	go func() { defer n.wg.Done(); n.proposeLoop() }()
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.snaps.run(n, time.Second, n.stopCh) }()

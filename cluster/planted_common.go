@@ -14,6 +14,7 @@ const (
 	BugWallClockTime     = "wall-clock-time"
 	BugLeaseIDByResource = "lease-id-by-resource"
 	BugReleaseAckEarly   = "release-ack-before-commit"
+	BugForwardNoTimeout  = "forward-no-timeout"
 )
 
 // wallNanos is the wall clock's reading: the fault clock's when c has one,

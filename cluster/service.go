@@ -70,12 +70,12 @@ func (s *leaseService) Acquire(ctx context.Context, req *api.AcquireRequest) (*a
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	conn, err := s.n.route(ctx)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	if conn != nil {
-		return api.NewLeaseServiceClient(conn).Acquire(markForwarded(ctx), req)
+	fo := fwdOpts{resend: req.RequestId != "", long: req.Wait, requestID: req.RequestId}
+	resp, local, err := forward(ctx, s.n, fo, func(ctx context.Context, conn *grpc.ClientConn) (*api.AcquireResponse, error) {
+		return api.NewLeaseServiceClient(conn).Acquire(ctx, req)
+	})
+	if !local {
+		return resp, toStatus(err)
 	}
 	holder := holderFor(c, req.Holder)
 	if err := fsm.ValidateHolder(holder); err != nil {
@@ -104,6 +104,9 @@ func (s *leaseService) Acquire(ctx context.Context, req *api.AcquireRequest) (*a
 	}
 	if err == nil {
 		err = res.Err
+	}
+	if errors.Is(err, ErrIndeterminate) {
+		err = &IndeterminateError{RequestID: req.RequestId, Err: err}
 	}
 	if err != nil {
 		return nil, toStatus(err)
@@ -244,26 +247,39 @@ func (w *waitQueues) waiting(resource string) int {
 
 // Renew implements api.LeaseServiceServer.
 func (s *leaseService) Renew(ctx context.Context, req *api.RenewRequest) (*api.RenewResponse, error) {
-	ctx, leader, res, err := s.leaseOp(ctx, req.LeaseId, &fsmpb.Command{Op: &fsmpb.Command_Renew{Renew: &fsmpb.Renew{LeaseId: req.LeaseId}}})
+	var fwd *api.RenewResponse
+	res, err := s.leaseOp(ctx, req.LeaseId, &fsmpb.Command{Op: &fsmpb.Command_Renew{Renew: &fsmpb.Renew{LeaseId: req.LeaseId}}},
+		// A renewal may be sent again: a second copy only renews again.
+		fwdOpts{resend: true}, func(ctx context.Context, conn *grpc.ClientConn) (err error) {
+			fwd, err = api.NewLeaseServiceClient(conn).Renew(ctx, req)
+			return err
+		})
 	switch {
 	case errors.Is(err, fsm.ErrNotFound):
 		return nil, status.Errorf(codes.NotFound, "lease %x not found or expired", req.LeaseId)
 	case err != nil:
 		return nil, toStatus(err)
-	case leader != nil:
-		return leader.Renew(markForwarded(ctx), req)
+	case fwd != nil:
+		return fwd, nil
 	}
 	return &api.RenewResponse{Lease: toAPILease(res.Lease), TtlRemaining: durationpb.New(res.Remaining)}, nil
 }
 
 // Release implements api.LeaseServiceServer.
 func (s *leaseService) Release(ctx context.Context, req *api.ReleaseRequest) (*api.ReleaseResponse, error) {
-	ctx, leader, res, err := s.leaseOp(ctx, req.LeaseId, &fsmpb.Command{Op: &fsmpb.Command_Release{Release: &fsmpb.Release{LeaseId: req.LeaseId}}})
+	var fwd *api.ReleaseResponse
+	res, err := s.leaseOp(ctx, req.LeaseId, &fsmpb.Command{Op: &fsmpb.Command_Release{Release: &fsmpb.Release{LeaseId: req.LeaseId}}},
+		// Not resent: a second copy would answer released=false for a
+		// lease the first released.
+		fwdOpts{}, func(ctx context.Context, conn *grpc.ClientConn) (err error) {
+			fwd, err = api.NewLeaseServiceClient(conn).Release(ctx, req)
+			return err
+		})
 	switch {
 	case err != nil:
 		return nil, toStatus(err)
-	case leader != nil:
-		return leader.Release(markForwarded(ctx), req)
+	case fwd != nil:
+		return fwd, nil
 	}
 	out := &api.ReleaseResponse{Released: res.Released}
 	if res.Released {
@@ -273,24 +289,23 @@ func (s *leaseService) Release(ctx context.Context, req *api.ReleaseRequest) (*a
 }
 
 // leaseOp is the common path of a command about one existing lease: check
-// the id, authorize the caller for the lease's resource, then either return
-// a client for the leader (leader != nil: the caller forwards the request
-// with the returned context) or propose cmd here and return its result; a
-// domain refusal comes back as err.
-func (s *leaseService) leaseOp(ctx context.Context, id []byte, cmd *fsmpb.Command) (context.Context, api.LeaseServiceClient, fsm.Result, error) {
+// the id, authorize the caller for the lease's resource, then either
+// forward the request to the leader with fwd (its answer is fwd's to keep;
+// err is then the forwarded call's) or propose cmd here and return its
+// result; a domain refusal comes back as err.
+func (s *leaseService) leaseOp(ctx context.Context, id []byte, cmd *fsmpb.Command, o fwdOpts, fwd func(context.Context, *grpc.ClientConn) error) (fsm.Result, error) {
 	if err := fsm.ValidateLeaseID(id); err != nil {
-		return ctx, nil, fsm.Result{}, err
+		return fsm.Result{}, err
 	}
 	ctx, err := s.n.authorizeLease(ctx, id)
 	if err != nil {
-		return ctx, nil, fsm.Result{}, err
+		return fsm.Result{}, err
 	}
-	conn, err := s.n.route(ctx)
-	if err != nil {
-		return ctx, nil, fsm.Result{}, err
-	}
-	if conn != nil {
-		return ctx, api.NewLeaseServiceClient(conn), fsm.Result{}, nil
+	_, local, err := forward(ctx, s.n, o, func(ctx context.Context, conn *grpc.ClientConn) (struct{}, error) {
+		return struct{}{}, fwd(ctx, conn)
+	})
+	if !local {
+		return fsm.Result{}, err
 	}
 	if rel := cmd.GetRelease(); rel != nil && planted(BugReleaseAckEarly) {
 		var l fsm.Lease
@@ -301,14 +316,14 @@ func (s *leaseService) leaseOp(ctx context.Context, id []byte, cmd *fsmpb.Comman
 		})
 		if live {
 			go func() { _, _ = s.n.propose(context.WithoutCancel(ctx), cmd) }() // the defect: nobody waits for the commit
-			return ctx, nil, fsm.Result{Released: true, Lease: l}, nil
+			return fsm.Result{Released: true, Lease: l}, nil
 		}
 	}
 	res, err := s.n.propose(ctx, cmd)
 	if err == nil {
 		err = res.Err
 	}
-	return ctx, nil, res, err
+	return res, err
 }
 
 // Get implements api.LeaseServiceServer. By default the answer is
@@ -323,12 +338,11 @@ func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 		return nil, toStatus(err)
 	}
 	if !req.Stale && !planted(BugLocalReads) {
-		conn, err := s.n.route(ctx)
-		if err != nil {
-			return nil, toStatus(err)
-		}
-		if conn != nil {
-			return api.NewLeaseServiceClient(conn).Get(markForwarded(ctx), req)
+		resp, local, err := forward(ctx, s.n, fwdOpts{resend: true}, func(ctx context.Context, conn *grpc.ClientConn) (*api.GetResponse, error) {
+			return api.NewLeaseServiceClient(conn).Get(ctx, req)
+		})
+		if !local {
+			return resp, toStatus(err)
 		}
 		if err := s.n.readIndex(ctx); err != nil {
 			return nil, toStatus(err)
@@ -489,12 +503,12 @@ func (s *leaseService) KeepAlive(stream grpc.BidiStreamingServer[api.KeepAliveRe
 	ctx := stream.Context()
 	forwarded := isForwarded(ctx)
 	if !forwarded {
-		conn, err := s.n.route(ctx)
+		conn, addr, err := s.n.routeTo(ctx)
 		if err != nil {
 			return toStatus(err)
 		}
 		if conn != nil {
-			return s.relayKeepAlive(stream, conn)
+			return s.relayKeepAlive(stream, conn, addr)
 		}
 	}
 	var (
@@ -555,8 +569,10 @@ func (s *leaseService) KeepAlive(stream grpc.BidiStreamingServer[api.KeepAliveRe
 // leader authorizes each renewal with the caller's forwarded credentials,
 // as it does for every forwarded call. When either side ends, so does the
 // other; the client then opens a new stream (on whichever node it picks)
-// and sends again what was in flight.
-func (s *leaseService) relayKeepAlive(stream grpc.BidiStreamingServer[api.KeepAliveRequest, api.KeepAliveResponse], conn *grpc.ClientConn) error {
+// and sends again what was in flight. The relay also ends, with
+// Unavailable, when raft's view of the leader moves away from addr: a
+// leader that went silent would otherwise hold the stream open unanswered.
+func (s *leaseService) relayKeepAlive(stream grpc.BidiStreamingServer[api.KeepAliveRequest, api.KeepAliveResponse], conn *grpc.ClientConn, addr string) error {
 	ctx := stream.Context()
 	if s.n.policy != nil {
 		c, err := s.n.identify(ctx)
@@ -567,6 +583,8 @@ func (s *leaseService) relayKeepAlive(stream grpc.BidiStreamingServer[api.KeepAl
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	ctx, endHop := s.n.fwd.startHop(ctx, addr, time.Time{}, nil, func() string { _, a := s.n.Leader(); return a })
+	defer endHop()
 	up, err := api.NewLeaseServiceClient(conn).KeepAlive(markForwarded(ctx))
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "keep-alive: cannot reach the leader: %v", err)
@@ -611,6 +629,9 @@ func (s *leaseService) relayKeepAlive(stream grpc.BidiStreamingServer[api.KeepAl
 	case err = <-done:
 	case <-s.n.stopCh:
 		return status.Error(codes.Unavailable, "node stopping; keep alive through another node")
+	}
+	if errors.Is(context.Cause(ctx), errLeaderMoved) {
+		return status.Errorf(codes.Unavailable, "keep-alive: the leader at %s was lost; open the stream again", addr)
 	}
 	switch {
 	case errors.Is(err, io.EOF):

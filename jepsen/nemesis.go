@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -25,13 +26,15 @@ const (
 
 // AllNemeses lists every kind implemented: the process nemeses above,
 // snapshot and member (nemesis_state.go), storage (nemesis_storage.go), the
-// network ones (NetNemeses, nemesis_net.go), the combined ones (ComboNemeses,
-// nemesis_combo.go), the clock ones (clock.go) and restore
-// (nemesis_restore.go). "all" means every one in spec (InSpecNemeses):
-// clock-rate, beyond the drift bound, and restore, which loses acknowledged
-// state by design, must be named.
-var AllNemeses = append(append(append([]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemSnapshot, NemMember, NemStorage},
-	NetNemeses...), ComboNemeses...), NemClockBump, NemClockStrobe, NemClockRate, NemRestore)
+// network ones (NetNemeses, nemesis_net.go; silent-leader, nemesis_silent.go),
+// the combined ones (ComboNemeses, nemesis_combo.go), the clock ones
+// (clock.go) and restore (nemesis_restore.go). "all" means every one in spec
+// (InSpecNemeses): clock-rate, beyond the drift bound, and restore, which
+// loses acknowledged state by design, must be named.
+var AllNemeses = slices.Concat(
+	[]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemSnapshot, NemMember, NemStorage},
+	NetNemeses, []string{NemSilentLeader}, ComboNemeses,
+	[]string{NemClockBump, NemClockStrobe, NemClockRate, NemRestore})
 
 // InSpecNemeses is AllNemeses without the out-of-spec clock-rate and
 // restore.
@@ -151,6 +154,8 @@ func (n *nemesis) run(ctx context.Context) {
 			n.partitionKill(ctx, hold)
 		case NemStorage:
 			n.storage(ctx, hold)
+		case NemSilentLeader:
+			n.silentLeader(ctx, hold)
 		case NemClockBump:
 			n.clockBump(ctx, hold)
 		case NemClockStrobe:

@@ -227,6 +227,24 @@ func (n *NSNet) Partition(grudge map[string][]string) error {
 	return errors.Join(errs...)
 }
 
+// Silence (on) drops every packet into and out of id's namespace but its
+// loopback, clients' included, without a reset: the node vanishes from
+// the network as a crashed host or a pulled cable makes it, while its
+// process runs on. Silence(id, false) lifts it; Heal does not touch it.
+func (n *NSNet) Silence(id string, on bool) error {
+	if !n.known(id) {
+		return fmt.Errorf("namespace mode: no node %q", id)
+	}
+	op := "-I"
+	if !on {
+		op = "-D"
+	}
+	return errors.Join(
+		n.in(id, op, "INPUT", "!", "-i", "lo", "-j", "DROP"),
+		n.in(id, op, "OUTPUT", "!", "-o", "lo", "-j", "DROP"),
+	)
+}
+
 // Slow implements Net with netem, if the kernel has it.
 func (n *NSNet) Slow(delay, jitter time.Duration) error {
 	n.mu.Lock()

@@ -48,6 +48,8 @@ var PlantedBugs = []PlantedBug{
 		Nemeses: []string{NemRestore}, Time: 30 * time.Second, Catch: []string{NameRestore, NameTokens}},
 	{Name: "skip-entry-checksum", In: "leased", What: "log entry checksums are not verified, so a node applies an entry its disk changed",
 		Nemeses: []string{NemStorage}, Time: 30 * time.Second, Catch: []string{NameStorage}},
+	{Name: "forward-no-timeout", In: "leased", What: "a follower forwarding to a silent leader waits out the caller's deadline (no hop timeout, no re-route)",
+		Nemeses: []string{NemPauseLeader}, Time: 30 * time.Second, Catch: []string{NameUnavailability}},
 	{Name: "accept-lower-token", In: "fencedkv", What: "fencedkv applies a write whose token is below the scope's highest",
 		Nemeses: []string{NemClientPause}, Time: 25 * time.Second, Catch: []string{NameFencedTokens, NameFinalRead}},
 }

@@ -321,6 +321,21 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	say("%d workers on %d resources, ttl %v; %d linearizability workers on %d resources, ttl %v",
 		cfg.Workers, cfg.Resources, cfg.TTL, cfg.LinWorkers, cfg.LinResources, linTTL)
 
+	// Availability probers, one pinned to each node (availability.go).
+	af, err := os.Create(filepath.Join(dir, "availability.jsonl"))
+	if err != nil {
+		return sum, err
+	}
+	defer af.Close()
+	alog := NewWriter(af)
+	defer alog.Flush()
+	pctx, stopProbes := context.WithCancel(ctx)
+	var pwg sync.WaitGroup
+	pwg.Add(1)
+	go func() { defer pwg.Done(); probeAvailability(pctx, cl.Nodes(), cl.Endpoints(), alog) }()
+	defer pwg.Wait()
+	defer stopProbes()
+
 	// Nemesis, then the quiet phase.
 	tw := time.Now()
 	nem := &nemesis{kinds: append([]string(nil), cfg.Nemeses...), rng: rng, nodes: cl, net: cl.Net(), workers: fencedWorkers, kv: kv, ttl: cfg.TTL, log: nlog, hist: hist,
@@ -353,6 +368,8 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	say("faults healed; quiet phase %v", cfg.Quiet)
 	sleepCtx(ctx, cfg.Quiet)
 	close(progressDone)
+	stopProbes()
+	pwg.Wait()
 	stopWorkers()
 	phase("workload", tw)
 	say("workers stopped")
@@ -433,8 +450,11 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	sum.Ops = countOps(raw)
 	sum.Faults, sum.FaultsEffective = nem.Counts()
 	faults, _ := ReadFaults(mustRead(filepath.Join(dir, "nemesis.jsonl"), nlog))
+	samples, _ := ReadProbeSamples(mustRead(filepath.Join(dir, "availability.jsonl"), alog))
+	unavail, windows := CheckUnavailabilityBounded(samples, faults, UnavailabilityBound)
+	say("client-observed unavailability during faults that leave a quorum up (callers pinned to one node): %s", windowsString(windows))
 	sum.Results = append(withRestoreCheck(cfg.Nemeses, CheckAll(h, audit, cfg.SkewMargin), h, faults), serves.done("sentinel"), converge,
-		CheckMeaningful(cfg, h, faults))
+		CheckMeaningful(cfg, h, faults), unavail)
 	if slices.Contains(cfg.Nemeses, NemStorage) {
 		sum.Results = append(sum.Results, CheckStorageRefused(faults))
 	}
@@ -647,6 +667,11 @@ func Recheck(dir string, out io.Writer) ([]Result, error) {
 	if nf, err := os.ReadFile(filepath.Join(dir, "nemesis.jsonl")); err == nil {
 		faults, _ := ReadFaults(nf)
 		rs = withRestoreCheck(cfg.Nemeses, rs, h, faults)
+		if b, err := os.ReadFile(filepath.Join(dir, "availability.jsonl")); err == nil {
+			samples, _ := ReadProbeSamples(b)
+			r, _ := CheckUnavailabilityBounded(samples, faults, UnavailabilityBound)
+			rs = append(rs, r)
+		}
 	}
 	MarkRequired(cfg.Nemeses, rs)
 	for _, r := range rs {

@@ -79,7 +79,7 @@ func (e *Election) Campaign(ctx context.Context) (*client.Lease, error) {
 			// use (Acquire released it) or has ended: its replay can
 			// only say so again. Campaign afresh under a new id.
 			requestID = newCampaignID()
-		case errors.Is(err, client.ErrUnavailable), errors.Is(err, client.ErrIndeterminate):
+		case errors.Is(err, client.ErrUnavailable), errors.Is(err, client.ErrNoLeader), errors.Is(err, client.ErrIndeterminate):
 			// A waiting Acquire ends when the leader it waited on
 			// changes; campaign again until ctx ends.
 		default:

@@ -1,0 +1,146 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/leasefence/leasefence/api"
+)
+
+// blackHole accepts TCP connections and never answers on them: a silent
+// peer, as a frozen host or a link that drops everything looks to a
+// sender whose connection is already up.
+func blackHole(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+// indeterminate returns the request id of an Unavailable INDETERMINATE
+// status, and whether err is one.
+func indeterminate(err error) (string, bool) {
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable {
+		return "", false
+	}
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.Reason == api.ReasonIndeterminate && ei.Domain == api.ErrorDomain {
+			return ei.Metadata[api.MetaRequestID], true
+		}
+	}
+	return "", false
+}
+
+// A follower whose calls to the leader go unanswered while raft still
+// regards that leader as alive (its heartbeats arrive; the follower's own
+// connection to it is a black hole) gives up on each hop after hopTimeout.
+// A call it may not send again answers INDETERMINATE about then; one it
+// may resend is resent until the caller's deadline nears, then answers
+// INDETERMINATE with its request id before that deadline.
+func TestForwardingHopToUnansweringLeaderEndsIndeterminateBeforeTheDeadline(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	li, ln := tc.leader()
+	fi, _ := tc.follower()
+	lease, err := tc.client(li).Acquire(ctxT(t), &api.AcquireRequest{Resource: "hop/release", Holder: "t", Ttl: durationpb.New(5 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.stop(fi)
+	tc.cfgs[fi].UnsafePeerRoutes = map[string]string{ln.Addr(): blackHole(t)}
+	tc.start(fi)
+	fc := tc.client(fi)
+	eventually(t, 10*time.Second, "the restarted follower to know the leader", func() bool {
+		_, addr := tc.nodes[fi].Leader()
+		return addr == ln.Addr()
+	})
+	hop := tc.nodes[fi].hopTimeout()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = fc.Release(ctx, &api.ReleaseRequest{LeaseId: lease.Lease.Id})
+	took := time.Since(start)
+	if _, ok := indeterminate(err); !ok {
+		t.Fatalf("release through the follower: %v; want Unavailable INDETERMINATE", err)
+	}
+	if took > hop+time.Second {
+		t.Fatalf("release answered after %v; want about the hop timeout %v", took, hop)
+	}
+
+	ctx, cancel = context.WithTimeout(context.Background(), 2*hop+hop/2)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	_, err = fc.Acquire(ctx, &api.AcquireRequest{Resource: "hop/acquire", Holder: "t", Ttl: durationpb.New(5 * time.Second), RequestId: "hop-req-1"})
+	if id, ok := indeterminate(err); !ok || id != "hop-req-1" {
+		t.Fatalf("acquire through the follower: %v; want Unavailable INDETERMINATE naming hop-req-1", err)
+	}
+	if time.Now().After(deadline) {
+		t.Fatal("the answer came after the caller's deadline")
+	}
+	var m dto.Metric
+	if err := tc.nodes[fi].metrics.forwardCut.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if cut := m.GetCounter().GetValue(); cut < 3 {
+		t.Fatalf("forward_hops_cut_total = %v; want at least 3 (one release, two acquire hops)", cut)
+	}
+}
+
+// An indeterminate outcome is said once, with the request id to retry
+// with, whether or not the wrapped error already says it; the status
+// carries the id for the client.
+func TestIndeterminateErrorNamesOutcomeOnceAndItsRequestID(t *testing.T) {
+	for _, inner := range []error{
+		fmt.Errorf("%w: leadership lost while committing log", ErrIndeterminate),
+		errHopSilent,
+	} {
+		err := &IndeterminateError{RequestID: "r-1", Err: inner}
+		if msg := err.Error(); strings.Count(msg, "outcome unknown") != 1 || !strings.Contains(msg, `"r-1"`) {
+			t.Errorf("%q: want \"outcome unknown\" once and the request id", msg)
+		}
+		if !errors.Is(err, ErrIndeterminate) || !errors.Is(err, inner) {
+			t.Errorf("%v does not unwrap to ErrIndeterminate and %v", err, inner)
+		}
+		if id, ok := indeterminate(toStatus(err)); !ok || id != "r-1" {
+			t.Errorf("toStatus(%v) = %v; want Unavailable INDETERMINATE naming r-1", err, toStatus(err))
+		}
+	}
+}

@@ -1,0 +1,70 @@
+package jepsen
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// NemSilentLeader makes the leader silent without a reset (issue 15 §2):
+// in namespace mode every packet into and out of its namespace is
+// dropped, clients' included (NSNet.Silence), while its process runs on;
+// in proxy mode every proxy of its peer links stops forwarding without
+// closing, both ways (the harness does not proxy client connections, so
+// there clients still reach it: use netns for the whole fault).
+const NemSilentLeader = "silent-leader"
+
+func (n *nemesis) silentLeader(ctx context.Context, hold time.Duration) {
+	bg := context.WithoutCancel(ctx) // always heal
+	leader, term := n.currentTerm(bg)
+	if n.net == nil || leader == "" {
+		why := "no leader known"
+		if n.net == nil {
+			why = "the cluster has no Net (started without a net mode)"
+		}
+		n.record(Fault{Phase: "start", Kind: NemSilentLeader, Detail: "error: " + why})
+		n.record(Fault{Phase: "heal", Kind: NemSilentLeader, Detail: "nothing injected"})
+		return
+	}
+	var others []string
+	for _, id := range n.nodes.Nodes() {
+		if id != leader {
+			others = append(others, id)
+		}
+	}
+	if hold < 2*time.Second {
+		hold = 2 * time.Second
+	}
+	var (
+		err  error
+		desc string
+		heal func() error
+	)
+	if ns, ok := n.net.(*NSNet); ok {
+		desc = "every packet into and out of its namespace dropped, clients' included"
+		err = ns.Silence(leader, true)
+		heal = func() error { return ns.Silence(leader, false) }
+	} else {
+		desc = "every proxy of its peer links stalled both ways, not closed"
+		g := map[string][]string{leader: others}
+		for _, o := range others {
+			g[o] = []string{leader}
+		}
+		err = n.net.Partition(g)
+		heal = n.net.Heal
+	}
+	n.progress(fmt.Sprintf("nemesis: %s: %s (the leader): %s", NemSilentLeader, leader, desc))
+	n.record(Fault{Phase: "start", Kind: NemSilentLeader, Target: leader, Leader: true,
+		Detail: errString(err, fmt.Sprintf("%s; term %d", desc, term))})
+	obs := n.observe(bg, hold)
+	herr := heal()
+	nl := obs.leaderIn(others, leader, term+1)
+	seen := []string{fmt.Sprintf("new leader among the others: %s", orNone(nl)),
+		fmt.Sprintf("%s over %d polls", obs.termsString(), obs.polls)}
+	seen = append(seen, "after heal leader "+orNone(n.waitLeader(bg, 10*time.Second)))
+	if herr != nil {
+		seen = append(seen, "heal error: "+herr.Error())
+	}
+	n.record(Fault{Phase: "heal", Kind: NemSilentLeader, Target: leader, Effective: err == nil && nl != "", Detail: strings.Join(seen, "; ")})
+}
