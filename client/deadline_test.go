@@ -48,6 +48,10 @@ func TestAcquireAnsweredAfterSafeWindowFailsAndReleases(t *testing.T) {
 			c, err := client.New(client.Config{
 				Endpoints:   []string{endpoint},
 				DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(delayReply(tc.method, ttl))},
+				// Long enough to hear the late answer: the default
+				// per-attempt bound (1.2 s) would cut it and replay the
+				// grant on time.
+				RequestTimeout: 5 * time.Second,
 			})
 			if err != nil {
 				t.Fatal(err)

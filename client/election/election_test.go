@@ -174,6 +174,9 @@ func TestCampaignAfterLateGrantCampaignsAgain(t *testing.T) {
 	cl, err := client.New(client.Config{
 		Endpoints:   []string{endpoint},
 		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(delayFirstRenewReply(2*time.Second, &renews))},
+		// Long enough to hear the late answer (the default per-attempt
+		// bound, 1.2 s, would cut it and replay the grant in time).
+		RequestTimeout: 5 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -300,6 +300,7 @@ var failures = []failure{
 	{is: sentinel(client.ErrInvalidArgument), exit: ExitFailed, say: sayInvalid},
 	{is: answeredNoLeader, exit: ExitFailed, say: sayNoLeader, own: true, reason: "no_leader"},
 	{is: sentinel(client.ErrIndeterminate), exit: ExitFailed, say: sayUnknown, own: true, reason: "outcome_unknown"},
+	{is: sentinel(client.ErrNoLeader), exit: ExitFailed, say: sayNoLeader, own: true, reason: "no_leader"},
 	{is: sentinel(client.ErrUnavailable), exit: ExitFailed, say: sayUnreachable, own: true, reason: "unreachable"},
 	{is: func(error) bool { return true }, exit: -1, say: sayStatus},
 }
