@@ -430,7 +430,10 @@ func setupMembersAdd(a *app, fs *flag.FlagSet) func(context.Context, []string) e
 	nonvoter := fs.Bool("nonvoter", false, "add the node as a nonvoter (replicates, does not vote)")
 	return func(ctx context.Context, args []string) error {
 		req := &api.JoinRequest{Id: args[0], Addr: args[1], Nonvoter: *nonvoter}
-		_, _, err := rpc(ctx, a, api.NewClusterServiceClient, api.ClusterServiceClient.Join, req, client.Mutation())
+		// No per-attempt bound: the leader probes the new member (up to
+		// 2 s) and commits the configuration before it answers, longer
+		// than the client's 1.2 s bound for spotting a silent node.
+		_, _, err := rpc(ctx, a, api.NewClusterServiceClient, api.ClusterServiceClient.Join, req, client.Mutation(), client.NoAttemptTimeout())
 		if err != nil {
 			return err
 		}
@@ -470,7 +473,7 @@ func answers(ctx context.Context, addr string) bool {
 
 func setupMembersRemove(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 	return func(ctx context.Context, args []string) error {
-		_, _, err := rpc(ctx, a, api.NewClusterServiceClient, api.ClusterServiceClient.Remove, &api.RemoveRequest{Id: args[0]}, client.Mutation())
+		_, _, err := rpc(ctx, a, api.NewClusterServiceClient, api.ClusterServiceClient.Remove, &api.RemoveRequest{Id: args[0]}, client.Mutation(), client.NoAttemptTimeout())
 		if err != nil {
 			return err
 		}
@@ -493,7 +496,7 @@ func setupTransfer(a *app, fs *flag.FlagSet) func(context.Context, []string) err
 		if st, _, err := a.status(ctx); err == nil {
 			prev = st.GetLeaderId()
 		}
-		resp, _, err := rpc(ctx, a, api.NewClusterServiceClient, api.ClusterServiceClient.TransferLeadership, req, client.Mutation())
+		resp, _, err := rpc(ctx, a, api.NewClusterServiceClient, api.ClusterServiceClient.TransferLeadership, req, client.Mutation(), client.NoAttemptTimeout())
 		if err != nil {
 			return err
 		}
