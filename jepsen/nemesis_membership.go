@@ -100,10 +100,14 @@ func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 	n.mu.Lock()
 	seq := n.counts[NemMemberUnreachable] + 1
 	n.mu.Unlock()
-	n.progress(fmt.Sprintf("nemesis: %s: ask %s (the leader) to add %d voters at %s, where nothing listens",
-		NemMemberUnreachable, leader, k, strings.Join(addrs, ",")))
+	voters := "1 voter"
+	if k > 1 {
+		voters = fmt.Sprintf("%d voters", k)
+	}
+	n.progress(fmt.Sprintf("nemesis: %s: ask %s (the leader) to add %s at %s, where nothing listens",
+		NemMemberUnreachable, leader, voters, strings.Join(addrs, ",")))
 	n.record(Fault{Phase: "start", Kind: NemMemberUnreachable, Target: leader, Leader: true,
-		Detail: fmt.Sprintf("adding %d voters at %s (nothing listens there), one after another", k, strings.Join(addrs, ","))})
+		Detail: fmt.Sprintf("adding %s at %s (nothing listens there), one after another", voters, strings.Join(addrs, ","))})
 	out := &MembershipOutcome{}
 	unreachable := map[string]string{} // addr -> id
 	for i, addr := range addrs {
@@ -117,9 +121,9 @@ func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 		}
 		out.Adds = append(out.Adds, a)
 	}
-	voters := map[string]bool{}
+	listed := map[string]bool{}
 	for deadline := time.Now().Add(max(hold, 2*time.Second)); ; time.Sleep(250 * time.Millisecond) {
-		listedIn(cl.NodeStates(bg), unreachable, voters, nil)
+		listedIn(cl.NodeStates(bg), unreachable, listed, nil)
 		if time.Now().After(deadline) {
 			break
 		}
@@ -138,12 +142,12 @@ func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 	var left map[string]bool
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(250 * time.Millisecond) {
 		left = map[string]bool{}
-		listedIn(cl.NodeStates(bg), unreachable, voters, left)
+		listedIn(cl.NodeStates(bg), unreachable, listed, left)
 		if len(left) == 0 || time.Now().After(deadline) {
 			break
 		}
 	}
-	out.Voters, out.Left = sortedSet(voters), sortedSet(left)
+	out.Voters, out.Left = sortedSet(listed), sortedSet(left)
 	answered := 0
 	var summary []string
 	for _, a := range out.Adds {
