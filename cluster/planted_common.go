@@ -15,6 +15,7 @@ const (
 	BugLeaseIDByResource = "lease-id-by-resource"
 	BugReleaseAckEarly   = "release-ack-before-commit"
 	BugForwardNoTimeout  = "forward-no-timeout"
+	BugAddUnprobed       = "add-unprobed"
 )
 
 // wallNanos is the wall clock's reading: the fault clock's when c has one,

@@ -146,63 +146,8 @@ type unavailableWindow struct {
 // The witness and detail give the distribution of the judged windows.
 func CheckUnavailabilityBounded(samples []ProbeSample, faults []Fault, bound time.Duration) (Result, []time.Duration) {
 	f := newFinding(NameUnavailability)
-	byNode := map[string][]ProbeSample{}
-	for _, s := range samples {
-		byNode[s.Node] = append(byNode[s.Node], s)
-	}
-	var windows []unavailableWindow
-	for node, ss := range byNode {
-		sort.Slice(ss, func(i, j int) bool { return ss[i].InvokeNs < ss[j].InvokeNs })
-		var open *unavailableWindow
-		for _, s := range ss {
-			slow := time.Duration(s.CompleteNs-s.InvokeNs) > bound
-			switch {
-			case s.OK && !slow:
-				if open != nil {
-					open.end = s.CompleteNs
-					windows = append(windows, *open)
-					open = nil
-				}
-			case open == nil:
-				open = &unavailableWindow{node: node, start: s.InvokeNs, end: s.CompleteNs}
-				fallthrough
-			default:
-				open.failed++
-				open.end = s.CompleteNs
-				if s.Error != "" {
-					open.lastErr = s.Error
-				}
-				if s.OK { // a slow success closes the window it opened
-					windows = append(windows, *open)
-					open = nil
-				}
-			}
-		}
-		if open != nil { // never recovered before the run ended
-			windows = append(windows, *open)
-		}
-	}
-	type span struct {
-		kind, target string
-		start, end   int64
-	}
-	var spans []span
-	starts := map[string]Fault{}
-	for _, ft := range faults {
-		key := ft.Kind + "/" + ft.Target
-		switch ft.Phase {
-		case "start":
-			starts[key] = ft
-		case "heal":
-			if st, ok := starts[key]; ok {
-				spans = append(spans, span{ft.Kind, ft.Target, st.TimeNs, ft.TimeNs + int64(settleAfterHeal)})
-				delete(starts, key)
-			}
-		}
-	}
-	for key, st := range starts { // never healed: to the end of time
-		spans = append(spans, span{st.Kind, key[len(st.Kind)+1:], st.TimeNs, 1<<63 - 1})
-	}
+	windows := probeWindows(samples, bound)
+	spans := heldSpans(faults)
 	var judged []time.Duration
 	for _, w := range windows {
 		bounded, other, hit := false, false, false
@@ -243,4 +188,77 @@ func windowsString(ws []time.Duration) string {
 		return "no window"
 	}
 	return fmt.Sprintf("%d windows, median %v, max %v", len(ws), ws[len(ws)/2].Round(time.Millisecond), ws[len(ws)-1].Round(time.Millisecond))
+}
+
+// probeWindows returns each prober's windows of unavailability: from the
+// invocation of a call that failed (or succeeded only after more than
+// bound) to the completion of the next success; a window never closed
+// ends at its last sample.
+func probeWindows(samples []ProbeSample, bound time.Duration) []unavailableWindow {
+	byNode := map[string][]ProbeSample{}
+	for _, s := range samples {
+		byNode[s.Node] = append(byNode[s.Node], s)
+	}
+	var windows []unavailableWindow
+	for node, ss := range byNode {
+		sort.Slice(ss, func(i, j int) bool { return ss[i].InvokeNs < ss[j].InvokeNs })
+		var open *unavailableWindow
+		for _, s := range ss {
+			slow := time.Duration(s.CompleteNs-s.InvokeNs) > bound
+			switch {
+			case s.OK && !slow:
+				if open != nil {
+					open.end = s.CompleteNs
+					windows = append(windows, *open)
+					open = nil
+				}
+			case open == nil:
+				open = &unavailableWindow{node: node, start: s.InvokeNs, end: s.CompleteNs}
+				fallthrough
+			default:
+				open.failed++
+				open.end = s.CompleteNs
+				if s.Error != "" {
+					open.lastErr = s.Error
+				}
+				if s.OK { // a slow success closes the window it opened
+					windows = append(windows, *open)
+					open = nil
+				}
+			}
+		}
+		if open != nil { // never recovered before the run ended
+			windows = append(windows, *open)
+		}
+	}
+	return windows
+}
+
+// heldSpan is a fault from its start until settleAfterHeal after its heal.
+type heldSpan struct {
+	kind, target string
+	start, end   int64
+}
+
+// heldSpans pairs each fault's start and heal (a fault never healed runs
+// to the end of time).
+func heldSpans(faults []Fault) []heldSpan {
+	var spans []heldSpan
+	starts := map[string]Fault{}
+	for _, ft := range faults {
+		key := ft.Kind + "/" + ft.Target
+		switch ft.Phase {
+		case "start":
+			starts[key] = ft
+		case "heal":
+			if st, ok := starts[key]; ok {
+				spans = append(spans, heldSpan{ft.Kind, ft.Target, st.TimeNs, ft.TimeNs + int64(settleAfterHeal)})
+				delete(starts, key)
+			}
+		}
+	}
+	for key, st := range starts { // never healed: to the end of time
+		spans = append(spans, heldSpan{st.Kind, key[len(st.Kind)+1:], st.TimeNs, 1<<63 - 1})
+	}
+	return spans
 }

@@ -195,4 +195,7 @@ type Fault struct {
 	// Storage is what a node did after NemStorage changed its store (on
 	// heal).
 	Storage *StorageOutcome `json:"storage,omitempty"`
+	// Membership is what NemMemberUnreachable's adds were answered and
+	// what the nodes listed (on heal).
+	Membership *MembershipOutcome `json:"membership,omitempty"`
 }

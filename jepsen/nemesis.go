@@ -25,14 +25,15 @@ const (
 )
 
 // AllNemeses lists every kind implemented: the process nemeses above,
-// snapshot and member (nemesis_state.go), storage (nemesis_storage.go), the
+// snapshot and member (nemesis_state.go), storage (nemesis_storage.go),
+// member-unreachable (nemesis_membership.go), the
 // network ones (NetNemeses, nemesis_net.go; silent-leader, nemesis_silent.go),
 // the combined ones (ComboNemeses, nemesis_combo.go), the clock ones
 // (clock.go) and restore (nemesis_restore.go). "all" means every one in spec
 // (InSpecNemeses): clock-rate, beyond the drift bound, and restore, which
 // loses acknowledged state by design, must be named.
 var AllNemeses = slices.Concat(
-	[]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemSnapshot, NemMember, NemStorage},
+	[]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemSnapshot, NemMember, NemStorage, NemMemberUnreachable},
 	NetNemeses, []string{NemSilentLeader}, ComboNemeses,
 	[]string{NemClockBump, NemClockStrobe, NemClockRate, NemRestore})
 
@@ -154,6 +155,8 @@ func (n *nemesis) run(ctx context.Context) {
 			n.partitionKill(ctx, hold)
 		case NemStorage:
 			n.storage(ctx, hold)
+		case NemMemberUnreachable:
+			n.memberUnreachable(ctx, hold)
 		case NemSilentLeader:
 			n.silentLeader(ctx, hold)
 		case NemClockBump:

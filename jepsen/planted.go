@@ -50,6 +50,8 @@ var PlantedBugs = []PlantedBug{
 		Nemeses: []string{NemStorage}, Time: 30 * time.Second, Catch: []string{NameStorage}},
 	{Name: "forward-no-timeout", In: "leased", What: "a follower forwarding to a silent leader waits out the caller's deadline (no hop timeout, no re-route)",
 		Nemeses: []string{NemPauseLeader}, Time: 30 * time.Second, Catch: []string{NameUnavailability}},
+	{Name: "add-unprobed", In: "leased", What: "the leader adds a member as a voter without probing it and without the quorum rule",
+		Nemeses: []string{NemMemberUnreachable}, Time: 25 * time.Second, Catch: []string{NameMembershipQuorum}},
 	{Name: "accept-lower-token", In: "fencedkv", What: "fencedkv applies a write whose token is below the scope's highest",
 		Nemeses: []string{NemClientPause}, Time: 25 * time.Second, Catch: []string{NameFencedTokens, NameFinalRead}},
 }

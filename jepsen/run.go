@@ -458,6 +458,9 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	if slices.Contains(cfg.Nemeses, NemStorage) {
 		sum.Results = append(sum.Results, CheckStorageRefused(faults))
 	}
+	if slices.Contains(cfg.Nemeses, NemMemberUnreachable) {
+		sum.Results = append(sum.Results, CheckMembershipKeepsQuorum(samples, faults, UnavailabilityBound))
+	}
 	MarkRequired(cfg.Nemeses, sum.Results)
 	sum.Passed, sum.Failed = Tally(sum.Results)
 	sum.NotCounted = NotCounted(sum.Results)
@@ -671,6 +674,9 @@ func Recheck(dir string, out io.Writer) ([]Result, error) {
 			samples, _ := ReadProbeSamples(b)
 			r, _ := CheckUnavailabilityBounded(samples, faults, UnavailabilityBound)
 			rs = append(rs, r)
+			if slices.Contains(cfg.Nemeses, NemMemberUnreachable) {
+				rs = append(rs, CheckMembershipKeepsQuorum(samples, faults, UnavailabilityBound))
+			}
 		}
 	}
 	MarkRequired(cfg.Nemeses, rs)

@@ -1,0 +1,318 @@
+package jepsen
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/leasefence/leasefence/api"
+)
+
+// NemMemberUnreachable asks the leader (ClusterService.Join, what
+// `leasectl members add` does) to add voters at loopback addresses where
+// nothing listens (issue 14 §3, issue 15 §6), one after another, records
+// each answer, holds, and heals by removing every one that was not
+// refused. Half the time it adds as many as the cluster has nodes (with 3
+// nodes, 3: accepted as voters they would leave 3 answering of 6, one
+// short of a quorum), otherwise 1 to that many. Effective when every add
+// was answered (refused or added).
+const NemMemberUnreachable = "member-unreachable"
+
+// NameMembershipQuorum is CheckMembershipKeepsQuorum's name.
+const NameMembershipQuorum = "membership-keeps-quorum"
+
+// Anomalies of CheckMembershipKeepsQuorum.
+const (
+	// AnomalyUnreachableVoter: an address where nothing listens became a
+	// voter (the add was answered as done, or a node listed it as one).
+	AnomalyUnreachableVoter = "unreachable-voter-added"
+	// AnomalyUnreachableKept: after the heal a node still listed an
+	// unreachable member (the cluster could not remove it).
+	AnomalyUnreachableKept = "unreachable-member-kept"
+	// AnomalyUnavailableMemberChange: a caller saw no successful call for
+	// longer than the bound during such a fault or after its heal.
+	AnomalyUnavailableMemberChange = "unavailable-during-member-change"
+)
+
+// Answers to an add of an unreachable member.
+const (
+	AddRefused = "refused" // FailedPrecondition: the leader refused it
+	AddAdded   = "added"   // OK: the leader added it
+	AddError   = "error"   // anything else: no decision seen (no leader, timeout, ...)
+)
+
+// MemberAdd is one add NemMemberUnreachable asked for.
+type MemberAdd struct {
+	ID     string `json:"id"`
+	Addr   string `json:"addr"`
+	Answer string `json:"answer"`
+	Error  string `json:"error,omitempty"`
+	TookNs int64  `json:"took_ns"`
+}
+
+// MembershipOutcome is what NemMemberUnreachable saw (on its heal record).
+type MembershipOutcome struct {
+	Adds []MemberAdd `json:"adds"`
+	// Voters lists "node: id at addr" for every unreachable member a node
+	// listed as a voter, during the hold or after the heal.
+	Voters []string `json:"voters,omitempty"`
+	// Left lists "node: id at addr" for every unreachable member a node
+	// still listed (voter or not) once the heal was over.
+	Left []string `json:"left,omitempty"`
+}
+
+// memberAddTimeout bounds one Join call of the nemesis: the leader's probe
+// of the new member takes up to 2 s (cluster.joinProbeTimeout).
+const memberAddTimeout = 10 * time.Second
+
+func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
+	bg := context.WithoutCancel(ctx) // always heal
+	cl, ok := n.nodes.(*Cluster)
+	leader := ""
+	if ok {
+		leader = cl.Leader(bg)
+	}
+	nodes := len(n.nodes.Nodes())
+	k := nodes
+	if n.rng.IntN(2) == 0 {
+		k = 1 + n.rng.IntN(nodes)
+	}
+	var addrs []string
+	var err error
+	if leader != "" {
+		addrs, err = UnusedAddrs(k)
+	}
+	if !ok || leader == "" || err != nil {
+		why := "no leader"
+		if err != nil {
+			why = err.Error()
+		}
+		n.record(Fault{Phase: "start", Kind: NemMemberUnreachable, Detail: "error: " + why})
+		n.record(Fault{Phase: "heal", Kind: NemMemberUnreachable, Detail: "nothing done"})
+		return
+	}
+	n.mu.Lock()
+	seq := n.counts[NemMemberUnreachable] + 1
+	n.mu.Unlock()
+	voters := "1 voter"
+	if k > 1 {
+		voters = fmt.Sprintf("%d voters", k)
+	}
+	n.progress(fmt.Sprintf("nemesis: %s: ask %s (the leader) to add %s at %s, where nothing listens",
+		NemMemberUnreachable, leader, voters, strings.Join(addrs, ",")))
+	n.record(Fault{Phase: "start", Kind: NemMemberUnreachable, Target: leader, Leader: true,
+		Detail: fmt.Sprintf("adding %s at %s (nothing listens there), one after another", voters, strings.Join(addrs, ","))})
+	out := &MembershipOutcome{}
+	unreachable := map[string]string{} // addr -> id
+	for i, addr := range addrs {
+		id := fmt.Sprintf("u%d-%d", seq, i+1)
+		unreachable[addr] = id
+		t := time.Now()
+		err := cl.join(bg, id, addr)
+		a := MemberAdd{ID: id, Addr: addr, Answer: joinAnswer(err), TookNs: int64(time.Since(t))}
+		if err != nil {
+			a.Error = err.Error()
+		}
+		out.Adds = append(out.Adds, a)
+	}
+	listed := map[string]bool{}
+	for deadline := time.Now().Add(max(hold, 2*time.Second)); ; time.Sleep(250 * time.Millisecond) {
+		listedIn(cl.NodeStates(bg), unreachable, listed, nil)
+		if time.Now().After(deadline) {
+			break
+		}
+	}
+	// Heal: remove every add that was not refused (one whose answer was
+	// lost may have been added).
+	var herrs []string
+	for _, a := range out.Adds {
+		if a.Answer == AddRefused {
+			continue
+		}
+		if err := cl.removeBounded(bg, a.ID); err != nil {
+			herrs = append(herrs, fmt.Sprintf("remove %s: %v", a.ID, err))
+		}
+	}
+	var left map[string]bool
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		left = map[string]bool{}
+		listedIn(cl.NodeStates(bg), unreachable, listed, left)
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	out.Voters, out.Left = sortedSet(listed), sortedSet(left)
+	answered := 0
+	var summary []string
+	for _, a := range out.Adds {
+		if a.Answer != AddError {
+			answered++
+		}
+		summary = append(summary, fmt.Sprintf("%s at %s: %s in %v", a.ID, a.Addr, a.Answer, time.Duration(a.TookNs).Round(time.Millisecond)))
+	}
+	detail := strings.Join(summary, "; ")
+	if len(out.Voters) > 0 {
+		detail += "; listed as voters: " + strings.Join(out.Voters, ", ")
+	}
+	if len(out.Left) > 0 {
+		detail += "; still members after the heal: " + strings.Join(out.Left, ", ")
+	}
+	if len(herrs) > 0 {
+		detail += "; heal errors: " + strings.Join(herrs, "; ")
+	}
+	n.record(Fault{Phase: "heal", Kind: NemMemberUnreachable, Target: leader, Effective: answered == k, Membership: out, Detail: detail})
+}
+
+// joinAnswer classifies a Join's outcome.
+func joinAnswer(err error) string {
+	switch status.Code(err) {
+	case codes.OK:
+		return AddAdded
+	case codes.FailedPrecondition:
+		return AddRefused
+	}
+	return AddError
+}
+
+// listedIn notes, for each node's status, the unreachable members it
+// lists: as voters into voters, and any of them into left (when not nil).
+func listedIn(states map[string]*api.StatusResponse, unreachable map[string]string, voters, left map[string]bool) {
+	for node, st := range states {
+		for _, m := range st.Members {
+			if _, ok := unreachable[m.Addr]; !ok {
+				continue
+			}
+			what := fmt.Sprintf("%s: %s at %s", node, m.Id, m.Addr)
+			if m.Suffrage == "voter" {
+				voters[what] = true
+			}
+			if left != nil {
+				left[what] = true
+			}
+		}
+	}
+}
+
+func sortedSet(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// UnusedAddrs returns k distinct loopback addresses where nothing listens:
+// ports the kernel handed out and that were closed again at once.
+func UnusedAddrs(k int) ([]string, error) {
+	var out []string
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for i := 0; i < k; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	return out, nil
+}
+
+// join asks the leader to add a voter id at addr.
+func (c *Cluster) join(ctx context.Context, id, addr string) error {
+	cs, err := c.leaderClient(ctx)
+	if err != nil {
+		return err
+	}
+	jctx, cancel := context.WithTimeout(ctx, memberAddTimeout)
+	defer cancel()
+	_, err = cs.Join(jctx, &api.JoinRequest{Id: id, Addr: addr})
+	return err
+}
+
+// removeBounded asks the leader to remove member id: three tries of 5 s at
+// most (a cluster without a quorum cannot remove anything). A member the
+// leader does not know counts as removed.
+func (c *Cluster) removeBounded(ctx context.Context, id string) error {
+	var err error
+	for i := 0; i < 3; i++ {
+		var cs api.ClusterServiceClient
+		if cs, err = c.leaderClient(ctx); err == nil {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err = cs.Remove(rctx, &api.RemoveRequest{Id: id})
+			cancel()
+			if err == nil || status.Code(err) == codes.NotFound {
+				return nil
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return err
+}
+
+// CheckMembershipKeepsQuorum is the member-unreachable nemesis's checker
+// (issue 14 §3): no address where nothing listens ever becomes a voter
+// (an add answered as done, or a node listing it as a voter), none is
+// left in the configuration after the heal, and a caller pinned to any
+// node sees a successful call at least every bound while such a fault
+// holds and until settleAfterHeal after its heal (windows of
+// unavailability, as unavailability-bounded computes them, that overlap
+// such a fault and no fault of another kind; no node is hit by it, so
+// every prober is judged).
+func CheckMembershipKeepsQuorum(samples []ProbeSample, faults []Fault, bound time.Duration) Result {
+	f := newFinding(NameMembershipQuorum)
+	for _, x := range faults {
+		if x.Kind != NemMemberUnreachable || x.Phase != "heal" || x.Membership == nil {
+			continue
+		}
+		for _, a := range x.Membership.Adds {
+			if a.Answer == AddError {
+				continue
+			}
+			f.r.Checked++
+			if a.Answer == AddAdded {
+				f.invalid(AnomalyUnreachableVoter, "the leader (%s) added %s at %s, where nothing listens, as a voter", x.Target, a.ID, a.Addr)
+			}
+		}
+		for _, v := range x.Membership.Voters {
+			f.invalid(AnomalyUnreachableVoter, "a node listed an unreachable member as a voter (%s)", v)
+		}
+		for _, l := range x.Membership.Left {
+			f.invalid(AnomalyUnreachableKept, "after the heal a node still listed an unreachable member (%s): the cluster could not remove it", l)
+		}
+	}
+	spans := heldSpans(faults)
+	for _, w := range probeWindows(samples, bound) {
+		mine, other := false, false
+		for _, sp := range spans {
+			if sp.end < w.start || sp.start > w.end {
+				continue
+			}
+			if sp.kind == NemMemberUnreachable {
+				mine = true
+			} else {
+				other = true
+			}
+		}
+		if !mine || other {
+			continue
+		}
+		f.r.Checked++
+		if d := time.Duration(w.end - w.start); d > bound {
+			f.invalid(AnomalyUnavailableMemberChange, "a caller pinned to %s saw no successful call for %v (%d calls failed or slow, from %s to %s; last error: %s) while unreachable members were being added; bound %v",
+				w.node, d.Round(time.Millisecond), w.failed, rt(w.start), rt(w.end), w.lastErr, bound)
+		}
+	}
+	return f.done("answered add of an unreachable member")
+}

@@ -1,0 +1,108 @@
+package jepsen
+
+import (
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// memberFault is a member-unreachable fault from 10 s to 16 s whose adds
+// were answered as given.
+func memberFault(out MembershipOutcome) []Fault {
+	return []Fault{
+		{Phase: "start", Kind: NemMemberUnreachable, Target: "n1", Leader: true, TimeNs: 10 * sec},
+		{Phase: "heal", Kind: NemMemberUnreachable, Target: "n1", TimeNs: 16 * sec, Effective: true, Membership: &out},
+	}
+}
+
+func refusedAdds(n int) []MemberAdd {
+	var out []MemberAdd
+	for i := 0; i < n; i++ {
+		out = append(out, MemberAdd{ID: "u1-" + string(rune('1'+i)), Addr: "127.0.0.1:4000" + string(rune('1'+i)), Answer: AddRefused, TookNs: 2 * sec})
+	}
+	return out
+}
+
+// allProbes is a prober per node of a 3-node cluster, every call served
+// but inside the fail windows.
+func allProbes(fail ...[2]int64) []ProbeSample {
+	var out []ProbeSample
+	for _, node := range []string{"n1", "n2", "n3"} {
+		out = append(out, probes(node, 0, 30*sec, fail...)...)
+	}
+	return out
+}
+
+func TestCheckMembershipKeepsQuorum(t *testing.T) {
+	added := refusedAdds(3)
+	added[0].Answer = AddAdded
+	cases := []struct {
+		name    string
+		samples []ProbeSample
+		faults  []Fault
+		want    string
+		anomaly string
+	}{
+		{"every add refused, the cluster serves", allProbes(), memberFault(MembershipOutcome{Adds: refusedAdds(3)}), Valid, ""},
+		{"a short hiccup is within the bound", allProbes([2]int64{11 * sec, 12 * sec}), memberFault(MembershipOutcome{Adds: refusedAdds(2)}), Valid, ""},
+		{"an unreachable voter added", allProbes(), memberFault(MembershipOutcome{Adds: added}), Invalid, AnomalyUnreachableVoter},
+		{"a node lists an unreachable voter (the add's answer was lost)", allProbes(), memberFault(MembershipOutcome{
+			Adds:   []MemberAdd{{ID: "u1-1", Addr: "127.0.0.1:40001", Answer: AddError, Error: "deadline exceeded"}, refusedAdds(1)[0]},
+			Voters: []string{"n2: u1-1 at 127.0.0.1:40001"}}), Invalid, AnomalyUnreachableVoter},
+		{"an unreachable member left after the heal", allProbes(), memberFault(MembershipOutcome{Adds: refusedAdds(1),
+			Left: []string{"n3: u1-1 at 127.0.0.1:40001"}}), Invalid, AnomalyUnreachableKept},
+		{"quorum lost: no caller served from the third add on", allProbes([2]int64{14 * sec, 30 * sec}),
+			memberFault(MembershipOutcome{Adds: refusedAdds(3)}), Invalid, AnomalyUnavailableMemberChange},
+		{"unavailability after the heal counts too", allProbes([2]int64{17 * sec, 21 * sec}),
+			memberFault(MembershipOutcome{Adds: refusedAdds(1)}), Invalid, AnomalyUnavailableMemberChange},
+		{"a window that overlaps another fault is not judged", allProbes([2]int64{14 * sec, 21 * sec}),
+			append(memberFault(MembershipOutcome{Adds: refusedAdds(1)}),
+				Fault{Phase: "start", Kind: NemPartitionHalves, Target: "n2", TimeNs: 18 * sec},
+				Fault{Phase: "heal", Kind: NemPartitionHalves, Target: "n2", TimeNs: 20 * sec}), Valid, ""},
+		{"no fault: nothing checked", allProbes(), nil, Unknown, ""},
+		{"no add answered and no window: nothing checked", allProbes(), memberFault(MembershipOutcome{
+			Adds: []MemberAdd{{ID: "u1-1", Addr: "127.0.0.1:40001", Answer: AddError, Error: "no leader"}}}), Unknown, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := CheckMembershipKeepsQuorum(tc.samples, tc.faults, UnavailabilityBound)
+			if r.Verdict != tc.want || r.Anomaly != tc.anomaly {
+				t.Fatalf("got %v, want %s %s", r, tc.want, tc.anomaly)
+			}
+		})
+	}
+}
+
+// UnusedAddrs hands out distinct loopback addresses that refuse a
+// connection.
+func TestUnusedAddrsRefuseConnections(t *testing.T) {
+	addrs, err := UnusedAddrs(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, a := range addrs {
+		if seen[a] || !strings.HasPrefix(a, "127.0.0.1:") {
+			t.Fatalf("addresses %v", addrs)
+		}
+		seen[a] = true
+		if c, err := net.DialTimeout("tcp", a, time.Second); err == nil {
+			c.Close()
+			t.Fatalf("something listens at %s", a)
+		}
+	}
+}
+
+func TestMemberUnreachableIsInSpec(t *testing.T) {
+	ks, err := ParseNemeses("all")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range ks {
+		if k == NemMemberUnreachable {
+			return
+		}
+	}
+	t.Fatalf("%s not in \"all\": %v", NemMemberUnreachable, ks)
+}
