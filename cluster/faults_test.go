@@ -1,5 +1,10 @@
 package cluster
 
+// Behaviour across faults a node lives through: a leader change under a
+// retried request id and under waiting acquirers, watchers resuming on
+// another node, clock steps, a corrupt log entry, a node that lags past a
+// snapshot.
+
 import (
 	"context"
 	"errors"
