@@ -3,7 +3,6 @@ package jepsen
 import (
 	"context"
 	"fmt"
-	"net"
 	"sort"
 	"strings"
 	"time"
@@ -209,25 +208,9 @@ func sortedSet(m map[string]bool) []string {
 }
 
 // UnusedAddrs returns k distinct loopback addresses where nothing listens:
-// ports the kernel handed out and that were closed again at once.
-func UnusedAddrs(k int) ([]string, error) {
-	var out []string
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for i := 0; i < k; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
-}
+// ports the kernel handed out and that were closed again at once
+// (FreeAddrs, whose listeners are closed before it returns).
+func UnusedAddrs(k int) ([]string, error) { return FreeAddrs(k) }
 
 // join asks the leader to add a voter id at addr.
 func (c *Cluster) join(ctx context.Context, id, addr string) error {
