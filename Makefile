@@ -133,10 +133,11 @@ jepsen-quick: jepsen-bin
 
 # jepsen-netns is one fenced run in namespace mode (root): a network
 # namespace per node, partitions as iptables DROP rules (no RST, so a cut link
-# is silent), under the partition nemeses and a leader kill. .ci/run runs it
+# is silent), under the partition nemeses, a silent leader (every packet to
+# and from its namespace dropped) and a leader kill. .ci/run runs it
 # after jepsen-quick. Exit 0 only if every checker is valid.
-JEPSEN_NETNS_TIME    ?= 40s
-JEPSEN_NETNS_NEMESIS ?= partition-leader,partition-halves,partition-oneway,kill-leader
+JEPSEN_NETNS_TIME    ?= 45s
+JEPSEN_NETNS_NEMESIS ?= partition-leader,partition-halves,partition-oneway,silent-leader,kill-leader
 jepsen-netns: jepsen-bin
 	@if ! { command -v ip && command -v iptables; } >/dev/null; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 iptables; fi

@@ -33,8 +33,12 @@ func (n *nemesis) silentLeader(ctx context.Context, hold time.Duration) {
 			others = append(others, id)
 		}
 	}
-	if hold < 2*time.Second {
-		hold = 2 * time.Second
+	// At least 4 s: each status poll waits up to 1 s on the silent node,
+	// so a shorter hold may see only two polls, both before the others'
+	// election (seen in namespace mode: "new leader among the others:
+	// none" with a 3.2 s hold, the new leader found right after heal).
+	if hold < 4*time.Second {
+		hold = 4 * time.Second
 	}
 	var (
 		err  error
