@@ -279,6 +279,20 @@ func TestOldSnapshotDedupEntriesCompareWhatTheyHold(t *testing.T) {
 		t.Fatalf("old grant entry, wait: %+v", r)
 	}
 	checkChangedParametersRefusedExcept(t, old, 1*sec, "wait")
+
+	// Such entries encode unlike the same entries applied by this
+	// version (params_known), so a snapshot holding them says so and no
+	// state check compares its hash, until they are pruned.
+	if !old.Snapshot().Legacy() {
+		t.Fatal("a snapshot holding entries of an older snapshot is not Legacy")
+	}
+	if s.Snapshot().Legacy() {
+		t.Fatal("a snapshot of entries this version applied is Legacy")
+	}
+	apply(t, old, 3600*sec, tickCmd())
+	if old.Snapshot().Legacy() {
+		t.Fatal("Legacy after every old entry was pruned")
+	}
 }
 
 // checkChangedParametersRefusedExcept is checkChangedParametersRefused

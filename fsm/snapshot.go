@@ -83,6 +83,24 @@ func (s *State) Snapshot() *Snapshot {
 	return sn
 }
 
+// Legacy reports whether the snapshot holds a request-id entry restored
+// from a snapshot written before entries carried their parameters
+// (params_known unset). Such an entry encodes differently from the same
+// entry made by applying its command, so two replicas with the same lease
+// state may then write different bytes: a state check must not compare a
+// hash of such a snapshot. It goes once the entry is pruned (at most
+// dedup keep after it was made).
+func (sn *Snapshot) Legacy() bool {
+	for _, q := range [][]dedupRef{sn.grants, sn.refusals} {
+		for i := range q {
+			if q[i].legacy {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // WriteTo encodes the snapshot deterministically: two States with the same
 // content write the same bytes.
 func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
