@@ -919,8 +919,10 @@ type GetResponse struct {
 	// lease is unset when the resource is free.
 	Lease        *Lease               `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
 	TtlRemaining *durationpb.Duration `protobuf:"bytes,2,opt,name=ttl_remaining,json=ttlRemaining,proto3" json:"ttl_remaining,omitempty"`
-	// scope_token is the highest token issued so far in the resource's
-	// scope (the lease's scope when held, else the resource name).
+	// scope_token is max(the highest token issued so far in the resource's
+	// scope, the cluster's token floor): the next grant in the scope gets
+	// scope_token + 1 (the scope is the lease's when held, else the resource
+	// name).
 	ScopeToken uint64 `protobuf:"varint,3,opt,name=scope_token,json=scopeToken,proto3" json:"scope_token,omitempty"`
 	// applied_index is the Raft index of the last entry applied to the state
 	// the answer was read from (on node_id): the answer reflects exactly the

@@ -77,7 +77,10 @@ type LeaseInfo struct {
 type GetResult struct {
 	// Lease is nil when the resource is free.
 	Lease *LeaseInfo
-	// ScopeToken is the highest token issued so far in the scope.
+	// ScopeToken bounds the tokens issued so far in the scope: the highest
+	// one, or the cluster's token floor when that is higher (after a
+	// restore, a scope's next token is above the floor). The next grant in
+	// the scope gets ScopeToken + 1.
 	ScopeToken uint64
 	// Waiters queued on the resource at the leader.
 	Waiters int
