@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/credentials"
-
-	"github.com/leasefence/leasefence/internal/certgen"
 )
 
 func TestLimitsDefaultsAndChecks(t *testing.T) {
@@ -116,24 +114,8 @@ func isTimeout(err error) bool {
 // past the cap, then makes room by closing the one longest in its
 // handshake; a verified peer leaves the count and goes to Peers().
 func TestTLSPortReserveAndEviction(t *testing.T) {
-	ca, err := certgen.NewCA("test CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	caFile, _, err := ca.Write(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	self, err := ca.Peer("n1", DefaultPeerIdentity)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile, err := self.Write(dir, "n1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvCfg, peerCfg, err := LoadTLS(TLSFiles{CertFile: certFile, KeyFile: keyFile, CAFile: caFile}, "")
+	_, files := peerFiles(t)
+	srvCfg, peerCfg, err := LoadTLS(files, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,10 +12,11 @@ import (
 	"github.com/leasefence/leasefence/internal/certgen"
 )
 
-// A node dials only nodes: its peer TLS configuration refuses a server whose
-// certificate, though signed by the cluster's CA, lacks the peer identity,
-// and accepts one that carries it.
-func TestPeerTLSDialsOnlyServersWithThePeerIdentity(t *testing.T) {
+// peerFiles writes a test CA and a peer certificate for n1 (with
+// DefaultPeerIdentity) into a temporary dir and returns the CA and the
+// files LoadTLS reads.
+func peerFiles(t *testing.T) (*certgen.CA, TLSFiles) {
+	t.Helper()
 	ca, err := certgen.NewCA("test CA")
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +34,15 @@ func TestPeerTLSDialsOnlyServersWithThePeerIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, peerCfg, err := LoadTLS(TLSFiles{CertFile: certFile, KeyFile: keyFile, CAFile: caFile}, "")
+	return ca, TLSFiles{CertFile: certFile, KeyFile: keyFile, CAFile: caFile}
+}
+
+// A node dials only nodes: its peer TLS configuration refuses a server whose
+// certificate, though signed by the cluster's CA, lacks the peer identity,
+// and accepts one that carries it.
+func TestPeerTLSDialsOnlyServersWithThePeerIdentity(t *testing.T) {
+	ca, files := peerFiles(t)
+	_, peerCfg, err := LoadTLS(files, "")
 	if err != nil {
 		t.Fatal(err)
 	}
