@@ -3,14 +3,11 @@
 package cluster
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/fsm"
 )
 
@@ -24,28 +21,7 @@ func TestPlantedDedupResourceOnlyWaitingRetryDoesNotSpin(t *testing.T) {
 		t.Fatal(unknown)
 	}
 	t.Cleanup(fsm.ResetPlantedBugs) // after the cluster has stopped
-	tc := newTestCluster(t, 3, nil)
-	li, leader := tc.leader()
-	c := tc.client(li)
-	ctx := ctxT(t)
-	hold, err := c.Acquire(ctx, acquireReq("x", 5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := acquireReq("x", 5*time.Second)
-	req.RequestId = "polled"
-	if _, err := c.Acquire(ctx, req); status.Code(err) != codes.FailedPrecondition {
-		t.Fatalf("first attempt: %v", err)
-	}
-	if _, err := c.Release(ctx, &api.ReleaseRequest{LeaseId: hold.Lease.Id}); err != nil {
-		t.Fatal(err)
-	}
-	req.Wait = true
-	wctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	before := leader.AppliedIndex()
-	_, err = c.Acquire(wctx, req)
-	spent := leader.AppliedIndex() - before
+	err, spent := waitingRetryOfARefusedRequestID(t)
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("waiting retry meeting a replayed refusal: want it at once (FailedPrecondition), got %v", err)
 	}

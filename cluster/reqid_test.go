@@ -106,6 +106,22 @@ func TestRequestIDNamesOneRequestAndAnEndedReplaySaysSo(t *testing.T) {
 // another request: refused at once, not proposed again every millisecond
 // until its deadline (issue 13 §5). Counted in entries applied.
 func TestWaitingRetryOfARefusedRequestIDDoesNotSpin(t *testing.T) {
+	err, spent := waitingRetryOfARefusedRequestID(t)
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("waiting retry of a refused request id: want InvalidArgument, got %v", err)
+	}
+	// Ticks (every 200 ms here) and the one proposal: a handful at most.
+	if spent > 10 {
+		t.Errorf("the waiting retry applied %d entries in its window", spent)
+	}
+}
+
+// waitingRetryOfARefusedRequestID acquires x, is refused under request id
+// "polled" without wait, releases x, then retries "polled" with wait for at
+// most 1 s on the leader: the retry's error and the entries the leader
+// applied meanwhile.
+func waitingRetryOfARefusedRequestID(t *testing.T) (error, uint64) {
+	t.Helper()
 	tc := newTestCluster(t, 3, nil)
 	li, leader := tc.leader()
 	c := tc.client(li)
@@ -127,14 +143,7 @@ func TestWaitingRetryOfARefusedRequestIDDoesNotSpin(t *testing.T) {
 	defer cancel()
 	before := leader.AppliedIndex()
 	_, err = c.Acquire(wctx, req)
-	spent := leader.AppliedIndex() - before
-	if status.Code(err) != codes.InvalidArgument {
-		t.Errorf("waiting retry of a refused request id: want InvalidArgument, got %v", err)
-	}
-	// Ticks (every 200 ms here) and the one proposal: a handful at most.
-	if spent > 10 {
-		t.Errorf("the waiting retry applied %d entries in its window", spent)
-	}
+	return err, leader.AppliedIndex() - before
 }
 
 // Refused request ids are capped at MaxRefusals, the oldest forgotten

@@ -28,6 +28,21 @@ func TestLeasectlBackupAndLeasedRestoreBumpTokens(t *testing.T) {
 		t.Fatalf("output %q", out.String())
 	}
 	highest := c.Cycle("jobs/dr", 3)
+	loseAndRestore(t, c, file)
+	r, err := c.Acquire("jobs/dr", 10*time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Lease.Token <= highest || r.Lease.Token != 3+1<<32+1 {
+		t.Fatalf("token after restore %d, highest ever issued %d", r.Lease.Token, highest)
+	}
+}
+
+// loseAndRestore kills every node of c with SIGKILL and starts a new
+// cluster of the same ids on fresh addresses and empty data dirs, each
+// restored from the backup file, and waits for its leader.
+func loseAndRestore(t *testing.T, c *testcluster.Cluster, file string) {
+	t.Helper()
 	for i := range c.Procs {
 		c.Kill(i, syscall.SIGKILL)
 	}
@@ -45,11 +60,4 @@ func TestLeasectlBackupAndLeasedRestoreBumpTokens(t *testing.T) {
 		c.Start(i)
 	}
 	c.Leader()
-	r, err := c.Acquire("jobs/dr", 10*time.Second, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Lease.Token <= highest || r.Lease.Token != 3+1<<32+1 {
-		t.Fatalf("token after restore %d, highest ever issued %d", r.Lease.Token, highest)
-	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -60,23 +59,7 @@ func restoreAfterLoss(t *testing.T, c *testcluster.Cluster) (violations []string
 	}
 	// After the backup: a new scope, and more grants in the known one.
 	highest = max(highest, c.Cycle("ops/new", 2), c.Cycle("jobs/old", 2))
-	for i := range c.Procs {
-		c.Kill(i, syscall.SIGKILL)
-	}
-
-	addrs := testcluster.FreeAddrs(t, 3)
-	var peers []string
-	for i, a := range addrs {
-		peers = append(peers, "n"+string(rune('1'+i))+"="+a)
-	}
-	for i, p := range c.Procs {
-		p.Addr = addrs[i]
-		p.DataDir = filepath.Join(t.TempDir(), p.ID)
-		p.Args = append([]string{"--id", p.ID, "--listen", p.Addr, "--data-dir", p.DataDir,
-			"--bootstrap", strings.Join(peers, ","), "--restore", file}, testcluster.Defaults...)
-		c.Start(i)
-	}
-	c.Leader()
+	loseAndRestore(t, c, file)
 	for _, res := range []string{"ops/new", "jobs/old", "never/seen"} {
 		r, err := c.Acquire(res, 10*time.Second, "")
 		if err != nil {
