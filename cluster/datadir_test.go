@@ -171,16 +171,7 @@ func TestGarbledIdentityFileIsRefused(t *testing.T) {
 // bbolt panic.
 func TestTruncatedRaftDBIsRefusedWithoutPanic(t *testing.T) {
 	var buf lockedBuffer
-	n, cfg := oneNode(t, &buf, nil)
-	db := filepath.Join(cfg.DataDir, "raft.db")
-	for i := 0; ; i++ {
-		acquireN(t, n, fmt.Sprintf("grow/%d", i), 50)
-		if fi, _ := os.Stat(db); fi.Size() > 3*32768 {
-			break
-		}
-	}
-	n.Close()
-	os.Truncate(db, 32768)
+	cfg := truncatedRaftDB(t, &buf)
 	startRefused(t, cfg, "raft.db")
 }
 
@@ -382,18 +373,29 @@ func TestUnsafeSettingsWarnAtStart(t *testing.T) {
 // never a panic or a fault.
 func TestDumpLogOfATruncatedRaftDBIsAnError(t *testing.T) {
 	var buf lockedBuffer
-	n, cfg := oneNode(t, &buf, nil)
+	cfg := truncatedRaftDB(t, &buf)
+	var out bytes.Buffer
+	if err := DumpLog(cfg.DataDir, &out); err == nil || !strings.Contains(err.Error(), "raft.db") {
+		t.Fatalf("dump-log of a truncated raft.db: %v", err)
+	}
+}
+
+// truncatedRaftDB runs a one-node cluster until its raft.db holds more than
+// three times 32 KiB, stops it and cuts the file to 32 KiB (truncate -s
+// 32768): the node's config, for a start or a dump on the damaged file.
+func truncatedRaftDB(t *testing.T, buf *lockedBuffer) Config {
+	t.Helper()
+	n, cfg := oneNode(t, buf, nil)
 	db := filepath.Join(cfg.DataDir, "raft.db")
 	for i := 0; ; i++ {
-		acquireN(t, n, fmt.Sprintf("dump/%d", i), 50)
+		acquireN(t, n, fmt.Sprintf("grow/%d", i), 50)
 		if fi, _ := os.Stat(db); fi.Size() > 3*32768 {
 			break
 		}
 	}
 	n.Close()
-	os.Truncate(db, 32768)
-	var out bytes.Buffer
-	if err := DumpLog(cfg.DataDir, &out); err == nil || !strings.Contains(err.Error(), "raft.db") {
-		t.Fatalf("dump-log of a truncated raft.db: %v", err)
+	if err := os.Truncate(db, 32768); err != nil {
+		t.Fatal(err)
 	}
+	return cfg
 }
