@@ -3,7 +3,8 @@ package jepsen
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -85,7 +86,7 @@ func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 	var addrs []string
 	var err error
 	if leader != "" {
-		addrs, err = UnusedAddrs(k)
+		addrs, err = FreeAddrs(k) // closed before it returns: nothing listens there
 	}
 	if !ok || leader == "" || err != nil {
 		why := "no leader"
@@ -146,7 +147,7 @@ func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 			break
 		}
 	}
-	out.Voters, out.Left = sortedSet(listed), sortedSet(left)
+	out.Voters, out.Left = slices.Sorted(maps.Keys(listed)), slices.Sorted(maps.Keys(left))
 	answered := 0
 	var summary []string
 	for _, a := range out.Adds {
@@ -197,20 +198,6 @@ func listedIn(states map[string]*api.StatusResponse, unreachable map[string]stri
 		}
 	}
 }
-
-func sortedSet(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// UnusedAddrs returns k distinct loopback addresses where nothing listens:
-// ports the kernel handed out and that were closed again at once
-// (FreeAddrs, whose listeners are closed before it returns).
-func UnusedAddrs(k int) ([]string, error) { return FreeAddrs(k) }
 
 // join asks the leader to add a voter id at addr.
 func (c *Cluster) join(ctx context.Context, id, addr string) error {

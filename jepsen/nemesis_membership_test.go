@@ -74,10 +74,10 @@ func TestCheckMembershipKeepsQuorum(t *testing.T) {
 	}
 }
 
-// UnusedAddrs hands out distinct loopback addresses that refuse a
+// FreeAddrs hands out distinct loopback addresses that refuse a
 // connection.
-func TestUnusedAddrsRefuseConnections(t *testing.T) {
-	addrs, err := UnusedAddrs(3)
+func TestFreeAddrsRefuseConnections(t *testing.T) {
+	addrs, err := FreeAddrs(3)
 	if err != nil {
 		t.Fatal(err)
 	}

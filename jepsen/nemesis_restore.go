@@ -233,16 +233,7 @@ func (c *Cluster) RestoreAll(ctx context.Context, backup, lostDir string) error 
 			return err
 		}
 		p := c.Proc(id)
-		args := make([]string, 0, len(p.Args)+4)
-		for i := 0; i < len(p.Args); i++ {
-			switch p.Args[i] {
-			case "--bootstrap", "--join", "--restore":
-				i++
-				continue
-			}
-			args = append(args, p.Args[i])
-		}
-		p.Args = append(args, "--bootstrap", strings.Join(peers, ","), "--restore", backup)
+		p.Args = append(withoutFlags(p.Args, "--bootstrap", "--join", "--restore"), "--bootstrap", strings.Join(peers, ","), "--restore", backup)
 	}
 	for _, id := range c.ids {
 		if err := c.Proc(id).Start(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -148,15 +149,7 @@ func (c *Cluster) Rejoin(ctx context.Context, id string) error {
 			via = c.addrs[i]
 		}
 	}
-	args := make([]string, 0, len(p.Args))
-	for i := 0; i < len(p.Args); i++ {
-		if p.Args[i] == "--bootstrap" || p.Args[i] == "--join" {
-			i++
-			continue
-		}
-		args = append(args, p.Args[i])
-	}
-	p.Args = append(args, "--join", via)
+	p.Args = append(withoutFlags(p.Args, "--bootstrap", "--join"), "--join", via)
 	return p.Start()
 }
 
@@ -201,4 +194,18 @@ func (c *Cluster) waitCaughtUp(ctx context.Context, id string) bool {
 		}
 	}
 	return false
+}
+
+// withoutFlags returns args without each of the named flags and the value
+// that follows it.
+func withoutFlags(args []string, flags ...string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		if slices.Contains(flags, args[i]) {
+			i++
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -126,7 +127,7 @@ func NewPort(lis net.Listener, cfg PortConfig) *Port {
 	if cfg.TLS != nil {
 		tcfg = cfg.TLS.Clone()
 		// gRPC clients insist on HTTP/2 being negotiated by ALPN.
-		if !containsString(tcfg.NextProtos, "h2") {
+		if !slices.Contains(tcfg.NextProtos, "h2") {
 			tcfg.NextProtos = append([]string{"h2"}, tcfg.NextProtos...)
 		}
 	}
@@ -482,12 +483,3 @@ func (handshakenTLS) Info() credentials.ProtocolInfo {
 func (h handshakenTLS) Clone() credentials.TransportCredentials { return h }
 
 func (handshakenTLS) OverrideServerName(string) error { return nil }
-
-func containsString(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}

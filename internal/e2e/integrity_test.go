@@ -61,13 +61,8 @@ func TestCorruptRaftDBEntryStopsLeasedWithAMessage(t *testing.T) {
 	}
 	logBefore, _ := os.ReadFile(c.Procs[victim].LogPath)
 	c.Start(victim)
-	pid := c.Pid(victim)
-	deadline = time.Now().Add(30 * time.Second)
-	for syscall.Kill(pid, 0) == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("leased with a corrupt raft.db is still running")
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !c.WaitExit(victim, 30*time.Second) {
+		t.Fatal("leased with a corrupt raft.db is still running")
 	}
 	logAll, _ := os.ReadFile(c.Procs[victim].LogPath)
 	out := string(logAll[len(logBefore):])
@@ -196,11 +191,8 @@ func TestReplicaRestoredFromAWrongSnapshotFencesItself(t *testing.T) {
 	c.Kill(victim, syscall.SIGTERM)
 	logBefore, _ := os.ReadFile(c.Procs[victim].LogPath)
 	c.Start(victim)
-	pid := c.Pid(victim)
-	for deadline = time.Now().Add(30 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("a node marked corrupt started again")
-		}
+	if !c.WaitExit(victim, 30*time.Second) {
+		t.Fatal("a node marked corrupt started again")
 	}
 	logAll, _ := os.ReadFile(c.Procs[victim].LogPath)
 	if out := string(logAll[len(logBefore):]); !strings.Contains(out, "STATE_CORRUPT") || !strings.Contains(out, "members remove") {
