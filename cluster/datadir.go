@@ -5,10 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
-	"path/filepath"
 	"runtime/debug"
-
-	"github.com/hashicorp/raft"
 )
 
 // guardDisk runs f, which reads the data dir, and turns a panic (bbolt
@@ -27,51 +24,6 @@ func guardDisk(what string, f func() error) (err error) {
 		}
 	}()
 	return f()
-}
-
-// checkSnapshotFallback refuses a data dir whose newest snapshot cannot be
-// read while the log no longer reaches back to the snapshot raft would
-// fall back to: raft would otherwise panic ("log not found") replaying
-// entries that compaction removed. A fallback that works is only logged.
-func (n *Node) checkSnapshotFallback(snaps raft.SnapshotStore, logs raft.LogStore) error {
-	metas, err := snaps.List()
-	if err != nil || len(metas) == 0 {
-		return nil // raft reports a store it cannot list itself
-	}
-	dir := filepath.Join(n.cfg.DataDir, "snapshots")
-	bad := metas[0]
-	_, rc, err := snaps.Open(bad.ID)
-	if err == nil {
-		rc.Close()
-		return nil
-	}
-	reason := err
-	var prev *raft.SnapshotMeta
-	for _, m := range metas[1:] {
-		if _, rc, err := snaps.Open(m.ID); err == nil {
-			rc.Close()
-			prev = m
-			break
-		}
-	}
-	if prev == nil {
-		return fmt.Errorf("cluster: the newest snapshot %s in %s is unreadable (%v) and no older one is readable: "+
-			"this node cannot rebuild its state; replace it (docs/OPERATIONS.md, Replacing a dead node)", bad.ID, dir, reason)
-	}
-	first, err1 := logs.FirstIndex()
-	last, err2 := logs.LastIndex()
-	if err1 != nil || err2 != nil {
-		return fmt.Errorf("cluster: reading raft.db's log bounds: %v %v", err1, err2)
-	}
-	if last > prev.Index && (first == 0 || first > prev.Index+1) {
-		return fmt.Errorf("cluster: the newest snapshot %s in %s is unreadable (%v), and raft.db's log (entries %d..%d) "+
-			"no longer reaches back to the previous snapshot %s (index %d): entries up to %d are gone, so this node "+
-			"cannot rebuild its state; replace it: remove it from the cluster, empty the data dir and start it with --join "+
-			"(docs/OPERATIONS.md, Replacing a dead node)", bad.ID, dir, reason, first, last, prev.ID, prev.Index, first-1)
-	}
-	n.log.Warn("the newest snapshot is unreadable; falling back to the previous one and the log",
-		"snapshot", bad.ID, "error", reason, "previous", prev.ID, "previous-index", prev.Index)
-	return nil
 }
 
 // checkBoltFile checks what bbolt would trust blindly when it opens path:

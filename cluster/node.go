@@ -224,7 +224,7 @@ func (n *Node) open() error {
 		if term, err = store.GetUint64([]byte("CurrentTerm")); err != nil && !errors.Is(err, raftboltdb.ErrKeyNotFound) {
 			return fmt.Errorf("cluster: reading raft state: %w", err)
 		}
-		return n.checkSnapshotFallback(snaps, store)
+		return nil // a corrupt newest snapshot: checkStores above
 	}); err != nil {
 		return err
 	}

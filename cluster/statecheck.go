@@ -101,6 +101,20 @@ func (c *stateCheckpoints) due(prev, index uint64, leases int) bool {
 	return index/n != prev/n
 }
 
+// idle reports whether the hasher would take a copy now: a due checkpoint
+// is skipped otherwise, before apply pays for the copy.
+func (c *stateCheckpoints) idle() bool { return len(c.pending) < cap(c.pending) }
+
+// hashSnapshot is the state hash replicas compare (Status state_hash and
+// the checkpoints): SHA-256 of the snapshot's deterministic encoding.
+func hashSnapshot(sn *fsm.Snapshot) ([]byte, error) {
+	h := sha256.New()
+	if _, err := sn.WriteTo(h); err != nil {
+		return nil, err
+	}
+	return h.Sum(nil), nil
+}
+
 // offer hands a copy of the state at index to the hasher, without waiting.
 func (c *stateCheckpoints) offer(index uint64, sn *fsm.Snapshot) {
 	select {
@@ -124,13 +138,13 @@ func (c *stateCheckpoints) run(stop <-chan struct{}, log hclog.Logger) {
 				log.Debug("state checkpoint skipped: request ids restored from a snapshot of an older version", "index", p.index)
 				continue
 			}
-			h := sha256.New()
-			if _, err := p.sn.WriteTo(h); err != nil {
+			sum, err := hashSnapshot(p.sn)
+			if err != nil {
 				log.Warn("state checkpoint hash failed", "index", p.index, "error", err)
 				continue
 			}
 			c.mu.Lock()
-			c.ring = append(c.ring, checkpoint{index: p.index, hash: h.Sum(nil)})
+			c.ring = append(c.ring, checkpoint{index: p.index, hash: sum})
 			if len(c.ring) > checkpointsKept {
 				c.ring = append(c.ring[:0:0], c.ring[len(c.ring)-checkpointsKept:]...)
 			}

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -70,7 +69,8 @@ func (m *stateMachine) Apply(l *raft.Log) interface{} {
 	m.mu.Lock()
 	a, err := m.st.Apply(l.Data)
 	if err == nil {
-		if m.checks.due(m.index, l.Index, m.st.Len()) {
+		if m.checks.due(m.index, l.Index, m.st.Len()) && m.checks.idle() {
+			// Apply is the only sender: a copy made now will be taken.
 			m.checks.offer(l.Index, m.st.Snapshot())
 		}
 		m.index = l.Index
@@ -139,11 +139,10 @@ func (m *stateMachine) stateHash() ([]byte, uint64, error) {
 	m.hashMu.Unlock()
 	sn := m.st.Snapshot()
 	m.mu.RUnlock()
-	h := sha256.New()
-	if _, err := sn.WriteTo(h); err != nil {
+	sum, err := hashSnapshot(sn)
+	if err != nil {
 		return nil, 0, err
 	}
-	sum := h.Sum(nil)
 	m.hashMu.Lock()
 	if m.hash == nil || idx >= m.hashIndex {
 		m.hash, m.hashIndex = sum, idx

@@ -36,7 +36,7 @@ func (s *State) countOwner(holder string, delta int) {
 }
 
 // HeldBy returns how many leases the state holds whose holder is owner or
-// begins with owner+OwnerSep, in O(1). Unlike CountHeld it counts a lease
+// begins with owner+OwnerSep, in O(1). It counts a lease
 // until it is removed (released, expired by a Tick, replaced by a new
 // grant), so a lease past expires_at that no Tick has removed yet (at most
 // skew_margin plus a tick) still counts: for a limit this errs on the side

@@ -707,18 +707,6 @@ func (s *State) RaiseFloor(bump uint64) (uint64, error) {
 	return s.floor, nil
 }
 
-// CountHeld returns how many leases not yet past expires_at have a holder
-// that match accepts. It walks every lease: O(leases held).
-func (s *State) CountHeld(match func(holder string) bool) int {
-	n := 0
-	for _, l := range s.expiry {
-		if l.ExpiresAt >= s.now && match(l.Holder) {
-			n++
-		}
-	}
-	return n
-}
-
 // DedupLen returns how many request ids the state remembers: grants and
 // refusals.
 func (s *State) DedupLen() (grants, refusals int) { return s.grants.len(), s.refusals.len() }

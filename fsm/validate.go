@@ -46,13 +46,10 @@ func ValidateNewName(field, name string) error {
 // ValidateNewName, except that it may be empty (a prefix watch of
 // everything; the caller decides whether empty is allowed).
 func ValidateWatchKey(key string) error {
-	if len(key) > MaxNameLen {
-		return &FieldError{Field: "key", Limit: "at most " + strconv.Itoa(MaxNameLen) + " bytes"}
+	if key == "" {
+		return nil
 	}
-	if err := validateText("key", key); err != nil {
-		return err
-	}
-	return refuseSpoofing("key", key)
+	return ValidateNewName("key", key)
 }
 
 func refuseSpoofing(field, s string) error {
