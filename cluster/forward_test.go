@@ -95,14 +95,14 @@ func TestForwardingHopToUnansweringLeaderEndsIndeterminateBeforeTheDeadline(t *t
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	start := time.Now()
 	_, err = fc.Release(ctx, &api.ReleaseRequest{LeaseId: lease.Lease.Id})
-	took := time.Since(start)
 	if _, ok := indeterminate(err); !ok {
 		t.Fatalf("release through the follower: %v; want Unavailable INDETERMINATE", err)
 	}
-	if took > hop+time.Second {
-		t.Fatalf("release answered after %v; want about the hop timeout %v", took, hop)
+	// Ended by the hop timeout (hop), not by the caller's 10 s deadline
+	// (which would say errAnswerBy): no timing needed to tell them apart.
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, errHopSilent.Error()) {
+		t.Fatalf("release ended by %q; want the hop timeout (%v): %q", msg, hop, errHopSilent)
 	}
 
 	ctx, cancel = context.WithTimeout(context.Background(), 2*hop+hop/2)

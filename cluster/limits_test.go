@@ -240,7 +240,10 @@ func TestSilentAndIdleConnectionsAreClosed(t *testing.T) {
 // than the client limit.
 func TestClientMessageLimitLeavesPeersTheirLargeMessages(t *testing.T) {
 	fx := newTLSFixture(t)
-	tc := newTestCluster(t, 3, func(c *Config) { c.TLS = fx.files(c.ID) })
+	// The smallest client limit, so that entries above it form for sure
+	// (the replication case below).
+	limit := transport.MinClientMessage
+	tc := newTestCluster(t, 3, func(c *Config) { c.TLS = fx.files(c.ID); c.Limits.MaxClientMessage = limit })
 	li, leader := tc.leader()
 	_, follower := tc.follower()
 	clientCert, err := fx.ca.Client("client")
@@ -251,7 +254,6 @@ func TestClientMessageLimitLeavesPeersTheirLargeMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	limit := transport.DefaultMaxClientMessage
 
 	t.Run("client message above the client limit", func(t *testing.T) {
 		lc := api.NewLeaseServiceClient(fx.dial(t, follower.Addr(), clientCert))
@@ -319,7 +321,7 @@ func TestClientMessageLimitLeavesPeersTheirLargeMessages(t *testing.T) {
 			}
 		}
 		if largest <= limit {
-			t.Skipf("no entry above %d bytes formed (largest %d): nothing to show", limit, largest)
+			t.Fatalf("no entry above %d bytes formed (largest %d): nothing to show", limit, largest)
 		}
 		want := leader.AppliedIndex()
 		eventually(t, 15*time.Second, "every node applies the large entries", func() bool {

@@ -13,8 +13,7 @@ import (
 // retry with another scope, holder, ttl or wait replays the first lease.
 // Run with: go test -tags plantedbugs -run Planted ./fsm/
 func TestPlantedDedupResourceOnlyIsCaught(t *testing.T) {
-	plantedOn[BugDedupResourceOnly] = true
-	defer delete(plantedOn, BugDedupResourceOnly)
+	plantFor(t, BugDedupResourceOnly)
 	for _, refusedFirst := range []bool{false, true} {
 		s := New()
 		if refusedFirst {
