@@ -111,7 +111,9 @@ func (n *Node) checkAdd(ctx context.Context, id, addr string, nonvoter bool, ser
 		}
 		voters++
 		if string(srv.ID) == n.cfg.ID {
+			mu.Lock() // probes started for earlier voters count too
 			up++
+			mu.Unlock()
 			continue
 		}
 		wg.Add(1)
