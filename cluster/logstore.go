@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -72,7 +73,13 @@ func newCheckedLogStore(store raft.LogStore, path, node string, log hclog.Logger
 	}
 	for i := first; first > 0 && i <= last; i++ {
 		var l raft.Log
-		if err := store.GetLog(i, &l); err != nil {
+		if err := store.GetLog(i, &l); errors.Is(err, raft.ErrLogNotFound) {
+			// A hole is not changed bytes: raft leaves them (a follower
+			// killed while it installed a snapshot and compacted) and
+			// reads only what it needs. Only an entry that is there and
+			// fails its check is corruption.
+			continue
+		} else if err != nil {
 			return nil, &CorruptLogError{Node: node, Path: path, Index: i, Err: err}
 		}
 		if err := checkLog(i, &l); err != nil {
