@@ -115,6 +115,11 @@ func ReadBackup(path string) (*fsm.State, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	return readBackup(path, data)
+}
+
+// readBackup is ReadBackup of the bytes data read from path.
+func readBackup(path string, data []byte) (*fsm.State, uint64, error) {
 	if len(data) < len(backupMagic)+8+sha256.Size || !bytes.HasPrefix(data, backupMagic) {
 		return nil, 0, fmt.Errorf("%w: %s is not a leasefence backup", ErrBadBackup, path)
 	}
@@ -139,11 +144,21 @@ func ReadBackup(path string) (*fsm.State, uint64, error) {
 // index 1 of a new cluster whose members are cfg.Bootstrap. Every founding
 // node of the new cluster is seeded from the same file, as with etcd's
 // snapshot restore.
-func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotStore) error {
+//
+// It returns the restore's seed: a digest of the file's bytes and the
+// bump, folded into the cluster id (clusterIDOf). Founding nodes given
+// another file or another bump get another cluster id, and the transport
+// refuses Raft RPCs between nodes of different ids, so they can never form
+// one cluster whose leader grants below a floor a resource has seen.
+func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotStore) (seed string, err error) {
 	cfg := n.cfg
-	st, index, err := ReadBackup(cfg.RestoreFrom)
+	data, err := os.ReadFile(cfg.RestoreFrom)
 	if err != nil {
-		return err
+		return "", err
+	}
+	st, index, err := readBackup(cfg.RestoreFrom, data)
+	if err != nil {
+		return "", err
 	}
 	bump := cfg.BumpTokens
 	if bump == 0 && !cfg.AllowZeroBump {
@@ -151,8 +166,9 @@ func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotSt
 	}
 	floor, err := st.RaiseFloor(bump)
 	if err != nil {
-		return fmt.Errorf("cluster: restore from %s: %w (use a smaller --bump-tokens)", cfg.RestoreFrom, err)
+		return "", fmt.Errorf("cluster: restore from %s: %w (use a smaller --bump-tokens)", cfg.RestoreFrom, err)
 	}
+	seed = fmt.Sprintf("restore %x bump %d", sha256.Sum256(data), bump)
 	var servers []raft.Server
 	for id, addr := range cfg.Bootstrap {
 		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(addr)})
@@ -160,16 +176,16 @@ func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotSt
 	conf := raft.Configuration{Servers: servers}
 	sink, err := snaps.Create(raft.SnapshotVersionMax, 1, 1, conf, 1, n.tr)
 	if err != nil {
-		return fmt.Errorf("cluster: restore: %w", err)
+		return "", fmt.Errorf("cluster: restore: %w", err)
 	}
 	snap := &fsmSnapshot{index: 1, sn: st.Snapshot(), log: n.log}
 	if err := snap.Persist(sink); err != nil {
-		return fmt.Errorf("cluster: restore: %w", err)
+		return "", fmt.Errorf("cluster: restore: %w", err)
 	}
 	// The snapshot's term is 1: no vote may be cast in an older term.
 	if err := store.SetUint64([]byte("CurrentTerm"), 1); err != nil {
-		return fmt.Errorf("cluster: restore: %w", err)
+		return "", fmt.Errorf("cluster: restore: %w", err)
 	}
 	n.log.Info("restored from backup", "file", cfg.RestoreFrom, "backup-index", index, "bump", bump, "token-floor", floor, "leases", st.Len())
-	return nil
+	return seed, nil
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -165,5 +166,58 @@ func TestRestoreRefusesAFloorOverflowAndChangesNothing(t *testing.T) {
 	})
 	if r.Lease.Token != 1+DefaultBumpTokens+1 {
 		t.Fatalf("token after the restore: %d", r.Lease.Token)
+	}
+}
+
+// Founding nodes restored with another token bump (or from another backup
+// file) than the rest get another cluster id, and the rest refuse their Raft
+// RPCs: the odd node neither votes nor replicates, so it can never lead
+// and grant below the floor of the others. Before cluster ids were checked
+// on Raft RPCs, the odd node followed (and could lead) the others.
+func TestFoundingNodesRestoredDifferentlyNeverFormOneCluster(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	ctx := ctxT(t)
+	if _, err := tc.client(0).Acquire(ctx, acquireReq("jobs/1", 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	backup := saveBackup(t, tc, 0)
+	tc.close()
+
+	nc := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.RestoreFrom = backup
+		if cfg.ID == "n3" {
+			cfg.BumpTokens = 10 // the odd one: a smaller bump
+		}
+	})
+	if li, _ := nc.leader(); li == 2 {
+		t.Fatal("the node restored with another bump leads")
+	}
+	if a, b := nc.nodes[0].ClusterID(), nc.nodes[2].ClusterID(); a == b || a == "" {
+		t.Fatalf("cluster ids %q and %q: a different bump must give a different id", a, b)
+	}
+	c := nc.client(0)
+	var token uint64
+	for i := 0; i < 5; i++ {
+		r, err := c.Acquire(ctx, acquireReq(fmt.Sprintf("jobs/%d", i+2), 10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		token = r.Lease.Token
+	}
+	if token <= DefaultBumpTokens {
+		t.Fatalf("token %d is not above the floor of the default bump", token)
+	}
+	_, leader := nc.leader()
+	want := leader.AppliedIndex()
+	eventually(t, 10*time.Second, "the other good node applies the grants", func() bool {
+		return nc.nodes[1].AppliedIndex() >= want
+	})
+	// A few election and heartbeat rounds: the odd node stays outside.
+	time.Sleep(2 * time.Second)
+	if got := nc.nodes[2].AppliedIndex(); got >= want {
+		t.Fatalf("the node restored with another bump applied index %d of the others' %d: it replicates their log", got, want)
+	}
+	if nc.nodes[2].IsLeader() {
+		t.Fatal("the odd node leads")
 	}
 }

@@ -94,13 +94,21 @@ func writeIdentity(dir string, id Identity) error {
 	return nil
 }
 
-// clusterIDOf derives a cluster id from the founding member list: every
-// founding node computes the same one without talking to the others.
-func clusterIDOf(bootstrap map[string]string) string {
+// clusterIDOf derives a cluster id from the founding member list and, for
+// a cluster restored from a backup, the restore's seed (seedFromBackup: the
+// backup's digest and the token bump): every founding node computes the
+// same one without talking to the others, and nodes founded differently
+// get different ids, which the transport refuses to mix
+// (transport.Config.ClusterID).
+func clusterIDOf(bootstrap map[string]string, restoreSeed string) string {
 	if len(bootstrap) == 0 {
 		return ""
 	}
-	sum := sha256.Sum256([]byte(FormatPeers(bootstrap)))
+	what := FormatPeers(bootstrap)
+	if restoreSeed != "" {
+		what += "\n" + restoreSeed
+	}
+	sum := sha256.Sum256([]byte(what))
 	return hex.EncodeToString(sum[:8])
 }
 

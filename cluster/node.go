@@ -285,6 +285,7 @@ func (n *Node) open() error {
 		Logger:      cfg.Logger,
 		DialOptions: dial,
 		PeerRoutes:  routes,
+		ClusterID:   n.ClusterID,
 	})
 	if err != nil {
 		return err
@@ -316,11 +317,12 @@ func (n *Node) open() error {
 	if err := raft.ValidateConfig(rc); err != nil {
 		return fmt.Errorf("cluster: raft config: %w", err)
 	}
+	var restoreSeed string // set when this start restores a backup
 	if cfg.RestoreFrom != "" {
 		if existing {
 			n.log.Warn("data dir has state; ignoring the backup to restore from", "file", cfg.RestoreFrom)
 		} else {
-			if err := n.seedFromBackup(store, snaps); err != nil {
+			if restoreSeed, err = n.seedFromBackup(store, snaps); err != nil {
 				return err
 			}
 			existing = true // the seeded snapshot holds the configuration
@@ -346,7 +348,7 @@ func (n *Node) open() error {
 	if ident == nil && (existing || len(cfg.Bootstrap) > 0) {
 		// Bootstrapped or restored just now, or a data dir from before
 		// identity files: from here on a wipe is caught.
-		ident = &Identity{ClusterID: clusterIDOf(cfg.Bootstrap), NodeID: cfg.ID, Created: time.Now().UTC()}
+		ident = &Identity{ClusterID: clusterIDOf(cfg.Bootstrap, restoreSeed), NodeID: cfg.ID, Created: time.Now().UTC()}
 		if err := writeIdentity(cfg.DataDir, *ident); err != nil {
 			return err
 		}
@@ -622,7 +624,7 @@ func (n *Node) joinLoop() {
 
 // clusterIDHeader carries the leader's cluster id in the answer to Join,
 // for the joining node's identity file.
-const clusterIDHeader = "leasefence-cluster-id"
+const clusterIDHeader = transport.ClusterIDHeader
 
 func clusterID(md metadata.MD) string {
 	if v := md.Get(clusterIDHeader); len(v) == 1 {

@@ -88,6 +88,13 @@ type Config struct {
 	// sees the substitute. Nil or empty means every peer is dialled at its
 	// own address.
 	PeerRoutes map[raft.ServerAddress]string
+
+	// ClusterID, when set, returns the id of the cluster this node belongs
+	// to, or "" while it has none (a node that has not joined yet). The
+	// client half sends it with every RPC (ClusterIDHeader); the server
+	// half refuses, with FailedPrecondition, an RPC from a peer of
+	// another cluster. Nil means no id is sent or checked.
+	ClusterID func() string
 }
 
 // DefaultConfig returns a Config with every default filled in; the caller

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -42,6 +43,10 @@ type Transport struct {
 	cancel context.CancelFunc
 	// shutdownCh is closed by Close; the server half selects on it.
 	shutdownCh chan struct{}
+
+	// foreignLogged is the unix-nano time checkClusterID last logged a
+	// refusal.
+	foreignLogged atomic.Int64
 
 	mu        sync.Mutex // guards the fields below
 	shutdown  bool
@@ -198,6 +203,7 @@ func (t *Transport) client(target raft.ServerAddress) (transportpb.RaftTransport
 		},
 		MinConnectTimeout: t.cfg.Timeout,
 	}))
+	opts = append(opts, t.clusterIDDialOptions()...)
 	opts = append(opts, t.cfg.DialOptions...)
 	dial := string(target)
 	if via, ok := t.cfg.PeerRoutes[target]; ok {
