@@ -285,7 +285,7 @@ func (n *Node) open() error {
 		Logger:      cfg.Logger,
 		DialOptions: dial,
 		PeerRoutes:  routes,
-		ClusterID:   n.ClusterID,
+		ClusterID:   n.peerClusterID(),
 	})
 	if err != nil {
 		return err
@@ -620,6 +620,15 @@ func (n *Node) joinLoop() {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// peerClusterID is the transport's source of the cluster id sent with and
+// checked on every Raft RPC (transport.Config.ClusterID).
+func (n *Node) peerClusterID() func() string {
+	if planted(BugClusterIDUnchecked) {
+		return nil
+	}
+	return n.ClusterID
 }
 
 // clusterIDHeader carries the leader's cluster id in the answer to Join,

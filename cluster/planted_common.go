@@ -10,12 +10,13 @@ import (
 // Names of the node's planted defects. Only a build with the plantedbugs
 // tag can switch them on (planted.go); see jepsen/README.md, "Planted bugs".
 const (
-	BugLocalReads        = "local-reads"
-	BugWallClockTime     = "wall-clock-time"
-	BugLeaseIDByResource = "lease-id-by-resource"
-	BugReleaseAckEarly   = "release-ack-before-commit"
-	BugForwardNoTimeout  = "forward-no-timeout"
-	BugAddUnprobed       = "add-unprobed"
+	BugLocalReads         = "local-reads"
+	BugWallClockTime      = "wall-clock-time"
+	BugLeaseIDByResource  = "lease-id-by-resource"
+	BugReleaseAckEarly    = "release-ack-before-commit"
+	BugForwardNoTimeout   = "forward-no-timeout"
+	BugAddUnprobed        = "add-unprobed"
+	BugClusterIDUnchecked = "cluster-id-unchecked"
 )
 
 // wallNanos is the wall clock's reading: the fault clock's when c has one,

@@ -35,14 +35,14 @@ const (
 var AllNemeses = slices.Concat(
 	[]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemSnapshot, NemMember, NemStorage, NemMemberUnreachable},
 	NetNemeses, []string{NemSilentLeader}, ComboNemeses,
-	[]string{NemClockBump, NemClockStrobe, NemClockRate, NemRestore})
+	[]string{NemClockBump, NemClockStrobe, NemClockRate, NemRestore, NemRestoreMismatch})
 
 // InSpecNemeses is AllNemeses without the out-of-spec clock-rate and
 // restore.
 func InSpecNemeses() []string {
 	var out []string
 	for _, k := range AllNemeses {
-		if k != NemClockRate && k != NemRestore {
+		if k != NemClockRate && !isRestore(k) {
 			out = append(out, k)
 		}
 	}
@@ -165,8 +165,8 @@ func (n *nemesis) run(ctx context.Context) {
 			n.clockStrobe(ctx, hold)
 		case NemClockRate:
 			n.clockRate(ctx, hold)
-		case NemRestore:
-			n.restore(ctx)
+		case NemRestore, NemRestoreMismatch:
+			n.restore(ctx, kind == NemRestoreMismatch)
 		default:
 			if isNetNemesis(kind) {
 				n.netFault(ctx, kind, hold)

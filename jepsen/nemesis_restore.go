@@ -30,6 +30,22 @@ import (
 // checkers and CheckRestore decide it. It is not part of "all": name it.
 const NemRestore = "restore"
 
+// NemRestoreMismatch is NemRestore with an operator's mistake: one founding
+// node of the new cluster (in turn, by restore count) is given
+// --bump-tokens 1 instead of the default and started 2 s before the others,
+// so that, if nothing keeps it out, it wins the first election and grants
+// below tokens resources accepted before the loss. The nodes must keep it
+// out (its cluster id differs); CheckRestore decides. Once the probe has run, the odd node is repaired as
+// docs/OPERATIONS.md says: stopped, its data dir emptied, and started again
+// with the same file and the default bump. Not part of "all": name it.
+const NemRestoreMismatch = "restore-mismatch"
+
+// mismatchBump is the odd node's bump under NemRestoreMismatch.
+const mismatchBump = 1
+
+// isRestore reports whether nemesis kind k restores from a backup.
+func isRestore(k string) bool { return k == NemRestore || k == NemRestoreMismatch }
+
 // RestorePrefix starts the probe's resources, one scope each, first used
 // after the backup: "jn/<restore>-<i>".
 const RestorePrefix = "jn/"
@@ -53,16 +69,20 @@ const (
 // probeScopes is how many new scopes each restore probes.
 const probeScopes = 2
 
-// restore runs one NemRestore fault.
-func (n *nemesis) restore(ctx context.Context) {
+// restore runs one NemRestore fault; with mismatch, a NemRestoreMismatch.
+func (n *nemesis) restore(ctx context.Context, mismatch bool) {
+	kind := NemRestore
+	if mismatch {
+		kind = NemRestoreMismatch
+	}
 	cl, ok := n.nodes.(*Cluster)
 	if !ok || n.hist == nil {
-		n.record(Fault{Phase: "start", Kind: NemRestore, Detail: "no cluster of processes or no history to probe into"})
-		n.record(Fault{Phase: "heal", Kind: NemRestore, Detail: "nothing done"})
+		n.record(Fault{Phase: "start", Kind: kind, Detail: "no cluster of processes or no history to probe into"})
+		n.record(Fault{Phase: "heal", Kind: kind, Detail: "nothing done"})
 		return
 	}
 	n.mu.Lock()
-	k := n.counts[NemRestore] + 1
+	k := n.counts[NemRestore] + n.counts[NemRestoreMismatch] + 1
 	n.mu.Unlock()
 	ctx = context.WithoutCancel(ctx) // once started, always finish
 	file := filepath.Join(cl.dir, fmt.Sprintf("backup-%d.lfb", k))
@@ -82,21 +102,35 @@ func (n *nemesis) restore(ctx context.Context) {
 			}
 		}
 	}
+	if mismatch {
+		// A backup is older than the loss: let the workers grant for a
+		// while after it, so that tokens a lower floor would repeat exist.
+		sleepCtx(ctx, 2*time.Second)
+	}
 	n.progress(fmt.Sprintf("nemesis: restore %d: lose every node, restore from the backup", k))
-	n.record(Fault{Phase: "start", Kind: NemRestore, Target: "all",
+	n.record(Fault{Phase: "start", Kind: kind, Target: "all",
 		Detail: errString(berr, fmt.Sprintf("backup at index %d; before the loss: %s; SIGKILL every node", index, strings.Join(pre, ", ")))})
 	if berr != nil {
-		n.record(Fault{Phase: "heal", Kind: NemRestore, Target: "all", Detail: "no backup, nothing lost"})
+		n.record(Fault{Phase: "heal", Kind: kind, Target: "all", Detail: "no backup, nothing lost"})
 		return
 	}
-	rerr := cl.RestoreAll(ctx, file, filepath.Join(cl.dir, fmt.Sprintf("lost-%d", k)))
+	lost := filepath.Join(cl.dir, fmt.Sprintf("lost-%d", k))
+	odd, healed := "", "a new cluster from the backup (default bump) has a leader"
+	if mismatch {
+		odd = cl.ids[(k-1)%len(cl.ids)]
+	}
+	rerr := cl.restoreAll(ctx, file, lost, odd)
 	if rerr == nil && n.onRestore != nil {
 		n.onRestore()
 	}
+	if odd != "" {
+		healed = fmt.Sprintf("a new cluster from the backup has a leader, %s; %s was given --bump-tokens %d and started first",
+			cl.Leader(ctx), odd, mismatchBump)
+	}
 	// The heal is when the new cluster serves: CheckRestore holds every
 	// acquire invoked after it, the probe's below included, to the loss.
-	n.record(Fault{Phase: "heal", Kind: NemRestore, Target: "all", Effective: rerr == nil,
-		Detail: errString(rerr, "a new cluster from the backup (default bump) has a leader")})
+	n.record(Fault{Phase: "heal", Kind: kind, Target: "all", Effective: rerr == nil,
+		Detail: errString(rerr, healed)})
 	if rerr != nil {
 		return
 	}
@@ -105,6 +139,10 @@ func (n *nemesis) restore(ctx context.Context) {
 		post = append(post, n.probe(ctx, cl, fmt.Sprintf("restore%d-post", k), s))
 	}
 	n.progress(fmt.Sprintf("nemesis: restore %d: after it: %s", k, strings.Join(post, ", ")))
+	if odd != "" {
+		err := cl.refound(ctx, odd, file, filepath.Join(lost, odd+"-mismatched"))
+		n.progress(fmt.Sprintf("nemesis: restore %d: %s restored again with the default bump: %s", k, odd, errString(err, "started")))
+	}
 }
 
 // probe acquires scope (its own resource), writes to fencedkv under the
@@ -218,6 +256,14 @@ func (c *Cluster) backupFrom(ctx context.Context, cs api.ClusterServiceClient, p
 // bootstrapping the same members with --restore backup (the default
 // bump). It waits up to 30 s for a leader.
 func (c *Cluster) RestoreAll(ctx context.Context, backup, lostDir string) error {
+	return c.restoreAll(ctx, backup, lostDir, "")
+}
+
+// restoreAll is RestoreAll; a non-empty odd names a node that gets
+// --bump-tokens mismatchBump and is started 2 s before the others
+// (NemRestoreMismatch): with the cluster id check it is kept out and
+// cannot lead; without it, it usually wins the first election.
+func (c *Cluster) restoreAll(ctx context.Context, backup, lostDir, odd string) error {
 	for _, p := range c.procs {
 		p.Kill(syscall.SIGKILL, 10*time.Second)
 	}
@@ -233,9 +279,23 @@ func (c *Cluster) RestoreAll(ctx context.Context, backup, lostDir string) error 
 			return err
 		}
 		p := c.Proc(id)
-		p.Args = append(withoutFlags(p.Args, "--bootstrap", "--join", "--restore"), "--bootstrap", strings.Join(peers, ","), "--restore", backup)
+		p.Args = append(withoutFlags(p.Args, "--bootstrap", "--join", "--restore", "--bump-tokens"), "--bootstrap", strings.Join(peers, ","), "--restore", backup)
+		if id == odd {
+			p.Args = append(p.Args, "--bump-tokens", fmt.Sprint(mismatchBump))
+		}
+	}
+	if odd != "" {
+		if err := c.Proc(odd).Start(); err != nil {
+			return err
+		}
+		if !sleepCtx(ctx, 2*time.Second) {
+			return ctx.Err()
+		}
 	}
 	for _, id := range c.ids {
+		if id == odd {
+			continue
+		}
 		if err := c.Proc(id).Start(); err != nil {
 			return err
 		}
@@ -251,6 +311,20 @@ func (c *Cluster) RestoreAll(ctx context.Context, backup, lostDir string) error 
 	return fmt.Errorf("no leader within 30s of the restore; %s's log ends:\n%s", c.ids[0], c.procs[0].Tail(2048))
 }
 
+// refound repairs node id of a restored cluster as docs/OPERATIONS.md
+// says for a founding node given another file or bump: stop it, move its
+// data dir to lostDir, and start it again from backup with the default
+// bump.
+func (c *Cluster) refound(ctx context.Context, id, backup, lostDir string) error {
+	p := c.Proc(id)
+	p.Kill(syscall.SIGKILL, 10*time.Second)
+	if err := os.Rename(c.DataDir(id), lostDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	p.Args = withoutFlags(p.Args, "--bump-tokens")
+	return p.Start()
+}
+
 // CheckRestore checks each NemRestore fault of faults against the history
 // (DESIGN.md "Data model", token): every acquire invoked after the new
 // cluster serves (the fault's heal), until the next restore, got a token
@@ -264,7 +338,7 @@ func CheckRestore(h []Record, faults []Fault) Result {
 	type span struct{ lost, served int64 }
 	var spans []span
 	for _, ft := range faults {
-		if ft.Kind != NemRestore {
+		if !isRestore(ft.Kind) {
 			continue
 		}
 		switch {
@@ -341,18 +415,20 @@ func CheckRestore(h []Record, faults []Fault) Result {
 // exclusion checkers (a holder of a lease granted after the backup keeps
 // its safe window while the restored cluster grants the resource again),
 // acknowledged durability and linearizability (the lost cluster's
-// acknowledged operations are gone by design).
+// acknowledged operations are gone by design), and request-id identity (the
+// request ids the lost cluster answered after the backup are unknown to the
+// new one, so a reuse with changed parameters is rightly a new request).
 func restoreRequired(nemeses []string, rs []Result) {
 	on := false
 	for _, k := range nemeses {
-		on = on || k == NemRestore
+		on = on || isRestore(k)
 	}
 	if !on {
 		return
 	}
 	for i := range rs {
 		switch rs[i].Checker {
-		case NameGrantIntervals, NameSafeWindows, NameDurable, NameLinearizable:
+		case NameGrantIntervals, NameSafeWindows, NameDurable, NameLinearizable, NameRequestIDs:
 			rs[i].NotRequired = ReasonRestore
 		}
 	}
@@ -361,7 +437,7 @@ func restoreRequired(nemeses []string, rs []Result) {
 // withRestoreCheck appends CheckRestore to rs when a restore was enabled.
 func withRestoreCheck(nemeses []string, rs []Result, h []Record, faults []Fault) []Result {
 	for _, k := range nemeses {
-		if k == NemRestore {
+		if isRestore(k) {
 			return append(rs, CheckRestore(h, faults))
 		}
 	}

@@ -46,6 +46,8 @@ var PlantedBugs = []PlantedBug{
 		Nemeses: nil, Time: 25 * time.Second, Catch: []string{NameRequestIDs}},
 	{Name: "restore-bumps-known-scopes", In: "leased", What: "a restore raises only the counters of the scopes the backup knows, not the token floor",
 		Nemeses: []string{NemRestore}, Time: 30 * time.Second, Catch: []string{NameRestore, NameTokens}},
+	{Name: "cluster-id-unchecked", In: "leased", What: "Raft RPCs carry and check no cluster id, so a founding node restored with another bump can lead and grant below the loss",
+		Nemeses: []string{NemRestoreMismatch}, Time: 30 * time.Second, Catch: []string{NameRestore, NameTokens}},
 	{Name: "skip-entry-checksum", In: "leased", What: "log entry checksums are not verified, so a node applies an entry its disk changed",
 		Nemeses: []string{NemStorage}, Time: 30 * time.Second, Catch: []string{NameStorage}},
 	{Name: "forward-no-timeout", In: "leased", What: "a follower forwarding to a silent leader waits out the caller's deadline (no hop timeout, no re-route)",

@@ -40,6 +40,13 @@ func TestCheckRestoreCatchesATokenNotAboveTheLoss(t *testing.T) {
 	if r.Verdict != Invalid || r.Anomaly != AnomalyTokenNotAboveLoss || r.Anomalies != 2 {
 		t.Fatalf("%v", r)
 	}
+	// A restore-mismatch fault is held to the loss the same way.
+	for i := range faults {
+		faults[i].Kind = NemRestoreMismatch
+	}
+	if r := CheckRestore(h, faults); r.Verdict != Invalid || r.Anomaly != AnomalyTokenNotAboveLoss {
+		t.Fatalf("restore-mismatch: %v", r)
+	}
 	// A known scope left where it was is caught too.
 	h, faults = restoreHistory(1<<32+3, 5, OK)
 	if r := CheckRestore(h, faults); r.Verdict != Invalid || r.Anomaly != AnomalyTokenNotAboveLoss {
@@ -76,18 +83,21 @@ func TestCheckRestoreIgnoresWhatItCannotPlace(t *testing.T) {
 
 func TestRestoreRunsDoNotRequireWhatARestoreLoses(t *testing.T) {
 	var rs []Result
-	for _, name := range []string{NameFencedTokens, NameTokens, NameGrantIntervals, NameSafeWindows, NameFinalRead, NameDurable, NameLinearizable, NameRestore} {
-		rs = append(rs, Result{Checker: name, Verdict: Invalid})
-	}
-	MarkRequired([]string{NemKill, NemRestore}, rs)
-	for _, r := range rs {
-		lost := r.Checker == NameGrantIntervals || r.Checker == NameSafeWindows || r.Checker == NameDurable || r.Checker == NameLinearizable
-		if r.Required() == lost {
-			t.Errorf("%s required %v in a restore run", r.Checker, r.Required())
+	for _, restore := range []string{NemRestore, NemRestoreMismatch} {
+		rs = rs[:0]
+		for _, name := range []string{NameFencedTokens, NameTokens, NameGrantIntervals, NameSafeWindows, NameFinalRead, NameDurable, NameLinearizable, NameRequestIDs, NameRestore} {
+			rs = append(rs, Result{Checker: name, Verdict: Invalid})
+		}
+		MarkRequired([]string{NemKill, restore}, rs)
+		for _, r := range rs {
+			lost := r.Checker == NameGrantIntervals || r.Checker == NameSafeWindows || r.Checker == NameDurable || r.Checker == NameLinearizable || r.Checker == NameRequestIDs
+			if r.Required() == lost {
+				t.Errorf("%s: %s required %v in a restore run", restore, r.Checker, r.Required())
+			}
 		}
 	}
 	for _, k := range InSpecNemeses() {
-		if k == NemRestore {
+		if isRestore(k) {
 			t.Fatal("restore is in spec: \"all\" would stop requiring linearizability")
 		}
 	}

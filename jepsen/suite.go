@@ -71,7 +71,7 @@ var FencedGroups = []struct {
 	{"network faults", NetNemeses, 60 * time.Second},
 	{"clock faults", []string{NemClockBump, NemClockStrobe}, 25 * time.Second},
 	{"combined faults", ComboNemeses, 45 * time.Second},
-	{"restore from a backup", []string{NemRestore}, 25 * time.Second},
+	{"restore from a backup", []string{NemRestore, NemRestoreMismatch}, 35 * time.Second},
 }
 
 // RunSuite runs each scenario in turn and returns its results; the
