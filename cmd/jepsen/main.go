@@ -11,6 +11,7 @@
 //	       [--net proxy|netns|docker] [--image leasefence:dev] [--bug NAME]
 //	       [--seed N] [--unfenced] [--expect-anomaly] [--results DIR] [--bin-dir DIR]
 //	jepsen check RESULTS_DIR    # run the checkers again over a stored run
+//	jepsen soak-table DIR       # a Markdown table of the runs under DIR (make jepsen-soak)
 //
 // Exit status: 0 every required checker valid (with --expect-anomaly: an
 // anomaly was found, i.e. the control run was caught), 1 an anomaly or an
@@ -55,6 +56,19 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		if _, failed := jepsen.Tally(rs); failed > 0 {
 			return 1
 		}
+		return 0
+	}
+	if len(args) > 0 && args[0] == "soak-table" {
+		if len(args) != 2 {
+			fmt.Fprintln(stderr, "usage: jepsen soak-table DIR")
+			return 2
+		}
+		rows, err := jepsen.ReadSoak(args[1])
+		if err != nil {
+			fmt.Fprintln(stderr, "jepsen:", err)
+			return 2
+		}
+		fmt.Fprint(stdout, jepsen.SoakTable(rows))
 		return 0
 	}
 	suite := len(args) > 0 && args[0] == "suite"
