@@ -206,7 +206,7 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	}
 	say("run %s, seed %d, %s, results in %s", mode, cfg.Seed, strings.Join(cfg.Nemeses, ","), dir)
 	if len(dropped) > 0 {
-		say("left out in %s mode, which cannot realise them (jepsen/README.md, net modes): %s", cfg.NetMode, strings.Join(dropped, ","))
+		say("left out in %s mode, which cannot realise them (see Network faults in jepsen/README.md): %s", cfg.NetMode, strings.Join(dropped, ","))
 	}
 
 	// Binaries.

@@ -15,8 +15,8 @@ type SoakRow struct {
 	Seed uint64
 	Dir  string
 	// Result is "pass" (every checker valid), "anomaly" (a required
-	// checker found one), "harness error", or "undecided" (no anomaly, but
-	// a checker could not decide: not a pass).
+	// checker found one), "harness error", or "undecided: <checkers>" (no
+	// anomaly, but those required checkers could not decide: not a pass).
 	Result string
 	// Ops counts completed operations of every type and result.
 	Ops int
@@ -48,7 +48,13 @@ func SoakRowOf(s *Summary) SoakRow {
 	case s.AllValid() && s.NotCounted == 0:
 		r.Result = "pass"
 	default:
-		r.Result = "undecided"
+		var undecided []string
+		for _, x := range s.Results {
+			if x.Verdict != Valid && x.Required() {
+				undecided = append(undecided, x.Checker)
+			}
+		}
+		r.Result = "undecided: " + strings.Join(undecided, ", ")
 	}
 	return r
 }
