@@ -324,13 +324,15 @@ func (d *DockerNet) restart(id string) error {
 	if p == nil {
 		return fmt.Errorf("docker mode: no node %q", id)
 	}
-	old := d.pid(id)
+	if d.pid(id) != 0 {
+		return fmt.Errorf("docker mode: %s already running", id)
+	}
 	if err := p.Start(); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if pid := d.pid(id); pid != 0 && pid != old {
+		if d.pid(id) != 0 {
 			break
 		}
 		if !p.Running() {
