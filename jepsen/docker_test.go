@@ -138,3 +138,45 @@ func TestCleanupStaleDockerRemovesADeadHarnessLeftovers(t *testing.T) {
 		t.Errorf("a running harness's objects were removed: volumes %q, networks %q", vols, nets)
 	}
 }
+
+// recordingRuntime records what Cluster hands it (beside the real
+// DockerNet, which make jepsen-docker runs).
+type recordingRuntime struct{ calls []string }
+
+func (r *recordingRuntime) kill9(id string) error { r.calls = append(r.calls, "kill9 "+id); return nil }
+func (r *recordingRuntime) restart(id string) error {
+	r.calls = append(r.calls, "restart "+id)
+	return nil
+}
+func (r *recordingRuntime) pause(id string) (bool, error) {
+	r.calls = append(r.calls, "pause "+id)
+	return true, nil
+}
+func (r *recordingRuntime) resume(id string) error {
+	r.calls = append(r.calls, "resume "+id)
+	return nil
+}
+func (r *recordingRuntime) paused(string) bool { return false }
+
+func TestClusterHandsProcessFaultsToItsRuntime(t *testing.T) {
+	rt := &recordingRuntime{}
+	// No Proc is running: without the runtime every call below would fail
+	// ("n1 is not running", "n1 not running").
+	c := &Cluster{ids: []string{"n1"}, byID: map[string]int{"n1": 0}, procs: []*Proc{{Name: "n1"}}, rt: rt}
+	if err := c.Kill9("n1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Restart("n1"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.Pause("n1"); !ok || err != nil {
+		t.Fatalf("pause: %v %v", ok, err)
+	}
+	if err := c.Resume("n1"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"kill9 n1", "restart n1", "pause n1", "resume n1"}
+	if !slices.Equal(rt.calls, want) {
+		t.Fatalf("runtime saw %v, want %v", rt.calls, want)
+	}
+}
