@@ -97,7 +97,7 @@ image:
 	cp deploy/Dockerfile $(IMAGE_CONTEXT)/Dockerfile
 	docker build -t $(IMAGE) $(IMAGE_CONTEXT)
 
-.PHONY: jepsen jepsen-bin jepsen-quick jepsen-netns jepsen-soak
+.PHONY: jepsen jepsen-bin jepsen-quick jepsen-netns jepsen-docker jepsen-soak
 
 # The fault-injection harness (jepsen/README.md): real leased nodes, a real
 # fencedkv and real worker processes on loopback (or in network namespaces),
@@ -144,17 +144,47 @@ jepsen-netns: jepsen-bin
 	$(BIN)/jepsen --bin-dir $(BIN) --seed $(JEPSEN_SEED) --time $(JEPSEN_NETNS_TIME) --net netns \
 		--nodes 3 --workers 6 --resources 3 --nemesis $(JEPSEN_NETNS_NEMESIS) $(JEPSEN_ARGS)
 
-# jepsen-soak runs SOAK_RUNS fenced runs of SOAK_TIME with every nemesis,
-# seeds JEPSEN_SEED, JEPSEN_SEED+1, ..., and stops at the first that fails.
-SOAK_RUNS ?= 10
-SOAK_TIME ?= 3m
+# jepsen-docker is one short fenced run in docker mode (root and a Docker
+# engine): the nodes are containers of the image `make image` builds (IMAGE;
+# nothing is pulled) on a private network the harness creates and removes;
+# kills are docker kill, pauses docker pause, partitions and a silent leader
+# iptables rules in a container's namespace. .ci/run runs it. Without root or
+# a Docker engine it is skipped with a message, except under CI=true, where
+# that fails. About a minute after the image build.
+JEPSEN_DOCKER_TIME    ?= 40s
+JEPSEN_DOCKER_NEMESIS ?= kill,kill-leader,pause-leader,partition-halves,silent-leader
+jepsen-docker: jepsen-bin
+	@why=""; [ "$$(id -u)" = 0 ] || why="not root"; docker info >/dev/null 2>&1 || why="no Docker engine answers"; \
+	if [ -n "$$why" ]; then \
+		if [ "$(CI)" = true ]; then echo "jepsen-docker: $$why (CI=true: failing)" >&2; exit 1; fi; \
+		echo "jepsen-docker: $$why: skipped" >&2; exit 0; fi; \
+	if ! { command -v nsenter && command -v iptables; } >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq util-linux iptables; fi; \
+	$(MAKE) --no-print-directory image IMAGE=$(IMAGE) && \
+	$(BIN)/jepsen --bin-dir $(BIN) --seed $(JEPSEN_SEED) --time $(JEPSEN_DOCKER_TIME) --net docker --image $(IMAGE) \
+		--nodes 3 --workers 6 --resources 3 --nemesis $(JEPSEN_DOCKER_NEMESIS) $(JEPSEN_ARGS)
+
+# jepsen-soak runs SOAK_RUNS fenced runs of SOAK_TIME with every nemesis
+# (JEPSEN_NEMESIS) in SOAK_NET mode (netns: root), seeds JEPSEN_SEED,
+# JEPSEN_SEED+1, ..., into SOAK_DIR, then writes SOAK_DIR/soak.md: a table
+# with a row per run (seed, result, operations, faults by kind, anomalies)
+# and their totals, for jepsen/README.md. Every run runs; the exit status is
+# 1 if any did not pass. The default is the issue's soak: 20 × 5 minutes.
+SOAK_RUNS ?= 20
+SOAK_TIME ?= 5m
+SOAK_NET  ?= netns
+SOAK_DIR  ?= results/soak-$(shell date -u +%Y%m%dT%H%M%S)
 jepsen-soak: jepsen-bin
-	@if [ "$(JEPSEN_NET)" = netns ] && ! { command -v ip && command -v iptables; } >/dev/null; then \
+	@if [ "$(SOAK_NET)" = netns ] && ! { command -v ip && command -v iptables; } >/dev/null; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 iptables; fi
+	@dir="$(SOAK_DIR)"; mkdir -p "$$dir"; status=0; \
 	for i in $$(seq 0 $$(($(SOAK_RUNS) - 1))); do \
-		$(BIN)/jepsen --bin-dir $(BIN) --seed $$(($(JEPSEN_SEED) + i)) --time $(SOAK_TIME) \
-			--nemesis $(JEPSEN_NEMESIS) --net $(JEPSEN_NET) $(JEPSEN_ARGS) || exit $$?; \
-	done
+		$(BIN)/jepsen --bin-dir $(BIN) --results "$$dir" --seed $$(($(JEPSEN_SEED) + i)) --time $(SOAK_TIME) \
+			--nemesis $(JEPSEN_NEMESIS) --net $(SOAK_NET) $(JEPSEN_ARGS) || status=1; \
+	done; \
+	$(BIN)/jepsen soak-table "$$dir" > "$$dir/soak.md" || status=2; \
+	echo; echo "$(SOAK_RUNS) runs × $(SOAK_TIME), $(SOAK_NET) mode, nemesis $(JEPSEN_NEMESIS): $$dir/soak.md"; cat "$$dir/soak.md"; \
+	exit $$status
 
 .PHONY: certs
 

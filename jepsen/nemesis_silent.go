@@ -45,7 +45,7 @@ func (n *nemesis) silentLeader(ctx context.Context, hold time.Duration) {
 		desc string
 		heal func() error
 	)
-	if ns, ok := n.net.(*NSNet); ok {
+	if ns, ok := n.net.(interface{ Silence(string, bool) error }); ok { // NSNet, DockerNet
 		desc = "every packet into and out of its namespace dropped, clients' included"
 		err = ns.Silence(leader, true)
 		heal = func() error { return ns.Silence(leader, false) }

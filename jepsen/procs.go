@@ -282,6 +282,9 @@ type Cluster struct {
 	startedAt time.Time
 	dir       string // holds each node's data dir and log
 	net       Net    // nil without network faults
+	// rt runs the nodes when they are not the harness's child processes
+	// (docker mode); nil: Proc signals.
+	rt nodeRuntime
 }
 
 var _ NodeControl = (*Cluster)(nil)
@@ -454,7 +457,7 @@ func (c *Cluster) status(ctx context.Context, id string, req *api.StatusRequest)
 func (c *Cluster) Leader(ctx context.Context) string {
 	for _, id := range c.ids {
 		p := c.Proc(id)
-		if !p.Running() || p.Stopped() {
+		if !p.Running() || p.Stopped() || (c.rt != nil && c.rt.paused(id)) {
 			continue
 		}
 		if st, err := c.Status(ctx, id); err == nil && st.State == "leader" {
@@ -466,6 +469,9 @@ func (c *Cluster) Leader(ctx context.Context) string {
 
 // Kill9 implements NodeControl.
 func (c *Cluster) Kill9(id string) error {
+	if c.rt != nil {
+		return c.rt.kill9(id)
+	}
 	p := c.Proc(id)
 	if !p.Running() {
 		return fmt.Errorf("%s is not running", id)
@@ -475,10 +481,18 @@ func (c *Cluster) Kill9(id string) error {
 }
 
 // Restart implements NodeControl.
-func (c *Cluster) Restart(id string) error { return c.Proc(id).Start() }
+func (c *Cluster) Restart(id string) error {
+	if c.rt != nil {
+		return c.rt.restart(id)
+	}
+	return c.Proc(id).Start()
+}
 
 // Pause implements NodeControl.
 func (c *Cluster) Pause(id string) (bool, error) {
+	if c.rt != nil {
+		return c.rt.pause(id)
+	}
 	p := c.Proc(id)
 	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		return false, err
@@ -487,7 +501,12 @@ func (c *Cluster) Pause(id string) (bool, error) {
 }
 
 // Resume implements NodeControl.
-func (c *Cluster) Resume(id string) error { return c.Proc(id).Signal(syscall.SIGCONT) }
+func (c *Cluster) Resume(id string) error {
+	if c.rt != nil {
+		return c.rt.resume(id)
+	}
+	return c.Proc(id).Signal(syscall.SIGCONT)
+}
 
 // Stop kills every node, closes the connections and then the Net (its
 // namespaces can go only once the nodes are gone). It may be called twice.

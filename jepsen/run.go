@@ -39,8 +39,10 @@ type Config struct {
 	Seed       uint64        `json:"seed"`
 	Nemeses    []string      `json:"nemeses"`
 	// NetMode realises the network nemeses: NetProxy (default; "" means
-	// it) or NetNS (root).
+	// it), NetNS (root) or NetDocker (the nodes are containers of Image).
 	NetMode string `json:"net_mode"`
+	// Image is the nodes' image in docker mode (default DefaultDockerImage).
+	Image string `json:"image,omitempty"`
 	// Unfenced runs fencedkv with enforcement off: the control run.
 	Unfenced bool `json:"unfenced"`
 	// ResultsDir receives one folder per run.
@@ -146,6 +148,23 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 		}
 		cfg.Nemeses = kept
 	}
+	if cfg.NetMode == NetDocker {
+		var kept []string
+		for _, k := range cfg.Nemeses {
+			if slices.Contains(DockerNemeses, k) {
+				kept = append(kept, k)
+			} else {
+				dropped = append(dropped, k)
+			}
+		}
+		cfg.Nemeses = kept
+		if cfg.Image == "" {
+			cfg.Image = DefaultDockerImage
+		}
+		if len(cfg.Bugs) > 0 {
+			return nil, errors.New("docker mode runs the image as built: planted bugs need a plantedbugs build (use proxy or netns mode)")
+		}
+	}
 	// The lin workload's leases outlive the run (the nodes' --max-ttl is
 	// raised to allow it), up to runs of about two hours, and as far as
 	// the skew margin covers the drift of such a lease (the nodes refuse
@@ -187,7 +206,7 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	}
 	say("run %s, seed %d, %s, results in %s", mode, cfg.Seed, strings.Join(cfg.Nemeses, ","), dir)
 	if len(dropped) > 0 {
-		say("left out in namespace mode (needs tc netem, use proxy mode): %s", strings.Join(dropped, ","))
+		say("left out in %s mode, which cannot realise them (see Network faults in jepsen/README.md): %s", cfg.NetMode, strings.Join(dropped, ","))
 	}
 
 	// Binaries.
@@ -218,8 +237,13 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	if UsesClock(cfg.Nemeses) {
 		extra = append(extra, ClockArgs(filepath.Join(dir, "logs"))...)
 	}
-	cl, err := StartClusterNet(ctx, filepath.Join(binDir, "leased"), filepath.Join(dir, "logs"), cfg.Nodes, extra,
-		plantedEnv(cfg.Bugs, "leased"), cfg.NetMode, cfg.Seed)
+	var cl *Cluster
+	if cfg.NetMode == NetDocker {
+		cl, err = StartClusterDocker(ctx, cfg.Image, filepath.Join(dir, "logs"), cfg.Nodes, extra)
+	} else {
+		cl, err = StartClusterNet(ctx, filepath.Join(binDir, "leased"), filepath.Join(dir, "logs"), cfg.Nodes, extra,
+			plantedEnv(cfg.Bugs, "leased"), cfg.NetMode, cfg.Seed)
+	}
 	if err != nil {
 		return sum, err
 	}

@@ -8,9 +8,10 @@
 //	                  partition-leader,partition-halves,partition-ring,partition-bridge,partition-oneway,
 //	                  net-slow,net-flaky,kill-minority,rolling-restart,partition-kill,
 //	                  clock-bump,clock-strobe,clock-rate,restore]
-//	       [--net proxy|netns] [--bug NAME]
+//	       [--net proxy|netns|docker] [--image leasefence:dev] [--bug NAME]
 //	       [--seed N] [--unfenced] [--expect-anomaly] [--results DIR] [--bin-dir DIR]
 //	jepsen check RESULTS_DIR    # run the checkers again over a stored run
+//	jepsen soak-table DIR       # a Markdown table of the runs under DIR (make jepsen-soak)
 //
 // Exit status: 0 every required checker valid (with --expect-anomaly: an
 // anomaly was found, i.e. the control run was caught), 1 an anomaly or an
@@ -57,6 +58,19 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	if len(args) > 0 && args[0] == "soak-table" {
+		if len(args) != 2 {
+			fmt.Fprintln(stderr, "usage: jepsen soak-table DIR")
+			return 2
+		}
+		rows, err := jepsen.ReadSoak(args[1])
+		if err != nil {
+			fmt.Fprintln(stderr, "jepsen:", err)
+			return 2
+		}
+		fmt.Fprint(stdout, jepsen.SoakTable(rows))
+		return 0
+	}
 	suite := len(args) > 0 && args[0] == "suite"
 	if suite {
 		args = args[1:]
@@ -78,7 +92,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.SkewMargin, "skew-margin", cfg.SkewMargin, "the nodes' --skew-margin")
 	fs.Uint64Var(&cfg.Seed, "seed", uint64(time.Now().UnixNano()%1e6), "seed of the schedule and the workers")
 	fs.StringVar(&nemeses, "nemesis", "all", "comma-separated nemeses, all or none")
-	fs.StringVar(&cfg.NetMode, "net", cfg.NetMode, "how network nemeses are realised: proxy (per-link TCP proxies, no root) or netns (a network namespace per node, iptables; root)")
+	fs.StringVar(&cfg.NetMode, "net", cfg.NetMode, "how network nemeses are realised: proxy (per-link TCP proxies, no root), netns (a network namespace per node, iptables; root) or docker (the nodes are containers of --image on a private Docker network; root)")
+	fs.StringVar(&cfg.Image, "image", jepsen.DefaultDockerImage, "the nodes' image in docker mode (make image; nothing is pulled)")
 	fs.BoolVar(&cfg.Unfenced, "unfenced", false, "run fencedkv with --unfenced (the control run)")
 	fs.BoolVar(&expectAnomaly, "expect-anomaly", false, "exit 0 only if a checker finds an anomaly (for the control run)")
 	fs.StringVar(&cfg.ResultsDir, "results", cfg.ResultsDir, "parent folder of the results folders")
