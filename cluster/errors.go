@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/fsm"
+	"github.com/leasefence/leasefence/internal/authz"
 )
 
 // Errors of the node. Domain errors come from package fsm.
@@ -32,7 +33,7 @@ var (
 	ErrFailed = errors.New("cluster: node failed")
 	// ErrPermissionDenied is returned when a policy is on and the caller
 	// is unknown or may not do what it asked (codes.PermissionDenied).
-	ErrPermissionDenied = errors.New("cluster: permission denied")
+	ErrPermissionDenied = authz.ErrPermissionDenied
 	// ErrLimit is returned when a call would pass one of the node's
 	// documented maximums (waiters per resource, watchers per client,
 	// leases per identity); nothing was written (codes.ResourceExhausted).
