@@ -2,12 +2,9 @@ package cluster
 
 import (
 	"context"
-	"fmt"
-	"runtime/debug"
 	"strings"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -262,32 +259,6 @@ func (s *clusterService) TransferLeadership(ctx context.Context, req *api.Transf
 	}
 	id, _ := s.n.Leader()
 	return &api.TransferLeadershipResponse{LeaderId: id}, nil
-}
-
-// recoverUnary turns a panic in a handler into Internal, logged with its
-// stack: no input from the network may bring the node down.
-func recoverUnary(log hclog.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				log.Error("panic in handler", "method", info.FullMethod, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-				err = status.Errorf(codes.Internal, "internal error in %s", info.FullMethod)
-			}
-		}()
-		return handler(ctx, req)
-	}
-}
-
-func recoverStream(log hclog.Logger) grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				log.Error("panic in handler", "method", info.FullMethod, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-				err = status.Errorf(codes.Internal, "internal error in %s", info.FullMethod)
-			}
-		}()
-		return handler(srv, ss)
-	}
 }
 
 // unsafeFeatures lists what weakens this node, each turned on only by an

@@ -260,8 +260,9 @@ func (n *Node) open() error {
 	// forwarding, join) with their own peer certificate.
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	var srvTLS *tls.Config
-	unaryInts := []grpc.UnaryServerInterceptor{recoverUnary(n.log), n.corruptGuardUnary}
-	streamInts := []grpc.StreamServerInterceptor{recoverStream(n.log), n.corruptGuardStream}
+	recoverUnary, recoverStream := transport.RecoverInterceptors(n.log)
+	unaryInts := []grpc.UnaryServerInterceptor{recoverUnary, n.corruptGuardUnary}
+	streamInts := []grpc.StreamServerInterceptor{recoverStream, n.corruptGuardStream}
 	if cfg.TLS.Enabled() {
 		serverTLS, peerTLS, err := transport.LoadTLS(cfg.TLS, cfg.PeerIdentity)
 		if err != nil {
