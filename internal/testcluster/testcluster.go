@@ -1,6 +1,9 @@
-// Package testcluster runs real leased processes on loopback for tests:
-// each with its own data dir and log file, started, killed with real
-// signals and restarted from its data. Only tests import it.
+// Package testcluster runs clusters for tests: real leased processes on
+// loopback, each with its own data dir and log file, started, killed with
+// real signals and restarted from its data (Cluster); and real
+// cluster.Node-s inside the test's process, with links between them a test
+// can cut (Local: Partition, Heal, Leader, WaitApplied). Only tests import
+// it.
 package testcluster
 
 import (
