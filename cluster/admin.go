@@ -76,6 +76,36 @@ func (s *clusterService) Status(ctx context.Context, req *api.StatusRequest) (*a
 	return out, nil
 }
 
+// adminAtLeader is the prelude the administrative calls share (Join,
+// Remove, TransferLeadership, Snapshot), after each has checked its own
+// request: the caller must be an administrator (authorize, permAdmin);
+// authorized, when not nil, then runs with the caller's ctx; and a node
+// that does not lead forwards the call to the leader (route: it waits out
+// an election up to leaderPatience; the call is marked forwarded and
+// carries the caller's credentials) with forward, and relays the answer.
+// local is true, with ctx carrying the caller, when this node leads and
+// must serve the call itself; otherwise resp and err are the answer (a
+// refusal here is already a gRPC status; forward's error is relayed as
+// the leader gave it).
+func adminAtLeader[T any](ctx context.Context, n *Node, authorized func(context.Context), forward func(context.Context, api.ClusterServiceClient) (T, error)) (_ context.Context, resp T, local bool, err error) {
+	ctx, _, err = n.authorize(ctx, permAdmin, "")
+	if err != nil {
+		return ctx, resp, false, toStatus(err)
+	}
+	if authorized != nil {
+		authorized(ctx)
+	}
+	conn, err := n.route(ctx)
+	if err != nil {
+		return ctx, resp, false, toStatus(err)
+	}
+	if conn != nil {
+		resp, err = forward(markForwarded(ctx), api.NewClusterServiceClient(conn))
+		return ctx, resp, false, err
+	}
+	return ctx, resp, true, nil
+}
+
 // Join implements api.ClusterServiceServer: one configuration change, on
 // the leader. Joining again with the same id and address is a no-op. The id
 // and address are validated (ValidateNodeID, ValidatePeerAddr); the new
@@ -92,20 +122,14 @@ func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.J
 	if err := ValidatePeerAddr(req.Addr); err != nil {
 		return nil, toStatus(err)
 	}
-	ctx, _, err := s.n.authorize(ctx, permAdmin, "")
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	if id := s.n.ClusterID(); id != "" {
-		// For the joining node's identity file; every member has the same.
-		_ = grpc.SetHeader(ctx, metadata.Pairs(clusterIDHeader, id))
-	}
-	conn, err := s.n.route(ctx)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	if conn != nil {
-		return api.NewClusterServiceClient(conn).Join(markForwarded(ctx), req)
+	ctx, resp, local, err := adminAtLeader(ctx, s.n, func(ctx context.Context) {
+		if id := s.n.ClusterID(); id != "" {
+			// For the joining node's identity file; every member has the same.
+			_ = grpc.SetHeader(ctx, metadata.Pairs(clusterIDHeader, id))
+		}
+	}, func(ctx context.Context, c api.ClusterServiceClient) (*api.JoinResponse, error) { return c.Join(ctx, req) })
+	if !local {
+		return resp, err
 	}
 	r := s.n.raft
 	cf := r.GetConfiguration()
@@ -149,16 +173,11 @@ func (s *clusterService) Remove(ctx context.Context, req *api.RemoveRequest) (*a
 	if req.Id == "" {
 		return nil, toStatus(&fsm.FieldError{Field: "id", Limit: "required"})
 	}
-	ctx, _, err := s.n.authorize(ctx, permAdmin, "")
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	conn, err := s.n.route(ctx)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	if conn != nil {
-		return api.NewClusterServiceClient(conn).Remove(markForwarded(ctx), req)
+	ctx, resp, local, err := adminAtLeader(ctx, s.n, nil, func(ctx context.Context, c api.ClusterServiceClient) (*api.RemoveResponse, error) {
+		return c.Remove(ctx, req)
+	})
+	if !local {
+		return resp, err
 	}
 	r := s.n.raft
 	cf := r.GetConfiguration()
@@ -220,16 +239,11 @@ func (n *Node) answers(ctx context.Context, addr string) bool {
 
 // TransferLeadership implements api.ClusterServiceServer.
 func (s *clusterService) TransferLeadership(ctx context.Context, req *api.TransferLeadershipRequest) (*api.TransferLeadershipResponse, error) {
-	ctx, _, err := s.n.authorize(ctx, permAdmin, "")
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	conn, err := s.n.route(ctx)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	if conn != nil {
-		return api.NewClusterServiceClient(conn).TransferLeadership(markForwarded(ctx), req)
+	_, resp, local, err := adminAtLeader(ctx, s.n, nil, func(ctx context.Context, c api.ClusterServiceClient) (*api.TransferLeadershipResponse, error) {
+		return c.TransferLeadership(ctx, req)
+	})
+	if !local {
+		return resp, err
 	}
 	r := s.n.raft
 	var f raft.Future
