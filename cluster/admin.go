@@ -127,7 +127,9 @@ func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.J
 			// For the joining node's identity file; every member has the same.
 			_ = grpc.SetHeader(ctx, metadata.Pairs(clusterIDHeader, id))
 		}
-	}, func(ctx context.Context, c api.ClusterServiceClient) (*api.JoinResponse, error) { return c.Join(ctx, req) })
+	}, func(ctx context.Context, c api.ClusterServiceClient) (*api.JoinResponse, error) {
+		return c.Join(ctx, req)
+	})
 	if !local {
 		return resp, err
 	}
