@@ -60,11 +60,11 @@ func (s *clusterService) Status(ctx context.Context, req *api.StatusRequest) (*a
 			out.StateHash, out.StateHashIndex = h, idx
 		}
 	}
-	cf := n.raft.GetConfiguration()
-	if err := cf.Error(); err != nil {
-		return nil, toStatus(n.raftError(err))
+	servers, _, err := n.members()
+	if err != nil {
+		return nil, err
 	}
-	for _, srv := range cf.Configuration().Servers {
+	for _, srv := range servers {
 		suffrage := "voter"
 		if srv.Suffrage != raft.Voter {
 			suffrage = "nonvoter"
@@ -74,6 +74,16 @@ func (s *clusterService) Status(ctx context.Context, req *api.StatusRequest) (*a
 		})
 	}
 	return out, nil
+}
+
+// members returns raft's current configuration: its servers and the index
+// a configuration change must name; a failure is a gRPC status.
+func (n *Node) members() ([]raft.Server, uint64, error) {
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return nil, 0, toStatus(n.raftError(err))
+	}
+	return cf.Configuration().Servers, cf.Index(), nil
 }
 
 // adminAtLeader is the prelude the administrative calls share (Join,
@@ -133,12 +143,11 @@ func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.J
 	if !local {
 		return resp, err
 	}
-	r := s.n.raft
-	cf := r.GetConfiguration()
-	if err := cf.Error(); err != nil {
-		return nil, toStatus(s.n.raftError(err))
+	servers, index, err := s.n.members()
+	if err != nil {
+		return nil, err
 	}
-	for _, srv := range cf.Configuration().Servers {
+	for _, srv := range servers {
 		switch {
 		case string(srv.ID) == req.Id && string(srv.Address) == req.Addr:
 			return &api.JoinResponse{}, nil
@@ -151,16 +160,16 @@ func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.J
 	// The planted add-unprobed adds as before issue 14 §3: no probe, no
 	// quorum rule.
 	if !planted(BugAddUnprobed) {
-		if err := s.n.checkAdd(ctx, req.Id, req.Addr, req.Nonvoter, cf.Configuration().Servers); err != nil {
+		if err := s.n.checkAdd(ctx, req.Id, req.Addr, req.Nonvoter, servers); err != nil {
 			s.n.log.Warn("member add refused", "member-id", req.Id, "member-addr", req.Addr, "error", err)
 			return nil, err
 		}
 	}
 	var f raft.IndexFuture
-	if req.Nonvoter {
-		f = r.AddNonvoter(raft.ServerID(req.Id), raft.ServerAddress(req.Addr), cf.Index(), s.n.cfg.ApplyTimeout)
+	if r := s.n.raft; req.Nonvoter {
+		f = r.AddNonvoter(raft.ServerID(req.Id), raft.ServerAddress(req.Addr), index, s.n.cfg.ApplyTimeout)
 	} else {
-		f = r.AddVoter(raft.ServerID(req.Id), raft.ServerAddress(req.Addr), cf.Index(), s.n.cfg.ApplyTimeout)
+		f = r.AddVoter(raft.ServerID(req.Id), raft.ServerAddress(req.Addr), index, s.n.cfg.ApplyTimeout)
 	}
 	if err := f.Error(); err != nil {
 		return nil, toStatus(s.n.raftError(err))
@@ -181,15 +190,13 @@ func (s *clusterService) Remove(ctx context.Context, req *api.RemoveRequest) (*a
 	if !local {
 		return resp, err
 	}
-	r := s.n.raft
-	cf := r.GetConfiguration()
-	if err := cf.Error(); err != nil {
-		return nil, toStatus(s.n.raftError(err))
+	servers, index, err := s.n.members()
+	if err != nil {
+		return nil, err
 	}
 	var (
-		target  *raft.Server
-		remain  []raft.Server // voters left after the removal
-		servers = cf.Configuration().Servers
+		target *raft.Server
+		remain []raft.Server // voters left after the removal
 	)
 	for i, srv := range servers {
 		if string(srv.ID) == req.Id {
@@ -218,7 +225,7 @@ func (s *clusterService) Remove(ctx context.Context, req *api.RemoveRequest) (*a
 				req.Id, len(remain), up, need)
 		}
 	}
-	if err := r.RemoveServer(raft.ServerID(req.Id), cf.Index(), s.n.cfg.ApplyTimeout).Error(); err != nil {
+	if err := s.n.raft.RemoveServer(raft.ServerID(req.Id), index, s.n.cfg.ApplyTimeout).Error(); err != nil {
 		return nil, toStatus(s.n.raftError(err))
 	}
 	s.n.log.Info("member removed", "member-id", req.Id)
@@ -253,11 +260,11 @@ func (s *clusterService) TransferLeadership(ctx context.Context, req *api.Transf
 		f = r.LeadershipTransfer()
 	} else {
 		var addr raft.ServerAddress
-		cf := r.GetConfiguration()
-		if err := cf.Error(); err != nil {
-			return nil, toStatus(s.n.raftError(err))
+		servers, _, err := s.n.members()
+		if err != nil {
+			return nil, err
 		}
-		for _, srv := range cf.Configuration().Servers {
+		for _, srv := range servers {
 			if string(srv.ID) == req.Id {
 				if err := checkTransferTarget(req.Id, srv); err != nil {
 					return nil, err

@@ -1,11 +1,9 @@
 package transport
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,28 +37,19 @@ var panickingDesc = grpc.ServiceDesc{
 	}},
 }
 
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+// lines hands each log line to the test as it is written.
+type lines chan string
 
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+func (l lines) Write(p []byte) (int, error) {
+	l <- string(p)
+	return len(p), nil
 }
 
 // A handler that panics answers Internal and is logged with its method;
 // the server goes on serving.
 func TestRecoverInterceptorsTurnAPanicIntoInternal(t *testing.T) {
-	var logs lockedBuf
-	u, s := RecoverInterceptors(hclog.New(&hclog.LoggerOptions{Output: &logs}))
+	logs := make(lines, 16)
+	u, s := RecoverInterceptors(hclog.New(&hclog.LoggerOptions{Output: logs}))
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(u), grpc.ChainStreamInterceptor(s))
 	srv.RegisterService(&panickingDesc, struct{}{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -92,7 +81,10 @@ func TestRecoverInterceptorsTurnAPanicIntoInternal(t *testing.T) {
 	if err := st.RecvMsg(&emptypb.Empty{}); status.Code(err) != codes.Internal {
 		t.Fatalf("stream: %v, want Internal", err)
 	}
-	out := logs.String()
+	var out string
+	for len(logs) > 0 {
+		out += <-logs
+	}
 	for _, want := range []string{"panic in handler", "unary boom", "stream boom", "/test.Panicking/Stream"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the log lacks %q:\n%s", want, out)

@@ -9,23 +9,16 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/leasefence/leasefence/internal/authz/authztest"
 )
 
 const (
-	aliceToken = "alice-token-0123456789"
-	bobToken   = "bob-token-0123456789ab"
-	rootToken  = "root-token-0123456789a"
+	aliceToken = authztest.AliceToken
+	bobToken   = authztest.BobToken
+	rootToken  = authztest.RootToken
+	testPolicy = authztest.Policy
 )
-
-const testPolicy = `{
-  "identities": {
-    "alice": {"tokens": ["` + aliceToken + `"], "resources": ["a/"], "watch": ["a/"]},
-    "bob":   {"tokens": ["` + bobToken + `"], "resources": ["b/"], "watch": ["b/"]},
-    "root":  {"tokens": ["` + rootToken + `"], "resources": [""], "watch": [""], "admin": true},
-    "spiffe://example.org/carol": {"resources": ["c/"]}
-  },
-  "peers": ["node-cert"]
-}`
 
 func mustPolicy(t testing.TB, s string) *Policy {
 	t.Helper()
