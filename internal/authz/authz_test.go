@@ -13,18 +13,12 @@ import (
 	"github.com/leasefence/leasefence/internal/authz/authztest"
 )
 
-const (
-	aliceToken = authztest.AliceToken
-	bobToken   = authztest.BobToken
-	rootToken  = authztest.RootToken
-	testPolicy = authztest.Policy
-)
-
-func mustPolicy(t testing.TB, s string) *Policy {
+// mustPolicy parses src or fails the test.
+func mustPolicy(t testing.TB, src string) *Policy {
 	t.Helper()
-	p, err := Parse([]byte(s))
+	p, err := Parse([]byte(src))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("policy: %v", err)
 	}
 	return p
 }
@@ -53,7 +47,7 @@ func TestParsePolicyRefusesBadPolicies(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	mustPolicy(t, testPolicy)
+	mustPolicy(t, authztest.Policy)
 }
 
 // Compile checks a policy built in Go and leaves the caller's value alone.
@@ -72,19 +66,19 @@ func TestCompileChecksACopy(t *testing.T) {
 }
 
 func TestIdentifyNamesTheCaller(t *testing.T) {
-	p := mustPolicy(t, testPolicy)
+	p := mustPolicy(t, authztest.Policy)
 	for _, tt := range []struct {
 		name string
 		cr   Credentials
 		want string // identity, or "" for a refusal
 		all  bool
 	}{
-		{"a bearer token", Credentials{Authorization: "Bearer " + aliceToken, HasAuthorization: true}, "alice", false},
-		{"the scheme is case-insensitive", Credentials{Authorization: "bearer " + bobToken, HasAuthorization: true}, "bob", false},
+		{"a bearer token", Credentials{Authorization: "Bearer " + authztest.AliceToken, HasAuthorization: true}, "alice", false},
+		{"the scheme is case-insensitive", Credentials{Authorization: "bearer " + authztest.BobToken, HasAuthorization: true}, "bob", false},
 		{"an unknown token", Credentials{Authorization: "Bearer nope-0123456789abcdef", HasAuthorization: true}, "", false},
 		{"an empty authorization", Credentials{HasAuthorization: true, Cert: cert("alice")}, "", false},
-		{"another scheme", Credentials{Authorization: "Basic " + aliceToken, HasAuthorization: true}, "", false},
-		{"a token wins over the certificate", Credentials{Authorization: "Bearer " + bobToken, HasAuthorization: true, Cert: cert("alice")}, "bob", false},
+		{"another scheme", Credentials{Authorization: "Basic " + authztest.AliceToken, HasAuthorization: true}, "", false},
+		{"a token wins over the certificate", Credentials{Authorization: "Bearer " + authztest.BobToken, HasAuthorization: true, Cert: cert("alice")}, "bob", false},
 		{"no credentials", Credentials{}, "", false},
 		{"URI SAN names the identity", Credentials{Cert: cert("ignored", "spiffe://example.org/carol")}, "spiffe://example.org/carol", false},
 		{"CN when there is no URI SAN", Credentials{Cert: cert("alice")}, "alice", false},
@@ -113,7 +107,7 @@ func TestIdentifyNamesTheCaller(t *testing.T) {
 }
 
 func TestAllowKeepsCallersWithinTheirGrants(t *testing.T) {
-	p := mustPolicy(t, testPolicy)
+	p := mustPolicy(t, authztest.Policy)
 	alice := &Caller{Name: "alice", Grant: p.Identities["alice"]}
 	root := &Caller{Name: "root", Grant: p.Identities["root"]}
 	carol := &Caller{Name: "spiffe://example.org/carol", Grant: p.Identities["spiffe://example.org/carol"]}
@@ -187,7 +181,7 @@ func TestLoadFileChecksPermissions(t *testing.T) {
 	} {
 		t.Run(tc.mode.String(), func(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "policy.json")
-			if err := os.WriteFile(file, []byte(testPolicy), 0o600); err != nil {
+			if err := os.WriteFile(file, []byte(authztest.Policy), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			if err := os.Chmod(file, tc.mode); err != nil {
