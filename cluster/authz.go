@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
+	"github.com/leasefence/leasefence/authz"
 	"github.com/leasefence/leasefence/fsm"
-	"github.com/leasefence/leasefence/internal/authz"
 	"github.com/leasefence/leasefence/transport"
 )
 
@@ -28,7 +28,7 @@ const (
 )
 
 // Policy says who may do what: the policy language lives in
-// internal/authz (see authz.Policy for the file format). Config.Policy or
+// package authz (see authz.Policy for the file format). Config.Policy or
 // Config.PolicyFile turns it on; it never changes while the node runs.
 type Policy = authz.Policy
 

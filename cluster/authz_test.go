@@ -21,7 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasefence/leasefence/api"
-	"github.com/leasefence/leasefence/internal/authz/authztest"
+	"github.com/leasefence/leasefence/authz/authztest"
 )
 
 const (

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/authz"
 	"github.com/leasefence/leasefence/fsm"
-	"github.com/leasefence/leasefence/internal/authz"
 )
 
 // Errors of the node. Domain errors come from package fsm.

@@ -22,7 +22,7 @@ func TestPolicyFilePermissionsAreCheckedAndThePolicyIsLogged(t *testing.T) {
 	}{
 		{0o600, false, false},
 		{0o644, false, true},
-		{0o666, true, false}, // every mode: internal/authz TestLoadFileChecksPermissions
+		{0o666, true, false}, // every mode: authz TestLoadFileChecksPermissions
 	} {
 		t.Run(tc.mode.String(), func(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "policy.json")

@@ -14,27 +14,27 @@ import (
 
 const module = "github.com/leasefence/leasefence"
 
-// allowed maps a room (a top-level folder, or a folder of internal/ with
-// rules of its own) to the rooms of ours it may depend on (itself and its
-// subfolders always). Folders not listed (cmd, the rest of internal) may
-// import anything.
+// allowed maps a top-level folder to the folders of ours it may depend on
+// (itself and its subfolders always). Folders not listed (cmd, internal)
+// may import anything.
 var allowed = map[string][]string{
-	"api":            {},
-	"fsm":            {"api"},
-	"transport":      {"api"},
-	"internal/authz": {"fsm", "api"},
-	"cluster":        {"fsm", "transport", "api", "internal/authz"},
-	"client":         {"api"},
-	"fence":          {"api"},
-	"jepsen":         {"client", "fence", "api"},
+	"api":       {},
+	"fsm":       {"api"},
+	"transport": {"api"},
+	"authz":     {"fsm", "api"},
+	"cluster":   {"fsm", "transport", "api", "authz"},
+	"client":    {"api"},
+	"fence":     {"api"},
+	"jepsen":    {"client", "fence", "api"},
 }
 
 // forbidden lists outside packages a folder must never reach, even
 // indirectly: the FSM knows nothing of Raft or gRPC.
 var forbidden = map[string][]string{
 	"fsm": {"github.com/hashicorp/raft", "google.golang.org/grpc"},
-	// authorization is pure: the node takes credentials off the connection.
-	"internal/authz": {"github.com/hashicorp/raft", "google.golang.org/grpc"},
+	// Authorization is pure: the node takes the credentials off the
+	// connection and hands them over.
+	"authz": {"github.com/hashicorp/raft", "google.golang.org/grpc"},
 }
 
 // forbiddenDirect lists packages a folder must not import itself (its
@@ -62,7 +62,7 @@ func TestPackagesImportOnlyWhatTheLayoutAllows(t *testing.T) {
 		if err := dec.Decode(&p); err != nil {
 			t.Fatal(err)
 		}
-		top := room(p.ImportPath)
+		top := topFolder(p.ImportPath)
 		rules, ok := allowed[top]
 		if !ok {
 			continue
@@ -80,7 +80,7 @@ func TestPackagesImportOnlyWhatTheLayoutAllows(t *testing.T) {
 			if !strings.HasPrefix(d, module+"/") {
 				continue
 			}
-			dt := room(d)
+			dt := topFolder(d)
 			if dt != top && !contains(rules, dt) {
 				t.Errorf("%s imports %s: %s may import only %v", p.ImportPath, d, top, rules)
 			}
@@ -94,7 +94,7 @@ func TestPackagesImportOnlyWhatTheLayoutAllows(t *testing.T) {
 // TestLayoutCheckCatchesAWrongArrow shows the check can fail: an fsm
 // package that depended on cluster and net would be reported.
 func TestLayoutCheckCatchesAWrongArrow(t *testing.T) {
-	if contains(allowed["fsm"], room(module+"/cluster")) {
+	if contains(allowed["fsm"], topFolder(module+"/cluster")) {
 		t.Fatal("fsm may not import cluster")
 	}
 	if forbiddenHit("fsm", "google.golang.org/grpc/codes") == "" || forbiddenHit("fsm", "github.com/hashicorp/raft") == "" {
@@ -103,10 +103,7 @@ func TestLayoutCheckCatchesAWrongArrow(t *testing.T) {
 	if !contains(forbiddenDirect["fsm"], "math/rand") {
 		t.Fatal("randomness in fsm not detected")
 	}
-	if room(module+"/internal/authz") != "internal/authz" || room(module+"/internal/ctl") != "internal" {
-		t.Fatal("internal/authz is not a room of its own")
-	}
-	if contains(allowed["internal/authz"], room(module+"/cluster")) || forbiddenHit("internal/authz", "google.golang.org/grpc/peer") == "" {
+	if contains(allowed["authz"], topFolder(module+"/cluster")) || forbiddenHit("authz", "google.golang.org/grpc/peer") == "" {
 		t.Fatal("authz may not reach cluster or gRPC")
 	}
 	if forbiddenHit("fsm", "github.com/hashicorp/raftx") != "" {
@@ -121,18 +118,6 @@ func forbiddenHit(top, dep string) string {
 		}
 	}
 	return ""
-}
-
-// room is the folder whose rules govern importPath: a listed folder of
-// internal/, else its top-level folder.
-func room(importPath string) string {
-	rest := strings.TrimPrefix(importPath, module+"/")
-	for r := range allowed {
-		if strings.Contains(r, "/") && (rest == r || strings.HasPrefix(rest, r+"/")) {
-			return r
-		}
-	}
-	return topFolder(importPath)
 }
 
 func topFolder(importPath string) string {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasefence/leasefence/internal/authz/authztest"
+	"github.com/leasefence/leasefence/authz/authztest"
 )
 
 // mustPolicy parses src or fails the test.
