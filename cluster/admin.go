@@ -2,12 +2,9 @@ package cluster
 
 import (
 	"context"
-	"fmt"
-	"runtime/debug"
 	"strings"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -63,11 +60,11 @@ func (s *clusterService) Status(ctx context.Context, req *api.StatusRequest) (*a
 			out.StateHash, out.StateHashIndex = h, idx
 		}
 	}
-	cf := n.raft.GetConfiguration()
-	if err := cf.Error(); err != nil {
-		return nil, toStatus(n.raftError(err))
+	servers, _, err := n.members()
+	if err != nil {
+		return nil, err
 	}
-	for _, srv := range cf.Configuration().Servers {
+	for _, srv := range servers {
 		suffrage := "voter"
 		if srv.Suffrage != raft.Voter {
 			suffrage = "nonvoter"
@@ -77,6 +74,46 @@ func (s *clusterService) Status(ctx context.Context, req *api.StatusRequest) (*a
 		})
 	}
 	return out, nil
+}
+
+// members returns raft's current configuration: its servers and the index
+// a configuration change must name; a failure is a gRPC status.
+func (n *Node) members() ([]raft.Server, uint64, error) {
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return nil, 0, toStatus(n.raftError(err))
+	}
+	return cf.Configuration().Servers, cf.Index(), nil
+}
+
+// adminAtLeader is the prelude the administrative calls share (Join,
+// Remove, TransferLeadership, Snapshot), after each has checked its own
+// request: the caller must be an administrator (authorize, permAdmin);
+// authorized, when not nil, then runs with the caller's ctx; and a node
+// that does not lead forwards the call to the leader (route: it waits out
+// an election up to leaderPatience; the call is marked forwarded and
+// carries the caller's credentials) with forward, and relays the answer.
+// local is true, with ctx carrying the caller, when this node leads and
+// must serve the call itself; otherwise resp and err are the answer (a
+// refusal here is already a gRPC status; forward's error is relayed as
+// the leader gave it).
+func adminAtLeader[T any](ctx context.Context, n *Node, authorized func(context.Context), forward func(context.Context, api.ClusterServiceClient) (T, error)) (_ context.Context, resp T, local bool, err error) {
+	ctx, _, err = n.authorize(ctx, permAdmin, "")
+	if err != nil {
+		return ctx, resp, false, toStatus(err)
+	}
+	if authorized != nil {
+		authorized(ctx)
+	}
+	conn, err := n.route(ctx)
+	if err != nil {
+		return ctx, resp, false, toStatus(err)
+	}
+	if conn != nil {
+		resp, err = forward(markForwarded(ctx), api.NewClusterServiceClient(conn))
+		return ctx, resp, false, err
+	}
+	return ctx, resp, true, nil
 }
 
 // Join implements api.ClusterServiceServer: one configuration change, on
@@ -95,27 +132,22 @@ func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.J
 	if err := ValidatePeerAddr(req.Addr); err != nil {
 		return nil, toStatus(err)
 	}
-	ctx, _, err := s.n.authorize(ctx, permAdmin, "")
+	ctx, resp, local, err := adminAtLeader(ctx, s.n, func(ctx context.Context) {
+		if id := s.n.ClusterID(); id != "" {
+			// For the joining node's identity file; every member has the same.
+			_ = grpc.SetHeader(ctx, metadata.Pairs(clusterIDHeader, id))
+		}
+	}, func(ctx context.Context, c api.ClusterServiceClient) (*api.JoinResponse, error) {
+		return c.Join(ctx, req)
+	})
+	if !local {
+		return resp, err
+	}
+	servers, index, err := s.n.members()
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
-	if id := s.n.ClusterID(); id != "" {
-		// For the joining node's identity file; every member has the same.
-		_ = grpc.SetHeader(ctx, metadata.Pairs(clusterIDHeader, id))
-	}
-	conn, err := s.n.route(ctx)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	if conn != nil {
-		return api.NewClusterServiceClient(conn).Join(markForwarded(ctx), req)
-	}
-	r := s.n.raft
-	cf := r.GetConfiguration()
-	if err := cf.Error(); err != nil {
-		return nil, toStatus(s.n.raftError(err))
-	}
-	for _, srv := range cf.Configuration().Servers {
+	for _, srv := range servers {
 		switch {
 		case string(srv.ID) == req.Id && string(srv.Address) == req.Addr:
 			return &api.JoinResponse{}, nil
@@ -128,16 +160,16 @@ func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.J
 	// The planted add-unprobed adds as before issue 14 §3: no probe, no
 	// quorum rule.
 	if !planted(BugAddUnprobed) {
-		if err := s.n.checkAdd(ctx, req.Id, req.Addr, req.Nonvoter, cf.Configuration().Servers); err != nil {
+		if err := s.n.checkAdd(ctx, req.Id, req.Addr, req.Nonvoter, servers); err != nil {
 			s.n.log.Warn("member add refused", "member-id", req.Id, "member-addr", req.Addr, "error", err)
 			return nil, err
 		}
 	}
 	var f raft.IndexFuture
-	if req.Nonvoter {
-		f = r.AddNonvoter(raft.ServerID(req.Id), raft.ServerAddress(req.Addr), cf.Index(), s.n.cfg.ApplyTimeout)
+	if r := s.n.raft; req.Nonvoter {
+		f = r.AddNonvoter(raft.ServerID(req.Id), raft.ServerAddress(req.Addr), index, s.n.cfg.ApplyTimeout)
 	} else {
-		f = r.AddVoter(raft.ServerID(req.Id), raft.ServerAddress(req.Addr), cf.Index(), s.n.cfg.ApplyTimeout)
+		f = r.AddVoter(raft.ServerID(req.Id), raft.ServerAddress(req.Addr), index, s.n.cfg.ApplyTimeout)
 	}
 	if err := f.Error(); err != nil {
 		return nil, toStatus(s.n.raftError(err))
@@ -152,26 +184,19 @@ func (s *clusterService) Remove(ctx context.Context, req *api.RemoveRequest) (*a
 	if req.Id == "" {
 		return nil, toStatus(&fsm.FieldError{Field: "id", Limit: "required"})
 	}
-	ctx, _, err := s.n.authorize(ctx, permAdmin, "")
+	ctx, resp, local, err := adminAtLeader(ctx, s.n, nil, func(ctx context.Context, c api.ClusterServiceClient) (*api.RemoveResponse, error) {
+		return c.Remove(ctx, req)
+	})
+	if !local {
+		return resp, err
+	}
+	servers, index, err := s.n.members()
 	if err != nil {
-		return nil, toStatus(err)
-	}
-	conn, err := s.n.route(ctx)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	if conn != nil {
-		return api.NewClusterServiceClient(conn).Remove(markForwarded(ctx), req)
-	}
-	r := s.n.raft
-	cf := r.GetConfiguration()
-	if err := cf.Error(); err != nil {
-		return nil, toStatus(s.n.raftError(err))
+		return nil, err
 	}
 	var (
-		target  *raft.Server
-		remain  []raft.Server // voters left after the removal
-		servers = cf.Configuration().Servers
+		target *raft.Server
+		remain []raft.Server // voters left after the removal
 	)
 	for i, srv := range servers {
 		if string(srv.ID) == req.Id {
@@ -200,7 +225,7 @@ func (s *clusterService) Remove(ctx context.Context, req *api.RemoveRequest) (*a
 				req.Id, len(remain), up, need)
 		}
 	}
-	if err := r.RemoveServer(raft.ServerID(req.Id), cf.Index(), s.n.cfg.ApplyTimeout).Error(); err != nil {
+	if err := s.n.raft.RemoveServer(raft.ServerID(req.Id), index, s.n.cfg.ApplyTimeout).Error(); err != nil {
 		return nil, toStatus(s.n.raftError(err))
 	}
 	s.n.log.Info("member removed", "member-id", req.Id)
@@ -223,16 +248,11 @@ func (n *Node) answers(ctx context.Context, addr string) bool {
 
 // TransferLeadership implements api.ClusterServiceServer.
 func (s *clusterService) TransferLeadership(ctx context.Context, req *api.TransferLeadershipRequest) (*api.TransferLeadershipResponse, error) {
-	ctx, _, err := s.n.authorize(ctx, permAdmin, "")
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	conn, err := s.n.route(ctx)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	if conn != nil {
-		return api.NewClusterServiceClient(conn).TransferLeadership(markForwarded(ctx), req)
+	_, resp, local, err := adminAtLeader(ctx, s.n, nil, func(ctx context.Context, c api.ClusterServiceClient) (*api.TransferLeadershipResponse, error) {
+		return c.TransferLeadership(ctx, req)
+	})
+	if !local {
+		return resp, err
 	}
 	r := s.n.raft
 	var f raft.Future
@@ -240,11 +260,11 @@ func (s *clusterService) TransferLeadership(ctx context.Context, req *api.Transf
 		f = r.LeadershipTransfer()
 	} else {
 		var addr raft.ServerAddress
-		cf := r.GetConfiguration()
-		if err := cf.Error(); err != nil {
-			return nil, toStatus(s.n.raftError(err))
+		servers, _, err := s.n.members()
+		if err != nil {
+			return nil, err
 		}
-		for _, srv := range cf.Configuration().Servers {
+		for _, srv := range servers {
 			if string(srv.ID) == req.Id {
 				if err := checkTransferTarget(req.Id, srv); err != nil {
 					return nil, err
@@ -262,32 +282,6 @@ func (s *clusterService) TransferLeadership(ctx context.Context, req *api.Transf
 	}
 	id, _ := s.n.Leader()
 	return &api.TransferLeadershipResponse{LeaderId: id}, nil
-}
-
-// recoverUnary turns a panic in a handler into Internal, logged with its
-// stack: no input from the network may bring the node down.
-func recoverUnary(log hclog.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				log.Error("panic in handler", "method", info.FullMethod, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-				err = status.Errorf(codes.Internal, "internal error in %s", info.FullMethod)
-			}
-		}()
-		return handler(ctx, req)
-	}
-}
-
-func recoverStream(log hclog.Logger) grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				log.Error("panic in handler", "method", info.FullMethod, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-				err = status.Errorf(codes.Internal, "internal error in %s", info.FullMethod)
-			}
-		}()
-		return handler(srv, ss)
-	}
 }
 
 // unsafeFeatures lists what weakens this node, each turned on only by an

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -35,31 +36,26 @@ var ErrBadBackup = errors.New("cluster: bad backup file")
 // streamed in chunks, taken on the leader after a linearizable read so it
 // reflects every acknowledged write.
 func (s *clusterService) Snapshot(_ *api.SnapshotRequest, stream grpc.ServerStreamingServer[api.SnapshotChunk]) error {
-	ctx, _, err := s.n.authorize(stream.Context(), permAdmin, "")
-	if err != nil {
-		return toStatus(err)
-	}
-	conn, err := s.n.route(ctx)
-	if err != nil {
-		return toStatus(err)
-	}
-	if conn != nil {
-		up, err := api.NewClusterServiceClient(conn).Snapshot(markForwarded(ctx), &api.SnapshotRequest{})
+	ctx, _, local, err := adminAtLeader(stream.Context(), s.n, nil, func(ctx context.Context, c api.ClusterServiceClient) (struct{}, error) {
+		up, err := c.Snapshot(ctx, &api.SnapshotRequest{})
 		if err != nil {
-			return err
+			return struct{}{}, err
 		}
 		for {
 			c, err := up.Recv()
 			if err == io.EOF {
-				return nil
+				return struct{}{}, nil
 			}
 			if err != nil {
-				return err
+				return struct{}{}, err
 			}
 			if err := stream.Send(c); err != nil {
-				return err
+				return struct{}{}, err
 			}
 		}
+	})
+	if !local {
+		return err
 	}
 	if err := s.n.readIndex(ctx); err != nil {
 		return toStatus(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 
 	"github.com/leasefence/leasefence/transport"
 )
@@ -281,7 +282,7 @@ func (c Config) withDefaults() Config {
 	}
 	setDur(&c.StateCheckPoll, d.StateCheckPoll)
 	c.Limits = c.Limits.WithDefaults()
-	if c.Clock == nil {
+	if c.Clock == nil && c.FaultClockFile == "" { // Start sets the fault clock
 		c.Clock = SystemClock()
 	}
 	if c.Logger == nil {
@@ -290,19 +291,25 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports every problem with c at once. Start calls it after
-// filling defaults; an embedding application may call it earlier. Besides
-// required fields and ranges, it checks fields against each other: the
-// min ttl against twice the skew margin, the skew margin against the drift
-// a lease of max ttl can accumulate (skew margin >= drift x max ttl,
-// DESIGN.md "Time"), min against max ttl, the leader lease and election
-// timeouts against the heartbeat timeout, the trailing logs against the
-// snapshot threshold (and its maximum against it), the bootstrap list
-// against the id, a restore against the bootstrap list, pprof against the
-// metrics address, a policy against a policy file, and the TLS files
-// against each other and against Insecure (one of the two is required).
-// It reads no files: what the data dir holds is checked when the node
-// opens it (Start).
+// Validate reports every problem with c at once, as hashicorp/raft's
+// ValidateConfig does for raft's Config; every rule a Config alone can
+// break lives here (Start calls it after filling defaults, before it opens
+// anything; an embedding application may call it earlier; leased only
+// parses flags into a Config and calls it). Besides required fields and
+// ranges, it checks fields against each other: the min ttl against twice
+// the skew margin, the skew margin against the drift a lease of max ttl
+// can accumulate (skew margin >= drift x max ttl, DESIGN.md "Time"), min
+// against max ttl, the leader lease and election timeouts against the
+// heartbeat timeout, the trailing logs against the snapshot threshold (and
+// its maximum against it), the bootstrap list against the id and its
+// addresses against each other, a restore against the bootstrap list,
+// pprof against the metrics address, a policy against a policy file, a
+// fault clock file against a Clock, and the TLS files against each other
+// and against Insecure (one of the two is required). When all that holds,
+// the raft configuration Start would build must pass raft.ValidateConfig
+// (its minimum timeouts, e.g. heartbeat and election at least 5ms).
+// It reads no files: what the data dir holds, and the address the node
+// binds, are checked when the node opens them (Start).
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -416,10 +423,39 @@ func (c Config) Validate() error {
 	if c.Policy != nil && c.PolicyFile != "" {
 		bad("give a policy or a policy file, not both")
 	}
+	if c.FaultClockFile != "" && c.Clock != nil {
+		bad("a fault clock file and a Clock exclude each other")
+	}
 	if err := c.Limits.WithDefaults().Check(); err != nil {
 		errs = append(errs, err)
 	}
+	if len(errs) == 0 {
+		// What raft itself refuses (only once ours hold: its first error
+		// would repeat one of ours in its own words).
+		if err := raft.ValidateConfig(c.raftConfig()); err != nil {
+			bad("raft config: %v", err)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// raftConfig is the raft configuration of a node with c: raft's defaults
+// with c's id, timing and snapshot settings (and c.Logger's "raft" child,
+// when c has a logger).
+func (c Config) raftConfig() *raft.Config {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(c.ID)
+	rc.HeartbeatTimeout = c.HeartbeatTimeout
+	rc.ElectionTimeout = c.ElectionTimeout
+	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
+	rc.CommitTimeout = c.CommitTimeout
+	rc.SnapshotInterval = c.SnapshotInterval
+	rc.SnapshotThreshold = c.SnapshotThreshold
+	rc.TrailingLogs = c.TrailingLogs
+	if c.Logger != nil {
+		rc.Logger = c.Logger.Named("raft")
+	}
+	return rc
 }
 
 // ParsePeers parses "n1=host:port,n2=host:port" into a bootstrap map.

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/authz"
 	"github.com/leasefence/leasefence/fsm"
 )
 
@@ -32,7 +33,7 @@ var (
 	ErrFailed = errors.New("cluster: node failed")
 	// ErrPermissionDenied is returned when a policy is on and the caller
 	// is unknown or may not do what it asked (codes.PermissionDenied).
-	ErrPermissionDenied = errors.New("cluster: permission denied")
+	ErrPermissionDenied = authz.ErrPermissionDenied
 	// ErrLimit is returned when a call would pass one of the node's
 	// documented maximums (waiters per resource, watchers per client,
 	// leases per identity); nothing was written (codes.ResourceExhausted).

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/internal/loopback"
 )
 
 // testCluster runs n in-process nodes with real gRPC on loopback and real
@@ -24,21 +24,13 @@ type testCluster struct {
 	clocks []*ManualClock
 }
 
-// freeAddrs reserves n loopback ports.
+// freeAddrs reserves n loopback ports (loopback.FreeAddrs; cluster's own
+// tests cannot use testcluster, which imports cluster).
 func freeAddrs(t testing.TB, n int) []string {
 	t.Helper()
-	var out []string
-	var ls []net.Listener
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	for _, l := range ls {
-		l.Close()
+	out, err := loopback.FreeAddrs(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

@@ -106,9 +106,6 @@ func (ls *leaderState) now(c Clock) int64 {
 // a first start it bootstraps (cfg.Bootstrap) or asks to join (cfg.Join).
 // The returned Node serves until Close.
 func Start(cfg Config) (*Node, error) {
-	if cfg.FaultClockFile != "" && cfg.Clock != nil {
-		return nil, errors.New("cluster: invalid config: a fault clock file and a Clock exclude each other")
-	}
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("cluster: invalid config: %w", err)
@@ -260,8 +257,9 @@ func (n *Node) open() error {
 	// forwarding, join) with their own peer certificate.
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	var srvTLS *tls.Config
-	unaryInts := []grpc.UnaryServerInterceptor{recoverUnary(n.log), n.corruptGuardUnary}
-	streamInts := []grpc.StreamServerInterceptor{recoverStream(n.log), n.corruptGuardStream}
+	recoverUnary, recoverStream := transport.RecoverInterceptors(n.log)
+	unaryInts := []grpc.UnaryServerInterceptor{recoverUnary, n.corruptGuardUnary}
+	streamInts := []grpc.StreamServerInterceptor{recoverStream, n.corruptGuardStream}
 	if cfg.TLS.Enabled() {
 		serverTLS, peerTLS, err := transport.LoadTLS(cfg.TLS, cfg.PeerIdentity)
 		if err != nil {
@@ -304,19 +302,7 @@ func (n *Node) open() error {
 		healthpb.RegisterHealthServer(s, n.health)
 	})
 
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(cfg.ID)
-	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
-	rc.ElectionTimeout = cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
-	rc.CommitTimeout = cfg.CommitTimeout
-	rc.SnapshotInterval = cfg.SnapshotInterval
-	rc.SnapshotThreshold = cfg.SnapshotThreshold
-	rc.TrailingLogs = cfg.TrailingLogs
-	rc.Logger = cfg.Logger.Named("raft")
-	if err := raft.ValidateConfig(rc); err != nil {
-		return fmt.Errorf("cluster: raft config: %w", err)
-	}
+	rc := cfg.raftConfig() // raft.ValidateConfig passed in Validate
 	var restoreSeed string // set when this start restores a backup
 	if cfg.RestoreFrom != "" {
 		if existing {

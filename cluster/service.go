@@ -49,10 +49,7 @@ func (s *leaseService) validateAcquire(req *api.AcquireRequest) (time.Duration, 
 		return 0, &fsm.FieldError{Field: "ttl", Limit: err.Error()}
 	}
 	ttl := req.Ttl.AsDuration()
-	if ttl < cfg.MinTTL || ttl > cfg.MaxTTL {
-		return 0, &fsm.FieldError{Field: "ttl", Limit: fmt.Sprintf("within [%v, %v]", cfg.MinTTL, cfg.MaxTTL)}
-	}
-	return ttl, nil
+	return ttl, fsm.ValidateTTL(ttl, fsm.TTLBounds{Min: cfg.MinTTL, Max: cfg.MaxTTL, SkewMargin: cfg.SkewMargin})
 }
 
 // Acquire implements api.LeaseServiceServer.

@@ -451,10 +451,7 @@ func ValidateAcquire(c *fsmpb.Acquire, skewMargin int64) error {
 	if err := ValidateLeaseID(c.LeaseId); err != nil {
 		return err
 	}
-	if c.TtlNs <= 0 || c.TtlNs <= 2*skewMargin {
-		return &FieldError{Field: "ttl", Limit: fmt.Sprintf("must exceed 2 x skew margin (%v)", time.Duration(2*skewMargin))}
-	}
-	return nil
+	return ValidateTTL(time.Duration(c.TtlNs), TTLBounds{SkewMargin: time.Duration(skewMargin)})
 }
 
 func (s *State) acquire(a *Applied, c *fsmpb.Acquire, p batchParams) Result {

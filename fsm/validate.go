@@ -1,7 +1,9 @@
 package fsm
 
 import (
+	"fmt"
 	"strconv"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -80,6 +82,36 @@ func ValidateRequestID(id string) error {
 		return &FieldError{Field: "request_id", Limit: "at most " + strconv.Itoa(MaxRequestIDLen) + " bytes"}
 	}
 	return validateText("request_id", id)
+}
+
+// TTLBounds are what a lease's ttl is checked against (ValidateTTL).
+type TTLBounds struct {
+	// Min and Max bound the ttl a client may ask for: the node's
+	// MinTTL/MaxTTL, checked where a request enters. Max zero: not checked
+	// (an entry in the log was checked against its leader's bounds, which
+	// a replica need not share).
+	Min, Max time.Duration
+	// SkewMargin is the cluster's skew margin: a ttl must exceed twice
+	// it, or the lease could be judged expired before it was granted. Every
+	// replica checks it when applying.
+	SkewMargin time.Duration
+}
+
+// ValidateTTL is the one rule for a lease's ttl, at every layer that
+// checks one: the node's entry (cluster, with its Min/Max) and every
+// replica's apply (ValidateAcquire, with the skew margin only). Both call
+// it, so the two can never disagree about a ttl within the bounds: a node
+// refuses a Config whose MinTTL does not exceed twice its skew margin, so
+// whatever its entry accepts, apply accepts. A refusal is a *FieldError
+// for "ttl".
+func ValidateTTL(ttl time.Duration, b TTLBounds) error {
+	if b.Max > 0 && (ttl < b.Min || ttl > b.Max) {
+		return &FieldError{Field: "ttl", Limit: fmt.Sprintf("within [%v, %v]", b.Min, b.Max)}
+	}
+	if ttl <= 0 || ttl <= 2*b.SkewMargin {
+		return &FieldError{Field: "ttl", Limit: fmt.Sprintf("must exceed 2 x skew margin (%v)", 2*b.SkewMargin)}
+	}
+	return nil
 }
 
 // ValidateLeaseID checks that a lease id has exactly LeaseIDLen bytes.

@@ -243,6 +243,9 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 		return settings{Config: cfg}, fmt.Errorf("unknown log level %q", logLevel)
 	}
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "leased", Level: level, JSONFormat: logJSON, Output: stderr})
+	// Not a Config rule: in a Config a zero BumpTokens means the default,
+	// while here 0 was typed on the command line and must not silently
+	// become 2^32. Every rule of the Config itself is cfg.Validate's.
 	if cfg.BumpTokens == 0 && !cfg.AllowZeroBump {
 		return settings{Config: cfg}, fmt.Errorf("--bump-tokens 0 needs --allow-zero-bump: without a bump, new tokens may repeat tokens resources have already accepted")
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/cluster"
+	"github.com/leasefence/leasefence/internal/loopback"
 )
 
 // Local is a cluster running inside this process: n nodes with default
@@ -34,18 +34,15 @@ func StartLocal(ctx context.Context, n int, dataDir string) (*Local, error) {
 		return nil, fmt.Errorf("bench: local cluster: %w", err)
 	}
 	lc := &Local{dir: dir}
+	// Free ports; the nodes bind them again a moment later.
+	addrs, err := loopback.FreeAddrs(n)
+	if err != nil {
+		lc.Close()
+		return nil, fmt.Errorf("bench: local cluster: %w", err)
+	}
 	peers := map[string]string{}
-	var addrs []string
-	for i := range n {
-		// Reserve a free port; the node binds it again a moment later.
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			lc.Close()
-			return nil, fmt.Errorf("bench: local cluster: %w", err)
-		}
-		addrs = append(addrs, l.Addr().String())
-		peers[fmt.Sprintf("n%d", i+1)] = l.Addr().String()
-		l.Close()
+	for i, a := range addrs {
+		peers[fmt.Sprintf("n%d", i+1)] = a
 	}
 	for i, a := range addrs {
 		cfg := cluster.DefaultConfig()

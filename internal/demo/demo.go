@@ -17,7 +17,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -28,6 +27,7 @@ import (
 	"time"
 
 	"github.com/leasefence/leasefence/fence/fencekv"
+	"github.com/leasefence/leasefence/internal/loopback"
 )
 
 // Config is one demo run.
@@ -172,27 +172,8 @@ func (d *demo) run(ctx context.Context) ([]Outcome, error) {
 	return outs, nil
 }
 
-func freeAddrs(n int) ([]string, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var out []string
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
-}
-
 func (d *demo) startCluster(ctx context.Context) error {
-	addrs, err := freeAddrs(3)
+	addrs, err := loopback.FreeAddrs(3)
 	if err != nil {
 		return err
 	}

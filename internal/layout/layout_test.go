@@ -21,7 +21,8 @@ var allowed = map[string][]string{
 	"api":       {},
 	"fsm":       {"api"},
 	"transport": {"api"},
-	"cluster":   {"fsm", "transport", "api"},
+	"authz":     {"fsm", "api"},
+	"cluster":   {"fsm", "transport", "api", "authz"},
 	"client":    {"api"},
 	"fence":     {"api"},
 	"jepsen":    {"client", "fence", "api"},
@@ -31,6 +32,9 @@ var allowed = map[string][]string{
 // indirectly: the FSM knows nothing of Raft or gRPC.
 var forbidden = map[string][]string{
 	"fsm": {"github.com/hashicorp/raft", "google.golang.org/grpc"},
+	// Authorization is pure: the node takes the credentials off the
+	// connection and hands them over.
+	"authz": {"github.com/hashicorp/raft", "google.golang.org/grpc"},
 }
 
 // forbiddenDirect lists packages a folder must not import itself (its
@@ -98,6 +102,9 @@ func TestLayoutCheckCatchesAWrongArrow(t *testing.T) {
 	}
 	if !contains(forbiddenDirect["fsm"], "math/rand") {
 		t.Fatal("randomness in fsm not detected")
+	}
+	if contains(allowed["authz"], topFolder(module+"/cluster")) || forbiddenHit("authz", "google.golang.org/grpc/peer") == "" {
+		t.Fatal("authz may not reach cluster or gRPC")
 	}
 	if forbiddenHit("fsm", "github.com/hashicorp/raftx") != "" {
 		t.Fatal("prefix match must respect path boundaries")

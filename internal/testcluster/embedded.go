@@ -2,7 +2,6 @@ package testcluster
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/leasefence/leasefence/cluster"
+	"github.com/leasefence/leasefence/internal/loopback"
 )
 
 // StartEmbedded starts a one-node cluster inside this process (the
@@ -29,15 +29,13 @@ func StartEmbeddedN(n int) (addrs []string, stop func()) {
 	if err != nil {
 		panic(err)
 	}
+	addrs, err = loopback.FreeAddrs(n)
+	if err != nil {
+		panic(err)
+	}
 	peers := map[string]string{}
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			panic(err)
-		}
-		addrs = append(addrs, l.Addr().String())
-		peers[fmt.Sprintf("n%d", i+1)] = l.Addr().String()
-		l.Close()
+	for i, a := range addrs {
+		peers[fmt.Sprintf("n%d", i+1)] = a
 	}
 	var nodes []*cluster.Node
 	stop = func() {

@@ -1,13 +1,15 @@
-// Package testcluster runs real leased processes on loopback for tests:
-// each with its own data dir and log file, started, killed with real
-// signals and restarted from its data. Only tests import it.
+// Package testcluster runs clusters for tests: real leased processes on
+// loopback, each with its own data dir and log file, started, killed with
+// real signals and restarted from its data (Cluster); and real
+// cluster.Node-s inside the test's process, with links between them a test
+// can cut (Local: Partition, Heal, Leader, WaitApplied). Only tests import
+// it.
 package testcluster
 
 import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/internal/loopback"
 )
 
 // Build compiles leased (with the race detector) into a fresh temporary
@@ -85,21 +88,13 @@ type Cluster struct {
 // ticks so tests run fast.
 var Defaults = []string{"--insecure", "--min-ttl", "1s", "--skew-margin", "300ms", "--tick", "250ms", "--log-level", "debug"}
 
-// FreeAddrs reserves n loopback addresses.
+// FreeAddrs reserves n loopback addresses (loopback.FreeAddrs), failing
+// the test when it cannot.
 func FreeAddrs(t testing.TB, n int) []string {
 	t.Helper()
-	var out []string
-	var ls []net.Listener
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	for _, l := range ls {
-		l.Close()
+	out, err := loopback.FreeAddrs(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

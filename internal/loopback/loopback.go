@@ -1,0 +1,30 @@
+// Package loopback reserves free loopback addresses for test clusters,
+// demos and local benchmarks: the one copy of that code for everything
+// but the jepsen harness (which may import only client, fence and api, and
+// keeps its own jepsen.FreeAddrs).
+package loopback
+
+import "net"
+
+// FreeAddrs returns n distinct free "127.0.0.1:port" addresses. All n are
+// held open together before any is released, so no two are the same; they
+// are released before use, so another process may take one meanwhile (a
+// start on it then fails, saying so).
+func FreeAddrs(n int) ([]string, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	out := make([]string, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	return out, nil
+}
