@@ -130,7 +130,7 @@ func run(o options) error {
 			continue
 		}
 		fmt.Printf("%s: writer with token %d\n", o.id, lease.Token())
-		err = write(lease, o)
+		err = write(ctx, lease, o)
 		switch st, stale := fence.IsStale(err); {
 		case stale:
 			fmt.Printf("%s: write refused: stale token %d, the store has accepted %d\n", o.id, st.Presented, st.Highest)
@@ -148,15 +148,18 @@ func run(o options) error {
 }
 
 // write writes the report, one section per o.prepare, for as long as the
-// lease lasts: lease.Context() bounds the work. A section already prepared
+// lease lasts (lease.Context() bounds the work) and the application runs
+// (ctx). A section already prepared
 // is written even if the lease ended meanwhile (an effect in flight, as
 // after a GC pause or a frozen host): the guard at the store refuses it
 // when a newer token has written there.
-func write(lease *client.Lease, o options) error {
+func write(ctx context.Context, lease *client.Lease, o options) error {
 	tok := fence.TokenOf(lease) // scope report/daily, the lease's token
 	for section := 1; ; section++ {
 		select {
 		case <-lease.Context().Done():
+			return nil
+		case <-ctx.Done():
 			return nil
 		default:
 		}
