@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -20,15 +21,18 @@ import (
 )
 
 // BenchmarkEmbeddedFootprint measures what embedded nodes cost their host
-// process: goroutines and resident memory (VmRSS from /proc/self/status)
-// above the test binary's own, once the cluster has been idle for 5 s, and
+// process: goroutines and resident memory (VmRSS from /proc/self/status,
+// read after debug.FreeOSMemory) above the test binary's own, once the cluster has been idle for 5 s, and
 // again with 1 000 leases held and kept alive by one in-process client
 // (ttl 10 s, renewed every 3.3 s) for 10 s. nodes=1 is an application that
 // embeds its only node (the leader); nodes=3 puts a whole three-node
 // cluster in the process, so one node's share is about a third (the leader
-// costs more than a follower). Run it alone: the figures are the process's.
+// costs more than a follower). Run each case in a process of its own: the
+// figures are the process's, and a case run after another starts from the
+// other's leftovers.
 //
-//	go test -run '^$' -bench EmbeddedFootprint -benchtime 1x ./cluster/
+//	go test -run '^$' -bench 'EmbeddedFootprint/nodes=1$' -benchtime 1x ./cluster/
+//	go test -run '^$' -bench 'EmbeddedFootprint/nodes=3$' -benchtime 1x ./cluster/
 func BenchmarkEmbeddedFootprint(b *testing.B) {
 	for _, n := range []int{1, 3} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
@@ -120,8 +124,10 @@ func startNodes(tb testing.TB, n int) []*cluster.Node {
 	}
 }
 
-// vmRSS is this process's resident set in bytes.
+// vmRSS is this process's resident set in bytes, after the runtime has
+// returned what it can to the OS.
 func vmRSS(tb testing.TB) int64 {
+	debug.FreeOSMemory()
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		tb.Skip("no /proc/self/status")

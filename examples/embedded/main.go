@@ -48,7 +48,7 @@ import (
 const resource = "report/daily"
 
 type options struct {
-	id, listen, peers, dataDir, store string
+	id, listen, peers, join, dataDir, store string
 	insecure                          bool
 	tls                               transport.TLSFiles
 	ttl, prepare                      time.Duration
@@ -60,6 +60,7 @@ func main() {
 	flag.StringVar(&o.id, "id", "n1", "node id")
 	flag.StringVar(&o.listen, "listen", "127.0.0.1:7101", "address the embedded node serves peers and clients on")
 	flag.StringVar(&o.peers, "peers", "n1=127.0.0.1:7101", "founding members id=addr,... (the same on every instance)")
+	flag.StringVar(&o.join, "join", "", "on a first start, join the running cluster through this member's address instead of bootstrapping with -peers (a replacement instance)")
 	flag.StringVar(&o.dataDir, "data-dir", "", "the node's data dir, kept across restarts (default data/embedded-<id>)")
 	flag.StringVar(&o.store, "store", filepath.Join("data", "shared", "report.db"), "the shared store the writer writes the report into (bbolt file)")
 	flag.BoolVar(&o.insecure, "insecure", false, "serve plaintext: local development only")
@@ -86,12 +87,17 @@ func main() {
 }
 
 func run(o options) error {
-	bootstrap, err := cluster.ParsePeers(o.peers)
-	if err != nil {
-		return err
-	}
 	cfg := cluster.DefaultConfig()
-	cfg.ID, cfg.Listen, cfg.DataDir, cfg.Bootstrap = o.id, o.listen, o.dataDir, bootstrap
+	cfg.ID, cfg.Listen, cfg.DataDir = o.id, o.listen, o.dataDir
+	if o.join != "" {
+		cfg.Join = o.join
+	} else {
+		bootstrap, err := cluster.ParsePeers(o.peers)
+		if err != nil {
+			return err
+		}
+		cfg.Bootstrap = bootstrap
+	}
 	cfg.Insecure, cfg.TLS = o.insecure, o.tls
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "node", Level: hclog.LevelFromString(o.logLevel)})
 	startCtx, cancelStart := context.WithTimeout(context.Background(), 30*time.Second)
