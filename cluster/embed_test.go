@@ -223,3 +223,22 @@ func TestDialInProcess(t *testing.T) {
 		t.Errorf("dial a closed node in process: %v, want ErrStopped", err)
 	}
 }
+
+// TestStartOnADataDirInUse: a second node on a data dir another node holds
+// open says so. Before, Start failed after 5 s with bbolt's bare "timeout".
+func TestStartOnADataDirInUse(t *testing.T) {
+	cfg := embedConfig(t, "n1")
+	n, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	second := cfg
+	second.Listen = freeAddrs(t, 1)[0]
+	if n2, err := Start(second); err == nil {
+		n2.Close()
+		t.Fatal("a second node started on a data dir in use")
+	} else if !strings.Contains(err.Error(), "is in use") {
+		t.Fatalf("second node on a data dir in use: %v", err)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -224,6 +225,9 @@ func (n *Node) open(ctx context.Context) error {
 		store, err = openLogStore(dbPath, true)
 		return err
 	}); err != nil {
+		if errors.Is(err, bbolt.ErrTimeout) {
+			return fmt.Errorf("cluster: data dir %s is in use: another process (or another node in this one) holds %s open; every node needs a data dir of its own", cfg.DataDir, dbPath)
+		}
 		return err
 	}
 	n.store = store
