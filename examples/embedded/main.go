@@ -49,10 +49,10 @@ const resource = "report/daily"
 
 type options struct {
 	id, listen, peers, join, dataDir, store string
-	insecure                          bool
-	tls                               transport.TLSFiles
-	ttl, prepare                      time.Duration
-	logLevel                          string
+	insecure                                bool
+	tls                                     transport.TLSFiles
+	ttl, prepare                            time.Duration
+	logLevel                                string
 }
 
 func main() {
