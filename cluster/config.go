@@ -25,8 +25,9 @@ type Config struct {
 	Listen string
 	// Listener, when set, is the listener the node serves peers and clients
 	// on instead of binding Listen (an embedding application that owns its
-	// sockets, e.g. from systemd). The node closes it on Close. Its address
-	// is Node.Addr unless Advertise is set.
+	// sockets, e.g. from systemd). The node owns it: Close closes it, and
+	// so does a Start that fails. Its address is Node.Addr unless
+	// Advertise is set.
 	Listener net.Listener
 	// Advertise is the address peers and clients use to reach this node.
 	// Empty means the bound listen address.

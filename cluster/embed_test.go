@@ -242,3 +242,36 @@ func TestStartOnADataDirInUse(t *testing.T) {
 		t.Fatalf("second node on a data dir in use: %v", err)
 	}
 }
+
+// TestStartOnTheApplicationsListener: a node serves peers and clients on a
+// listener the application opened, and closes it on Close.
+func TestStartOnTheApplicationsListener(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := embedConfig(t, "n1")
+	cfg.Listen, cfg.Listener = "", lis
+	cfg.Bootstrap = map[string]string{"n1": lis.Addr().String()}
+	n, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Addr() != lis.Addr().String() {
+		t.Fatalf("node serves %s, the listener is %s", n.Addr(), lis.Addr())
+	}
+	waitLeader(t, n)
+	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := api.NewLeaseServiceClient(conn).Acquire(ctxT(t), acquireReq("lis/1", 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+	if c, err := net.Dial("tcp", lis.Addr().String()); err == nil {
+		c.Close()
+		t.Error("the listener still accepts after Close")
+	}
+}

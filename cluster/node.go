@@ -120,6 +120,14 @@ func Start(cfg Config) (*Node, error) { return StartContext(context.Background()
 // ctx bounds only the start: the node then serves until Close or
 // Shutdown.
 func StartContext(ctx context.Context, cfg Config) (*Node, error) {
+	n, err := start(ctx, cfg)
+	if err != nil && cfg.Listener != nil {
+		_ = cfg.Listener.Close() // the node owns it, also when it does not start
+	}
+	return n, err
+}
+
+func start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("cluster: start: %w", err)
 	}
