@@ -275,3 +275,26 @@ func TestStartOnTheApplicationsListener(t *testing.T) {
 		t.Error("the listener still accepts after Close")
 	}
 }
+
+// TestStartContextDeadlineOnADataDirInUse: the wait for a data dir another
+// node holds open ends with the start's deadline, not bbolt's own 5 s
+// timeout. Before, the error did not wrap context.DeadlineExceeded (the
+// start waited the full 5 s and said "timeout").
+func TestStartContextDeadlineOnADataDirInUse(t *testing.T) {
+	cfg := embedConfig(t, "n1")
+	n, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	second := cfg
+	second.Listen = freeAddrs(t, 1)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if n2, err := StartContext(ctx, second); err == nil {
+		n2.Close()
+		t.Fatal("a second node started on a data dir in use")
+	} else if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("start with a deadline on a data dir in use: %v, want context.DeadlineExceeded", err)
+	}
+}

@@ -229,10 +229,17 @@ func (n *Node) open(ctx context.Context) error {
 		}
 	}
 	var store *raftboltdb.BoltStore
+	lockWait := dataDirLockWait // for another process to let go of raft.db
+	if dl, ok := ctx.Deadline(); ok {
+		lockWait = max(min(lockWait, time.Until(dl)), time.Millisecond)
+	}
 	if err := guardDisk(dbPath, func() (err error) {
-		store, err = openLogStore(dbPath, true)
+		store, err = openLogStoreWithin(dbPath, true, lockWait)
 		return err
 	}); err != nil {
+		if errors.Is(err, bbolt.ErrTimeout) && lockWait < dataDirLockWait {
+			return fmt.Errorf("cluster: start: waiting for %s, held open by another process: %w", dbPath, context.DeadlineExceeded)
+		}
 		if errors.Is(err, bbolt.ErrTimeout) {
 			return fmt.Errorf("cluster: data dir %s is in use: another process (or another node in this one) holds %s open; every node needs a data dir of its own", cfg.DataDir, dbPath)
 		}
