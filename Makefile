@@ -64,6 +64,13 @@ clean:
 demo: build
 	$(BIN)/fencedemo --bin-dir $(BIN)
 
+# embedded-demo runs three instances of examples/embedded (an application
+# embedding a node) that elect one writer of a fenced report; it freezes,
+# kills -9 and restarts them (scripts/embedded-demo.sh, docs/EMBEDDING.md).
+.PHONY: embedded-demo
+embedded-demo:
+	./scripts/embedded-demo.sh
+
 # test-fence runs the fencing library, fencedkv and the demo's tests. The
 # PostgreSQL tests need LEASEFENCE_TEST_POSTGRES_DSN (.ci/run starts a server).
 test-fence:

@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"net"
 	"sync"
 	"time"
 
@@ -53,6 +54,13 @@ type Config struct {
 	Token string
 	// DialOptions are appended to the client's own (credentials).
 	DialOptions []grpc.DialOption
+	// InProcess, when set, is a node embedded in this process, reached in
+	// memory through InProcess.Dial (cluster.Node.DialInProcess): no
+	// socket, no TLS, no port limits. It is tried first; calls on it retry,
+	// keep leases alive and compute safe deadlines as on any endpoint, and
+	// a follower forwards them to the leader. Endpoints may list the other
+	// nodes, reached over the network, or be empty.
+	InProcess *InProcess
 	// RequestTimeout bounds one attempt of a call on one node (not a
 	// waiting Acquire). A node that has not answered by then is presumed
 	// silent (a frozen or cut-off host answers nothing, not even a reset)
@@ -85,7 +93,28 @@ type Config struct {
 // DefaultRequestTimeout is Config.RequestTimeout when it is zero.
 const DefaultRequestTimeout = 1200 * time.Millisecond
 
+// InProcess is an in-process endpoint (Config.InProcess).
+type InProcess struct {
+	// Addr is the node's advertised address (cluster.Node.Addr): the name
+	// other nodes and leader hints give it.
+	Addr string
+	// Dial opens a new in-memory connection to the node.
+	Dial func(context.Context) (net.Conn, error)
+}
+
 func (c *Config) setDefaults() error {
+	if c.InProcess != nil {
+		if c.InProcess.Addr == "" || c.InProcess.Dial == nil {
+			return errors.New("client: in-process endpoint needs an address and a dialer")
+		}
+		eps := []string{c.InProcess.Addr}
+		for _, e := range c.Endpoints {
+			if e != c.InProcess.Addr {
+				eps = append(eps, e)
+			}
+		}
+		c.Endpoints = eps
+	}
 	if len(c.Endpoints) == 0 {
 		return errors.New("client: no endpoints")
 	}
@@ -121,6 +150,8 @@ type Client struct {
 	cfg   Config
 	clock Clock
 	opts  []grpc.DialOption
+	// local dials Config.InProcess (nil: none).
+	local []grpc.DialOption
 
 	mu        sync.Mutex
 	conns     map[string]*grpc.ClientConn
@@ -147,10 +178,19 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken(cfg.Token)))
 	}
+	var local []grpc.DialOption
+	if ip := cfg.InProcess; ip != nil {
+		local = append([]grpc.DialOption{
+			grpc.WithTransportCredentials(insecure.NewCredentials()), // memory, not a network
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return ip.Dial(ctx) }),
+		}, opts[1:]...)
+		local = append(local, cfg.DialOptions...)
+	}
 	c := &Client{
 		cfg:       cfg,
 		clock:     cfg.Clock,
 		opts:      append(opts, cfg.DialOptions...),
+		local:     local,
 		conns:     map[string]*grpc.ClientConn{},
 		endpoints: append([]string(nil), cfg.Endpoints...),
 	}
@@ -218,7 +258,11 @@ func (c *Client) connLocked(addr string) (*grpc.ClientConn, error) {
 	conn, ok := c.conns[addr]
 	if !ok {
 		var err error
-		conn, err = grpc.NewClient(addr, c.opts...)
+		if c.local != nil && addr == c.cfg.InProcess.Addr {
+			conn, err = grpc.NewClient("passthrough:///"+addr, c.local...)
+		} else {
+			conn, err = grpc.NewClient(addr, c.opts...)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("client: dial %s: %w", addr, err)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leasefence/leasefence/transport"
 )
@@ -23,6 +24,12 @@ type Config struct {
 	// Listen is the host:port the gRPC server binds (peers and clients share
 	// it). Port 0 picks a free port; Node.Addr tells which.
 	Listen string
+	// Listener, when set, is the listener the node serves peers and clients
+	// on instead of binding Listen (an embedding application that owns its
+	// sockets, e.g. from systemd). The node owns it: Close closes it, and
+	// so does a Start that fails. Its address is Node.Addr unless
+	// Advertise is set.
+	Listener net.Listener
 	// Advertise is the address peers and clients use to reach this node.
 	// Empty means the bound listen address.
 	Advertise string
@@ -93,6 +100,13 @@ type Config struct {
 	// MetricsListen is the host:port of the HTTP server for /metrics
 	// (Prometheus) and /healthz; empty means none.
 	MetricsListen string
+	// Registerer, when set, receives the node's metrics as well (an
+	// embedding application's registry), each with the constant label
+	// node=<ID> so that several nodes in one process do not collide; the
+	// Go runtime and process collectors are left to the application. They
+	// are unregistered on Close. The node's own registry (Node.Registry,
+	// MetricsListen) keeps every metric either way.
+	Registerer prometheus.Registerer
 	// Pprof adds /debug/pprof/ to the metrics server. Off by default: it
 	// exposes internals and can be made to burn CPU.
 	Pprof bool
@@ -328,7 +342,7 @@ func (c Config) Validate() error {
 	case !c.Insecure && !tlsGiven:
 		bad("no TLS configured: give TLS files (--tls-cert, --tls-key and --tls-ca; make certs writes development ones), or choose insecure (--insecure) to serve plaintext for local development")
 	}
-	if c.Listen == "" {
+	if c.Listen == "" && c.Listener == nil {
 		bad("listen address is required")
 	}
 	if len(c.Bootstrap) > 0 {

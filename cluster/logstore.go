@@ -24,7 +24,16 @@ import (
 // The price is paid once, at open: bbolt rebuilds the list by walking the
 // file's pages (the file holds only the trailing logs, tens of MB).
 func openLogStore(path string, unsyncedFreelist bool) (*raftboltdb.BoltStore, error) {
-	opts := &bbolt.Options{Timeout: 5 * time.Second}
+	return openLogStoreWithin(path, unsyncedFreelist, dataDirLockWait)
+}
+
+// dataDirLockWait is how long a start waits for another process to let go
+// of raft.db (bbolt's file lock).
+const dataDirLockWait = 5 * time.Second
+
+// openLogStoreWithin is openLogStore waiting at most wait for the lock.
+func openLogStoreWithin(path string, unsyncedFreelist bool, wait time.Duration) (*raftboltdb.BoltStore, error) {
+	opts := &bbolt.Options{Timeout: wait}
 	if unsyncedFreelist {
 		opts.NoFreelistSync = true
 		opts.FreelistType = bbolt.FreelistMapType

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -16,6 +18,8 @@ import (
 // changes count applied entries: every node reports the same numbers.
 type metrics struct {
 	reg *prometheus.Registry
+	// both registers on reg and on Config.Registerer (when set).
+	both *nodeRegisterer
 
 	grants, renewals, releases, expirations prometheus.Counter
 	refusals                                *prometheus.CounterVec
@@ -27,8 +31,9 @@ type metrics struct {
 }
 
 func newMetrics(n *Node) *metrics {
-	reg := prometheus.NewRegistry()
-	m := &metrics{reg: reg}
+	own := prometheus.NewRegistry()
+	reg := newNodeRegisterer(own, n.cfg.Registerer, n.cfg.ID)
+	m := &metrics{reg: own, both: reg}
 	counter := func(name, help string) prometheus.Counter {
 		c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "leasefence", Name: name, Help: help})
 		reg.MustRegister(c)
@@ -150,8 +155,88 @@ func newMetrics(n *Node) *metrics {
 		states.Collect(ch)
 	}, states))
 	registerPortMetrics(reg, n) // servers.go
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The process's own figures: the node's registry only (an embedding
+	// application registers its own).
+	own.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// nodeRegisterer registers a node's collectors on its own registry and,
+// when the embedding application gave one (Config.Registerer), on that
+// too, labelled node=<id>. A collision there (two nodes with one id, or a
+// metric of the application's with the same name) is an error of Start,
+// not a panic; Close unregisters them, so that a node started again in the
+// same process registers anew.
+type nodeRegisterer struct {
+	own  *prometheus.Registry
+	host prometheus.Registerer // nil: none
+
+	mu      sync.Mutex
+	onHost  []prometheus.Collector
+	hostErr error
+}
+
+func newNodeRegisterer(own *prometheus.Registry, host prometheus.Registerer, id string) *nodeRegisterer {
+	r := &nodeRegisterer{own: own}
+	if host != nil {
+		r.host = prometheus.WrapRegistererWith(prometheus.Labels{"node": id}, host)
+	}
+	return r
+}
+
+func (r *nodeRegisterer) Register(c prometheus.Collector) error {
+	if err := r.own.Register(c); err != nil {
+		return err
+	}
+	if r.host == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.host.Register(c); err != nil {
+		if r.hostErr == nil {
+			r.hostErr = fmt.Errorf("cluster: registering the node's metrics on Config.Registerer: %w", err)
+		}
+		return nil
+	}
+	r.onHost = append(r.onHost, c)
+	return nil
+}
+
+// MustRegister panics only on a collision in the node's own registry (a
+// bug of ours); one on the application's is reported by err.
+func (r *nodeRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (r *nodeRegisterer) Unregister(c prometheus.Collector) bool {
+	ok := r.own.Unregister(c)
+	if r.host != nil {
+		r.host.Unregister(c)
+	}
+	return ok
+}
+
+// err is the first collision on the application's registerer.
+func (r *nodeRegisterer) err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.hostErr
+}
+
+// unregisterHost removes the node's collectors from the application's
+// registerer.
+func (r *nodeRegisterer) unregisterHost() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.onHost {
+		r.host.Unregister(c)
+	}
+	r.onHost = nil
 }
 
 // observeApplied counts what one applied entry did.

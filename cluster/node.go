@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -53,7 +54,11 @@ type Node struct {
 	store     *raftboltdb.BoltStore
 	server    *servers // behind lis (servers.go)
 	lis       net.Listener
-	addr      string
+	// inproc serves DialInProcess's in-memory connections and chain
+	// holds the node's interceptors, for RegisterServices (inprocess.go).
+	inproc *inProcess
+	chain  interceptors
+	addr   string
 
 	metrics   *metrics
 	health    *health.Server
@@ -104,8 +109,28 @@ func (ls *leaderState) now(c Clock) int64 {
 
 // Start opens the data dir, binds the listener, starts Raft and serves. On
 // a first start it bootstraps (cfg.Bootstrap) or asks to join (cfg.Join).
-// The returned Node serves until Close.
-func Start(cfg Config) (*Node, error) {
+// The returned Node serves until Close. It is StartContext without a
+// deadline.
+func Start(cfg Config) (*Node, error) { return StartContext(context.Background(), cfg) }
+
+// StartContext is Start bounded by ctx: if ctx ends before the node
+// serves, it undoes what it started (listener, raft, data dir lock) and
+// returns an error that wraps ctx.Err(). The node does not wait for a
+// leader; Node.Leader and the health service say when one is known.
+// ctx bounds only the start: the node then serves until Close or
+// Shutdown.
+func StartContext(ctx context.Context, cfg Config) (*Node, error) {
+	n, err := start(ctx, cfg)
+	if err != nil && cfg.Listener != nil {
+		_ = cfg.Listener.Close() // the node owns it, also when it does not start
+	}
+	return n, err
+}
+
+func start(ctx context.Context, cfg Config) (*Node, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("cluster: start: %w", err)
+	}
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("cluster: invalid config: %w", err)
@@ -144,18 +169,30 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n.policy = policy
 	n.metrics = newMetrics(n)
+	if err := n.metrics.both.err(); err != nil {
+		n.metrics.both.unregisterHost()
+		return nil, err
+	}
 	n.sm.metrics = n.metrics
 	n.snaps = newSnapshotPolicy(cfg.SnapshotThreshold, cfg.SnapshotThresholdMax, cfg.TrailingLogs)
 	n.sm.snaps = n.snaps
 	n.sm.checks = newStateCheckpoints(cfg.StateCheckEvery)
-	if err := n.open(); err != nil {
+	if err := n.open(ctx); err != nil {
 		n.cleanup()
 		return nil, err
 	}
 	return n, nil
 }
 
-func (n *Node) open() error {
+// started is the error of a start that ctx ended, if it did.
+func started(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("cluster: start: %w", err)
+	}
+	return nil
+}
+
+func (n *Node) open(ctx context.Context) error {
 	cfg := n.cfg
 	dbPath := filepath.Join(cfg.DataDir, "raft.db")
 	ident, err := readIdentity(cfg.DataDir)
@@ -189,10 +226,20 @@ func (n *Node) open() error {
 		}
 	}
 	var store *raftboltdb.BoltStore
+	lockWait := dataDirLockWait // for another process to let go of raft.db
+	if dl, ok := ctx.Deadline(); ok {
+		lockWait = max(min(lockWait, time.Until(dl)), time.Millisecond)
+	}
 	if err := guardDisk(dbPath, func() (err error) {
-		store, err = openLogStore(dbPath, true)
+		store, err = openLogStoreWithin(dbPath, true, lockWait)
 		return err
 	}); err != nil {
+		if errors.Is(err, bbolt.ErrTimeout) && lockWait < dataDirLockWait {
+			return fmt.Errorf("cluster: start: waiting for %s, held open by another process: %w", dbPath, context.DeadlineExceeded)
+		}
+		if errors.Is(err, bbolt.ErrTimeout) {
+			return fmt.Errorf("cluster: data dir %s is in use: another process (or another node in this one) holds %s open; every node needs a data dir of its own", cfg.DataDir, dbPath)
+		}
 		return err
 	}
 	n.store = store
@@ -239,8 +286,12 @@ func (n *Node) open() error {
 		return fmt.Errorf("cluster: %s holds no raft state: a first start needs a bootstrap list (--bootstrap) or a member to join through (--join)", cfg.DataDir)
 	}
 
-	n.lis, err = net.Listen("tcp", cfg.Listen)
-	if err != nil {
+	if err := started(ctx); err != nil {
+		return err
+	}
+	if cfg.Listener != nil {
+		n.lis = cfg.Listener
+	} else if n.lis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return fmt.Errorf("cluster: listen: %w", err)
 	}
 	n.addr = cfg.Advertise
@@ -294,7 +345,12 @@ func (n *Node) open() error {
 	n.server = newServers(n.lis, srvTLS, cfg, n.log,
 		grpc.ForceServerCodecV2(transport.ServerCodec()), // with RejectMalformed: bad protobuf is InvalidArgument
 		grpc.ChainUnaryInterceptor(unaryInts...), grpc.ChainStreamInterceptor(streamInts...))
+	n.chain = interceptors{unary: chainUnary(unaryInts), stream: chainStream(streamInts)}
+	n.inproc = newInProcess(append(cfg.Limits.WithDefaults().ClientServerOptions(),
+		grpc.ForceServerCodecV2(transport.ServerCodec()),
+		grpc.ChainUnaryInterceptor(unaryInts...), grpc.ChainStreamInterceptor(streamInts...))...)
 	n.health = health.NewServer()
+	n.inproc.register(n)
 	n.server.register(func(s grpc.ServiceRegistrar) {
 		n.tr.Register(s)
 		s.RegisterService(transport.RejectMalformed(&api.LeaseService_ServiceDesc), n.leases)
@@ -313,6 +369,9 @@ func (n *Node) open() error {
 			}
 			existing = true // the seeded snapshot holds the configuration
 		}
+	}
+	if err := started(ctx); err != nil {
+		return err
 	}
 	if err := guardDisk(cfg.DataDir, func() (err error) {
 		n.raft, err = raft.NewRaft(rc, n.sm, logs, store, snaps, n.tr)
@@ -344,11 +403,15 @@ func (n *Node) open() error {
 		n.setClusterID(ident.ClusterID)
 	}
 
+	if err := started(ctx); err != nil {
+		return err
+	}
 	if err := n.startHTTP(); err != nil {
 		return err
 	}
-	n.wg.Add(4)
+	n.wg.Add(5)
 	go func() { defer n.wg.Done(); n.server.serve() }()
+	go func() { defer n.wg.Done(); n.inproc.serve(n.log) }()
 	go func() { defer n.wg.Done(); n.healthLoop() }()
 	go func() { defer n.wg.Done(); n.leaderLoop() }()
 	n.wg.Add(1)
@@ -419,30 +482,64 @@ func (n *Node) onFatal(err error) {
 	_ = n.Close()
 }
 
-// Close stops the node. A leader first hands leadership to another voter
-// (bounded by the election timeout), so that clients see a short failover
-// instead of a lost leader. Close is idempotent.
+// Close stops the node: Shutdown with twice the election timeout for the
+// leadership hand-over. Close is idempotent.
 func (n *Node) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*n.cfg.ElectionTimeout)
+	defer cancel()
+	return n.Shutdown(ctx)
+}
+
+// Shutdown stops the node. A leader first hands leadership to another
+// voter, waiting for it until ctx ends, so that clients see a short
+// failover instead of a lost leader; a leader that is the only voter has
+// no one to hand it to and stops at once. Then it stops serving, stops
+// Raft and closes the data dir; that part does not wait for ctx. Shutdown
+// and Close are idempotent: later calls return the first one's error.
+func (n *Node) Shutdown(ctx context.Context) error {
 	n.closeOnce.Do(func() {
-		if n.raft != nil && n.raft.State() == raft.Leader && n.Err() == nil {
-			f := n.raft.LeadershipTransfer()
-			done := make(chan error, 1)
-			go func() { done <- f.Error() }()
-			select {
-			case err := <-done:
-				if err != nil {
-					n.log.Warn("leadership transfer before stop failed", "error", err)
-				}
-			case <-time.After(2 * n.cfg.ElectionTimeout):
-				n.log.Warn("leadership transfer before stop timed out")
-			}
-		}
+		n.handOver(ctx)
 		close(n.stopCh)
 		n.closeErr = n.cleanup()
 		n.wg.Wait()
 		n.log.Info("node stopped")
 	})
 	return n.closeErr
+}
+
+// handOver transfers leadership to another voter before a stop, if this
+// node leads and has one.
+func (n *Node) handOver(ctx context.Context) {
+	if n.raft == nil || n.raft.State() != raft.Leader || n.Err() != nil {
+		return
+	}
+	cf := n.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return
+	}
+	others := 0
+	for _, s := range cf.Configuration().Servers {
+		if s.Suffrage == raft.Voter && s.ID != raft.ServerID(n.cfg.ID) {
+			others++
+		}
+	}
+	if others == 0 {
+		n.log.Debug("the only voter stops: no leadership to hand over")
+		return
+	}
+	f := n.raft.LeadershipTransfer()
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			n.log.Warn("leadership transfer before stop failed", "error", err)
+		} else {
+			n.log.Info("leadership handed over before stop")
+		}
+	case <-ctx.Done():
+		n.log.Warn("leadership transfer before stop timed out", "error", ctx.Err())
+	}
 }
 
 func (n *Node) cleanup() error {
@@ -462,8 +559,14 @@ func (n *Node) cleanup() error {
 	} else if n.lis != nil {
 		n.lis.Close()
 	}
+	if n.inproc != nil {
+		n.inproc.stop(time.Second)
+	}
 	if n.httpSrv != nil {
 		_ = n.httpSrv.Close()
+	}
+	if n.metrics != nil {
+		n.metrics.both.unregisterHost()
 	}
 	if n.tr != nil {
 		if err := n.tr.Close(); err != nil {

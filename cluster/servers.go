@@ -136,7 +136,7 @@ func warnFileLimit(log hclog.Logger, maxConns int) {
 
 // registerPortMetrics adds the port's connection gauges and counters to
 // reg. They read 0 until the node's servers exist.
-func registerPortMetrics(reg *prometheus.Registry, n *Node) {
+func registerPortMetrics(reg prometheus.Registerer, n *Node) {
 	stats := func() transport.PortStats {
 		if n.server == nil {
 			return transport.PortStats{}
