@@ -149,7 +149,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	c := &Client{
 		cfg:       cfg,
-		clock:     cfg.Clock,
+		clock:     cfg.Testing.clock(cfg.Clock), // cfg.Clock unless a planted bug says otherwise
 		opts:      append(opts, cfg.DialOptions...),
 		conns:     map[string]*grpc.ClientConn{},
 		endpoints: append([]string(nil), cfg.Endpoints...),

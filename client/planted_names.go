@@ -17,4 +17,8 @@ const (
 	BugNoDrift = "client-no-drift"
 	// BugZeroMargin subtracts no client margin.
 	BugZeroMargin = "client-zero-margin"
+	// BugMonotonicClock measures safe deadlines on Go's monotonic clock,
+	// which stops while the host is suspended, instead of Config.Clock
+	// (CLOCK_BOOTTIME): a suspend stretches the window by its length.
+	BugMonotonicClock = "client-monotonic-clock"
 )
