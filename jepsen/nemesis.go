@@ -22,6 +22,9 @@ const (
 	NemPause       = "pause"        // SIGSTOP a random node, SIGCONT it
 	NemPauseLeader = "pause-leader" // SIGSTOP the leader, SIGCONT it
 	NemClientPause = "client-pause" // SIGSTOP a worker between its grant and its write
+	// NemClientPauseAcquire stops a worker when the answer to its acquire
+	// has arrived, before its client library sees it (a late answer).
+	NemClientPauseAcquire = "client-pause-acquire"
 )
 
 // AllNemeses lists every kind implemented: the process nemeses above,
@@ -33,7 +36,7 @@ const (
 // (InSpecNemeses): clock-rate, beyond the drift bound, and restore, which
 // loses acknowledged state by design, must be named.
 var AllNemeses = slices.Concat(
-	[]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemSnapshot, NemMember, NemStorage, NemMemberUnreachable},
+	[]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemClientPauseAcquire, NemSnapshot, NemMember, NemStorage, NemMemberUnreachable},
 	NetNemeses, []string{NemSilentLeader}, ComboNemeses,
 	[]string{NemClockBump, NemClockStrobe, NemClockRate, NemRestore})
 
@@ -141,8 +144,8 @@ func (n *nemesis) run(ctx context.Context) {
 			n.kill(ctx, kind, hold)
 		case NemPause, NemPauseLeader:
 			n.pause(ctx, kind, hold)
-		case NemClientPause:
-			n.clientPause(ctx)
+		case NemClientPause, NemClientPauseAcquire:
+			n.clientPause(ctx, kind)
 		case NemSnapshot:
 			n.snapshot(ctx, hold)
 		case NemMember:
@@ -232,12 +235,14 @@ func errString(err error, ok string) string {
 	return ok
 }
 
-// clientPause asks a random worker to stop itself at its next write (after
-// its grant, claim and read), waits until it is stopped, then until the
+// clientPause asks a random worker to stop itself: for client-pause at its
+// next write (after its grant, claim and read), for client-pause-acquire
+// when the answer to its next acquire has arrived, before its client
+// library sees it. It waits until the worker is stopped, then until the
 // resource's highest accepted token at fencedkv is above the paused
 // worker's (someone else got a newer lease and wrote), and resumes it. The
 // wait is bounded: at most 8 ttl.
-func (n *nemesis) clientPause(ctx context.Context) {
+func (n *nemesis) clientPause(ctx context.Context, kind string) {
 	var idle []*workerProc
 	for _, w := range n.workers {
 		if w.proc.Running() {
@@ -253,23 +258,27 @@ func (n *nemesis) clientPause(ctx context.Context) {
 	case <-w.paused:
 	default:
 	}
-	if err := w.proc.Send(CmdPause); err != nil {
+	cmd, where := CmdPause, "write"
+	if kind == NemClientPauseAcquire {
+		cmd, where = CmdPauseAcquire, "acquire answer"
+	}
+	if err := w.proc.Send(cmd); err != nil {
 		return
 	}
 	var note PauseNotice
 	select {
 	case note = <-w.paused:
 	case <-time.After(10 * time.Second):
-		n.record(Fault{Phase: "start", Kind: NemClientPause, Target: w.id, Detail: "worker did not reach a write within 10s"})
-		n.record(Fault{Phase: "heal", Kind: NemClientPause, Target: w.id, Detail: "never paused"})
+		n.record(Fault{Phase: "start", Kind: kind, Target: w.id, Detail: "worker did not reach a " + where + " within 10s"})
+		n.record(Fault{Phase: "heal", Kind: kind, Target: w.id, Detail: "never paused"})
 		return
 	case <-ctx.Done():
 		return
 	}
 	stopped := w.proc.WaitStopped(5 * time.Second)
-	n.progress(fmt.Sprintf("nemesis: %s frozen before its write with token %d on %s", w.id, note.Token, note.Resource))
-	n.record(Fault{Phase: "start", Kind: NemClientPause, Target: w.id,
-		Detail: fmt.Sprintf("SIGSTOP before write %s on %s with token %d, seen stopped: %v", note.Op, note.Resource, note.Token, stopped)})
+	n.progress(fmt.Sprintf("nemesis: %s frozen at its %s with token %d on %s", w.id, where, note.Token, note.Resource))
+	n.record(Fault{Phase: "start", Kind: kind, Target: w.id,
+		Detail: fmt.Sprintf("SIGSTOP at %s %s on %s with token %d, seen stopped: %v", where, note.Op, note.Resource, note.Token, stopped)})
 	deadline := time.Now().Add(8 * n.ttl)
 	var highest uint64
 	for time.Now().Before(deadline) {
@@ -288,7 +297,7 @@ func (n *nemesis) clientPause(ctx context.Context) {
 	if highest == 0 {
 		detail = "SIGCONT; no newer token was accepted within 8 ttl"
 	}
-	n.record(Fault{Phase: "heal", Kind: NemClientPause, Target: w.id, Effective: stopped && highest > note.Token, Detail: errString(err, detail)})
+	n.record(Fault{Phase: "heal", Kind: kind, Target: w.id, Effective: stopped && highest > note.Token, Detail: errString(err, detail)})
 }
 
 // Counts returns the started and verified-effective faults by kind.

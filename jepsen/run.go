@@ -52,6 +52,8 @@ type Config struct {
 	// are then built with the plantedbugs tag.
 	Bugs []string `json:"bugs,omitempty"`
 	// Self is the jepsen binary, run as "Self worker ..." for each worker.
+	// With a planted client bug (In "client") it must be a plantedbugs
+	// build; empty means this binary if it is one, otherwise one is built.
 	Self string `json:"self"`
 	// Out receives progress and the report; nil means stdout.
 	Out io.Writer `json:"-"`
@@ -199,11 +201,27 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 			return sum, err
 		}
 		defer os.RemoveAll(tmp)
-		if err := Build(ctx, tmp, cfg.Race, false, len(cfg.Bugs) > 0); err != nil {
+		if err := Build(ctx, tmp, cfg.Race, clientBugs(cfg.Bugs) && cfg.Self == "" && !PlantedBuild, len(cfg.Bugs) > 0); err != nil {
 			return sum, err
 		}
 		binDir = tmp
+		if clientBugs(cfg.Bugs) && cfg.Self == "" && !PlantedBuild {
+			cfg.Self = filepath.Join(tmp, "jepsen")
+		}
 		phase("build", tb)
+	}
+	if clientBugs(cfg.Bugs) && cfg.Self == "" && !PlantedBuild {
+		// The workers carry the client's planted bugs: they must be a
+		// plantedbugs build of this binary.
+		tmp, err := os.MkdirTemp("", "jepsen-worker-")
+		if err != nil {
+			return sum, err
+		}
+		defer os.RemoveAll(tmp)
+		if err := Build(ctx, tmp, cfg.Race, true, true); err != nil {
+			return sum, err
+		}
+		cfg.Self = filepath.Join(tmp, "jepsen")
 	}
 	if cfg.Self == "" {
 		if cfg.Self, err = os.Executable(); err != nil {
@@ -279,7 +297,7 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 			Args: []string{"worker", "--id", wp.id, "--endpoints", strings.Join(cl.Endpoints(), ","), "--kv", kvURL,
 				"--resources", strings.Join(resources, ","), "--ttl", cfg.TTL.String(), "--skew-margin", cfg.SkewMargin.String(),
 				"--duration", (cfg.Duration + cfg.Quiet + time.Minute).String(), "--seed", fmt.Sprint(rng.Uint64())},
-			Stdout: recordLines(hist, &badMu, &badLines, wp.paused)}
+			Env: plantedEnv(cfg.Bugs, "client"), Stdout: recordLines(hist, &badMu, &badLines, wp.paused)}
 		if err := wp.proc.Start(); err != nil {
 			return sum, err
 		}

@@ -167,7 +167,8 @@ func runSuite(ctx context.Context, cfg jepsen.Config, bugs []string, stdout, std
 		}
 	}
 	if len(bugs) > 0 {
-		if err := jepsen.Build(ctx, planted, cfg.Race, false, true); err != nil {
+		// cmd/jepsen too: its workers carry the client's planted bugs.
+		if err := jepsen.Build(ctx, planted, cfg.Race, true, true); err != nil {
 			fmt.Fprintln(stderr, "jepsen:", err)
 			return 2
 		}
@@ -177,6 +178,7 @@ func runSuite(ctx context.Context, cfg jepsen.Config, bugs []string, stdout, std
 	for i := range scenarios {
 		if len(scenarios[i].Cfg.Bugs) > 0 {
 			scenarios[i].Cfg.BinDir = planted
+			scenarios[i].Cfg.Self = filepath.Join(planted, "jepsen")
 		}
 	}
 	res, err := jepsen.RunSuite(ctx, scenarios, out)
