@@ -25,6 +25,11 @@ const (
 	// NemClientPauseAcquire stops a worker when the answer to its acquire
 	// has arrived, before its client library sees it (a late answer).
 	NemClientPauseAcquire = "client-pause-acquire"
+	// NemClientPauseReplay loses the answer to a worker's acquire (held
+	// back half a ttl, then Unavailable), so that its client's retry is
+	// answered by a replay with less than the ttl left, and stops the
+	// worker at that lease's write.
+	NemClientPauseReplay = "client-pause-replay"
 )
 
 // AllNemeses lists every kind implemented: the process nemeses above,
@@ -36,7 +41,7 @@ const (
 // (InSpecNemeses): clock-rate, beyond the drift bound, and restore, which
 // loses acknowledged state by design, must be named.
 var AllNemeses = slices.Concat(
-	[]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemClientPauseAcquire, NemSnapshot, NemMember, NemStorage, NemMemberUnreachable},
+	[]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemClientPauseAcquire, NemClientPauseReplay, NemSnapshot, NemMember, NemStorage, NemMemberUnreachable},
 	NetNemeses, []string{NemSilentLeader}, ComboNemeses,
 	[]string{NemClockBump, NemClockStrobe, NemClockRate, NemRestore})
 
@@ -144,7 +149,7 @@ func (n *nemesis) run(ctx context.Context) {
 			n.kill(ctx, kind, hold)
 		case NemPause, NemPauseLeader:
 			n.pause(ctx, kind, hold)
-		case NemClientPause, NemClientPauseAcquire:
+		case NemClientPause, NemClientPauseAcquire, NemClientPauseReplay:
 			n.clientPause(ctx, kind)
 		case NemSnapshot:
 			n.snapshot(ctx, hold)
@@ -238,7 +243,8 @@ func errString(err error, ok string) string {
 // clientPause asks a random worker to stop itself: for client-pause at its
 // next write (after its grant, claim and read), for client-pause-acquire
 // when the answer to its next acquire has arrived, before its client
-// library sees it. It waits until the worker is stopped, then until the
+// library sees it, for client-pause-replay at the write of its next
+// acquire whose first answer was lost (CmdPauseReplay). It waits until the worker is stopped, then until the
 // resource's highest accepted token at fencedkv is above the paused
 // worker's (someone else got a newer lease and wrote), and resumes it. The
 // wait is bounded: at most 8 ttl.
@@ -259,8 +265,11 @@ func (n *nemesis) clientPause(ctx context.Context, kind string) {
 	default:
 	}
 	cmd, where := CmdPause, "write"
-	if kind == NemClientPauseAcquire {
+	switch kind {
+	case NemClientPauseAcquire:
 		cmd, where = CmdPauseAcquire, "acquire answer"
+	case NemClientPauseReplay:
+		cmd, where = CmdPauseReplay, "write after a replayed acquire"
 	}
 	if err := w.proc.Send(cmd); err != nil {
 		return

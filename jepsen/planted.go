@@ -59,6 +59,8 @@ var PlantedBugs = []PlantedBug{
 		Nemeses: []string{NemClientPauseAcquire}, Time: 25 * time.Second, Catch: []string{NameSafeWindows}},
 	{Name: "client-monotonic-clock", In: "client", What: "the client measures safe deadlines on the host's monotonic clock, which stops while the host is suspended",
 		Nemeses: []string{NemClientPause}, Time: 25 * time.Second, Catch: []string{NameSafeWindows}},
+	{Name: "client-full-ttl", In: "client", What: "the client uses the full ttl instead of the answer's ttl_remaining: a replayed grant's window is overstated by the time since the grant",
+		Nemeses: []string{NemClientPauseReplay}, Time: 25 * time.Second, Catch: []string{NameSafeWindows}},
 	{Name: "accept-lower-token", In: "fencedkv", What: "fencedkv applies a write whose token is below the scope's highest",
 		Nemeses: []string{NemClientPause}, Time: 25 * time.Second, Catch: []string{NameFencedTokens, NameFinalRead}},
 }

@@ -49,6 +49,12 @@ const (
 	// next acquire has arrived, before its client library sees it: to the
 	// library, an answer that came late.
 	CmdPauseAcquire = "pause-acquire"
+	// CmdPauseReplay makes the worker's next acquire lose its first answer
+	// (held back for about half the ttl, then Unavailable, as a network
+	// that finally drops it), so that the client library's retry, under
+	// the same request id, is answered with a replay that has less than
+	// the ttl left; the worker then stops itself at that lease's write.
+	CmdPauseReplay = "pause-replay"
 	// CmdStop makes the worker finish its current operation, release and
 	// exit.
 	CmdStop = "stop"
@@ -127,6 +133,10 @@ type workerState struct {
 	pause atomic.Bool
 	// pauseAcquire arms a stop at the next acquire's answer.
 	pauseAcquire atomic.Bool
+	// pauseReplay arms a lost answer and a stop in the next fenced cycle;
+	// loseAnswer is set while that cycle's acquire runs.
+	pauseReplay atomic.Bool
+	loseAnswer  atomic.Bool
 	// host is the simulated host's monotonic clock, which stands still
 	// while the worker is stopped (see hostClock).
 	host   *hostClock
@@ -171,6 +181,8 @@ func RunWorker(c WorkerConfig, stdin io.Reader, stdout io.Writer) error {
 				w.pause.Store(true)
 			case CmdPauseAcquire:
 				w.pauseAcquire.Store(true)
+			case CmdPauseReplay:
+				w.pauseReplay.Store(true)
 			case CmdStop:
 				w.stop.Store(true)
 			}
@@ -223,7 +235,17 @@ func (w *workerState) sleep(min, max time.Duration) {
 func (w *workerState) cycle() {
 	res := w.cfg.Resources[w.rng.IntN(len(w.cfg.Resources))]
 	base := fmt.Sprintf("%s-%d", w.cfg.ID, w.n)
+	replay := w.pauseReplay.Swap(false)
+	w.loseAnswer.Store(replay)
 	lease, err := w.acquire(base+"-a", res)
+	w.loseAnswer.Store(false)
+	if replay {
+		if err == nil {
+			w.pause.Store(true) // stop at this lease's write
+		} else {
+			w.pauseReplay.Store(true) // try again in the next cycle
+		}
+	}
 	if err != nil {
 		w.sleep(10*time.Millisecond, 80*time.Millisecond)
 		return
@@ -584,8 +606,22 @@ func (w *workerState) suspend(note PauseNotice) error {
 func (w *workerState) interceptAcquire(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	err := invoker(ctx, method, req, reply, cc, opts...)
 	resp, ok := reply.(*api.AcquireResponse)
-	if err != nil || !ok || resp.Lease == nil || !w.pauseAcquire.Swap(false) {
+	if err != nil || !ok || resp.Lease == nil {
 		return err
+	}
+	if !resp.Replayed && w.loseAnswer.Load() {
+		// Lose the grant's answer after holding it back for about half
+		// the ttl: the library retries under the same request id, and the
+		// replay that answers it has that much less ttl left.
+		hold := w.cfg.TTL / 2
+		if dl, ok := ctx.Deadline(); ok {
+			hold = min(hold, time.Until(dl)-100*time.Millisecond)
+		}
+		time.Sleep(hold)
+		return status.Errorf(codes.Unavailable, "jepsen: the answer to %s was lost (injected after %v)", req.(*api.AcquireRequest).GetRequestId(), hold.Round(time.Millisecond))
+	}
+	if !w.pauseAcquire.Swap(false) {
+		return nil
 	}
 	op := strings.TrimPrefix(req.(*api.AcquireRequest).GetRequestId(), RequestIDOf(""))
 	if serr := w.suspend(PauseNotice{Worker: w.cfg.ID, Op: op, Resource: resp.Lease.Resource, Token: resp.Lease.Token}); serr != nil {
