@@ -16,11 +16,12 @@ import (
 
 // PlantedBugs lists the client's planted defects and what each breaks.
 var PlantedBugs = map[string]string{
-	BugSentAtOnAnswer: "sent_at is taken when the answer arrives: the safe window is stretched by the answer's delay",
-	BugFullTTL:        "the full ttl is used instead of ttl_remaining: a replayed or late grant's window is overstated",
-	BugNoDrift:        "the drift bound is ignored: the window is ttl_remaining×drift too long",
-	BugZeroMargin:     "no client margin is subtracted: successive holders' windows may touch",
-	BugMonotonicClock: "safe deadlines are measured on Go's monotonic clock, which stops while the host is suspended: a suspend stretches the window by its length",
+	BugSentAtOnAnswer:        "sent_at is taken when the answer arrives: the safe window is stretched by the answer's delay",
+	BugFullTTL:               "the full ttl is used instead of ttl_remaining: a replayed or late grant's window is overstated",
+	BugNoDrift:               "the drift bound is ignored: the window is ttl_remaining×drift too long",
+	BugZeroMargin:            "no client margin is subtracted: successive holders' windows may touch",
+	BugSilenceFromLastAnswer: "a keep-alive stream's silence is counted from its last answer alone: after an idle spell a healthy stream is torn down and each renewal sent twice",
+	BugMonotonicClock:        "safe deadlines are measured on Go's monotonic clock, which stops while the host is suspended: a suspend stretches the window by its length",
 }
 
 // TestingKnobs are per-client test switches, compiled in only with the

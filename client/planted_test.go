@@ -75,3 +75,44 @@ func TestSuspendEndsTheLeaseUnlessPlantedMonotonicClock(t *testing.T) {
 		})
 	}
 }
+
+// An idle keep-alive stream (one lease, renewed every ttl/3) is kept by
+// the correct client; with BugSilenceFromLastAnswer every renewal after an
+// idle spell makes it look silent, so it is torn down and reopened.
+//
+//	go test -tags plantedbugs -run TestIdleStreamTornDownOnlyWithPlantedSilenceBug ./client/
+func TestIdleStreamTornDownOnlyWithPlantedSilenceBug(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for 7 s")
+	}
+	for _, bug := range []string{"", client.BugSilenceFromLastAnswer} {
+		t.Run("bug="+bug, func(t *testing.T) {
+			t.Parallel()
+			cfg := client.Config{Endpoints: []string{endpoint}}
+			if bug != "" {
+				cfg.Testing.PlantedBugs = []string{bug}
+			}
+			c, err := client.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			l, err := c.Acquire(ctx, fmt.Sprintf("idle/planted-%s-%d", bug, time.Now().UnixNano()), client.WithTTL(6*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(ctx)
+			time.Sleep(7 * time.Second) // three renewals, each after a 2 s idle spell
+			st := c.Stats()
+			t.Logf("%+v", st)
+			switch {
+			case bug == "" && st.Streams != 1:
+				t.Fatalf("correct client opened %d streams for one idle lease, want 1", st.Streams)
+			case bug != "" && st.Streams < 3:
+				t.Fatalf("planted %s: %d streams opened, want one per renewal", bug, st.Streams)
+			}
+		})
+	}
+}

@@ -23,6 +23,8 @@ type PlantedBug struct {
 	Nemeses []string
 	Time    time.Duration
 	Catch   []string
+	// KeepAlive runs the keep-alive workload (its checker catches it).
+	KeepAlive bool
 }
 
 // PlantedBugs lists every planted defect (the names are those of
@@ -61,6 +63,8 @@ var PlantedBugs = []PlantedBug{
 		Nemeses: []string{NemClientPause}, Time: 25 * time.Second, Catch: []string{NameSafeWindows}},
 	{Name: "client-full-ttl", In: "client", What: "the client uses the full ttl instead of the answer's ttl_remaining: a replayed grant's window is overstated by the time since the grant",
 		Nemeses: []string{NemClientPauseReplay}, Time: 25 * time.Second, Catch: []string{NameSafeWindows}},
+	{Name: "client-silence-from-last-answer", In: "client", What: "the client counts a keep-alive stream's silence from its last answer alone: after an idle spell it tears the healthy stream down and sends the renewal again",
+		Nemeses: nil, Time: 30 * time.Second, Catch: []string{NameRenewals}, KeepAlive: true},
 	{Name: "accept-lower-token", In: "fencedkv", What: "fencedkv applies a write whose token is below the scope's highest",
 		Nemeses: []string{NemClientPause}, Time: 25 * time.Second, Catch: []string{NameFencedTokens, NameFinalRead}},
 }

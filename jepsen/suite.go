@@ -43,6 +43,9 @@ func QuickSuite(base Config, bugs []string) []Scenario {
 		c.Nemeses, c.Duration = g.Nemeses, g.Time
 		out = append(out, Scenario{Name: "fenced, " + g.Name, Cfg: c})
 	}
+	ka := base
+	ka.Nemeses, ka.Duration, ka.KeepAliveWorkers = nil, 40*time.Second, KeepAliveWorkers
+	out = append(out, Scenario{Name: "fenced, realistic ttls (10s, 30s)", Cfg: ka})
 	ctl := base
 	ctl.Unfenced, ctl.Nemeses, ctl.Duration, ctl.LinWorkers = true, []string{NemClientPause}, 20*time.Second, 0
 	out = append(out, Scenario{Name: "unfenced control", Cfg: ctl, Catch: []string{NameFencedTokens, NameFinalRead}, Attempts: 3})
@@ -53,6 +56,9 @@ func QuickSuite(base Config, bugs []string) []Scenario {
 		}
 		c := base
 		c.Bugs, c.Nemeses, c.Duration = []string{b.Name}, b.Nemeses, b.Time
+		if b.KeepAlive {
+			c.KeepAliveWorkers = KeepAliveWorkers
+		}
 		out = append(out, Scenario{Name: "planted bug " + b.Name, Cfg: c, Catch: b.Catch, Attempts: 3})
 	}
 	return out
@@ -73,6 +79,10 @@ var FencedGroups = []struct {
 	{"combined faults", ComboNemeses, 45 * time.Second},
 	{"restore from a backup", []string{NemRestore}, 25 * time.Second},
 }
+
+// KeepAliveWorkers is how many keep-alive workers the suite's runs of
+// that workload have.
+const KeepAliveWorkers = 3
 
 // RunSuite runs each scenario in turn and returns its results; the
 // closing line counts scenarios × checkers. An error is a harness failure.

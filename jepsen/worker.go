@@ -85,6 +85,9 @@ type WorkerConfig struct {
 	// Lin selects the linearizability workload: acquire, read, release
 	// with a ttl longer than the run, no fenced writes.
 	Lin bool
+	// KeepAlive selects the keep-alive workload (keepalive.go): leases
+	// with KeepAliveTTLs held across idle gaps.
+	KeepAlive bool
 	// Bugs are planted client defects (client.PlantedBugs) to switch on in
 	// this worker's client library: only a plantedbugs build of the worker
 	// has them. WorkerMain takes them from LEASEFENCE_PLANTED_BUGS.
@@ -107,6 +110,7 @@ func WorkerMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.MaxOps, "max-ops", 100000, "stop after this many cycles")
 	fs.Uint64Var(&c.Seed, "seed", 1, "random seed")
 	fs.BoolVar(&c.Lin, "lin", false, "linearizability workload: acquire, read, release; ttl longer than the run")
+	fs.BoolVar(&c.KeepAlive, "keepalive", false, "keep-alive workload: 10s and 30s ttls held across idle gaps")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -140,6 +144,7 @@ type workerState struct {
 	// host is the simulated host's monotonic clock, which stands still
 	// while the worker is stopped (see hostClock).
 	host   *hostClock
+	ka     kaCounter
 	stop   atomic.Bool
 	leases *client.Client
 	kv     *fencekv.Client
@@ -167,7 +172,8 @@ func RunWorker(c WorkerConfig, stdin io.Reader, stdout io.Writer) error {
 		return err
 	}
 	leases, err := client.New(client.Config{Endpoints: c.Endpoints, RequestTimeout: 2 * time.Second, RetryFor: 4 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(w.interceptAcquire)}, Testing: knobs})
+		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(w.interceptAcquire), grpc.WithStreamInterceptor(w.ka.intercept)},
+		Testing:     knobs})
 	if err != nil {
 		return err
 	}
@@ -203,6 +209,8 @@ func RunWorker(c WorkerConfig, stdin io.Reader, stdout io.Writer) error {
 		switch {
 		case c.Lin:
 			w.linCycle()
+		case c.KeepAlive:
+			w.keepAliveCycle()
 		case w.rng.IntN(8) == 0:
 			w.stallCycle()
 		default:

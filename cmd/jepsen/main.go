@@ -72,6 +72,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Resources, "resources", cfg.Resources, "resources the workers contend for")
 	fs.IntVar(&cfg.LinWorkers, "lin-workers", cfg.LinWorkers, "workers of the linearizability workload (0: none)")
 	fs.IntVar(&cfg.LinResources, "lin-resources", cfg.LinResources, "resources of the linearizability workload")
+	fs.IntVar(&cfg.KeepAliveWorkers, "keepalive-workers", cfg.KeepAliveWorkers, "workers of the keep-alive workload: 10s and 30s ttls across idle gaps (0: none)")
 	fs.DurationVar(&cfg.Duration, "time", cfg.Duration, "workload with faults")
 	fs.DurationVar(&cfg.Quiet, "quiet", cfg.Quiet, "final phase without faults")
 	fs.DurationVar(&cfg.TTL, "ttl", cfg.TTL, "the workers' lease ttl")
