@@ -288,6 +288,15 @@ func (n *nemesis) clientPause(ctx context.Context, kind string) {
 	n.progress(fmt.Sprintf("nemesis: %s frozen at its %s with token %d on %s", w.id, where, note.Token, note.Resource))
 	n.record(Fault{Phase: "start", Kind: kind, Target: w.id,
 		Detail: fmt.Sprintf("SIGSTOP at %s %s on %s with token %d, seen stopped: %v", where, note.Op, note.Resource, note.Token, stopped)})
+	// A worker stopped before its write resumes once the newer holder's
+	// write has landed (its stale write comes after it); one stopped at an
+	// acquire answer resumes at once, while the newer holder (whose claim
+	// was just seen) still holds: a window the late answer must not
+	// overlap.
+	settle, poll := 200*time.Millisecond, 50*time.Millisecond
+	if kind == NemClientPauseAcquire {
+		settle, poll = 0, 10*time.Millisecond
+	}
 	deadline := time.Now().Add(8 * n.ttl)
 	var highest uint64
 	for time.Now().Before(deadline) {
@@ -296,10 +305,10 @@ func (n *nemesis) clientPause(ctx context.Context, kind string) {
 		cancel()
 		if err == nil && h > note.Token {
 			highest = h
-			time.Sleep(200 * time.Millisecond) // let the newer holder's write land
+			time.Sleep(settle)
 			break
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(poll)
 	}
 	err := w.proc.Signal(syscall.SIGCONT)
 	detail := fmt.Sprintf("SIGCONT; a newer token %d was accepted meanwhile", highest)
