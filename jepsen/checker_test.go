@@ -335,8 +335,9 @@ func TestHistoryRoundTrip(t *testing.T) {
 }
 
 func TestParseNemeses(t *testing.T) {
-	// "all" is every nemesis but the out-of-spec clock-rate and restore.
-	if ks, err := ParseNemeses("all"); err != nil || len(ks) != len(AllNemeses)-2 {
+	// "all" is every nemesis but the out-of-spec clock-rate and
+	// clock-rate-client-pause, and restore.
+	if ks, err := ParseNemeses("all"); err != nil || len(ks) != len(AllNemeses)-3 {
 		t.Fatal(ks, err)
 	}
 	if _, err := ParseNemeses("kill,partition"); err == nil {

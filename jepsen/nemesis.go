@@ -43,14 +43,14 @@ const (
 var AllNemeses = slices.Concat(
 	[]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemClientPauseAcquire, NemClientPauseReplay, NemSnapshot, NemMember, NemStorage, NemMemberUnreachable},
 	NetNemeses, []string{NemSilentLeader}, ComboNemeses,
-	[]string{NemClockBump, NemClockStrobe, NemClockRate, NemRestore})
+	[]string{NemClockBump, NemClockStrobe, NemClockRate, NemClockRateClientPause, NemRestore})
 
 // InSpecNemeses is AllNemeses without the out-of-spec clock-rate and
 // restore.
 func InSpecNemeses() []string {
 	var out []string
 	for _, k := range AllNemeses {
-		if k != NemClockRate && k != NemRestore {
+		if k != NemClockRate && k != NemClockRateClientPause && k != NemRestore {
 			out = append(out, k)
 		}
 	}
@@ -151,6 +151,8 @@ func (n *nemesis) run(ctx context.Context) {
 			n.pause(ctx, kind, hold)
 		case NemClientPause, NemClientPauseAcquire, NemClientPauseReplay:
 			n.clientPause(ctx, kind)
+		case NemClockRateClientPause:
+			n.clockRateClientPause(ctx)
 		case NemSnapshot:
 			n.snapshot(ctx, hold)
 		case NemMember:
@@ -247,8 +249,9 @@ func errString(err error, ok string) string {
 // acquire whose first answer was lost (CmdPauseReplay). It waits until the worker is stopped, then until the
 // resource's highest accepted token at fencedkv is above the paused
 // worker's (someone else got a newer lease and wrote), and resumes it. The
-// wait is bounded: at most 8 ttl.
-func (n *nemesis) clientPause(ctx context.Context, kind string) {
+// wait is bounded: at most 8 ttl. It reports whether the pause was
+// effective.
+func (n *nemesis) clientPause(ctx context.Context, kind string) bool {
 	var idle []*workerProc
 	for _, w := range n.workers {
 		if w.proc.Running() {
@@ -256,7 +259,7 @@ func (n *nemesis) clientPause(ctx context.Context, kind string) {
 		}
 	}
 	if len(idle) == 0 {
-		return
+		return false
 	}
 	w := idle[n.rng.IntN(len(idle))]
 	// Drop a stale notice from an earlier pause, if any.
@@ -272,7 +275,7 @@ func (n *nemesis) clientPause(ctx context.Context, kind string) {
 		cmd, where = CmdPauseReplay, "write after a replayed acquire"
 	}
 	if err := w.proc.Send(cmd); err != nil {
-		return
+		return false
 	}
 	var note PauseNotice
 	select {
@@ -280,9 +283,9 @@ func (n *nemesis) clientPause(ctx context.Context, kind string) {
 	case <-time.After(10 * time.Second):
 		n.record(Fault{Phase: "start", Kind: kind, Target: w.id, Detail: "worker did not reach a " + where + " within 10s"})
 		n.record(Fault{Phase: "heal", Kind: kind, Target: w.id, Detail: "never paused"})
-		return
+		return false
 	case <-ctx.Done():
-		return
+		return false
 	}
 	stopped := w.proc.WaitStopped(5 * time.Second)
 	n.progress(fmt.Sprintf("nemesis: %s frozen at its %s with token %d on %s", w.id, where, note.Token, note.Resource))
@@ -316,6 +319,7 @@ func (n *nemesis) clientPause(ctx context.Context, kind string) {
 		detail = "SIGCONT; no newer token was accepted within 8 ttl"
 	}
 	n.record(Fault{Phase: "heal", Kind: kind, Target: w.id, Effective: stopped && highest > note.Token, Detail: errString(err, detail)})
+	return stopped && highest > note.Token
 }
 
 // Counts returns the started and verified-effective faults by kind.
