@@ -80,6 +80,24 @@ var FencedGroups = []struct {
 	{"restore from a backup", []string{NemRestore}, 25 * time.Second},
 }
 
+// FilterScenarios keeps the scenarios whose name contains one of the
+// comma-separated strings of only (all of them when only is empty).
+func FilterScenarios(scenarios []Scenario, only string) []Scenario {
+	if strings.TrimSpace(only) == "" {
+		return scenarios
+	}
+	var out []Scenario
+	for _, sc := range scenarios {
+		for _, s := range strings.Split(only, ",") {
+			if s = strings.TrimSpace(s); s != "" && strings.Contains(sc.Name, s) {
+				out = append(out, sc)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // KeepAliveWorkers is how many keep-alive workers the suite's runs of
 // that workload have.
 const KeepAliveWorkers = 3

@@ -91,6 +91,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		bugs = "all"
 	}
 	fs.StringVar(&bugs, "bug", bugs, bugsHelp)
+	var only string
+	if suite {
+		fs.StringVar(&only, "only", "", "run only the scenarios whose name contains one of these comma-separated strings")
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -122,7 +126,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if suite {
-		return runSuite(ctx, cfg, bugList, stdout, stderr)
+		return runSuite(ctx, cfg, bugList, only, stdout, stderr)
 	}
 	cfg.Bugs = bugList
 	sum, err := jepsen.Run(ctx, cfg)
@@ -148,7 +152,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 // runSuite builds the binaries once (plain, and with planted bugs) and
 // runs the quick suite: the fenced run, the control, one run per bug.
-func runSuite(ctx context.Context, cfg jepsen.Config, bugs []string, stdout, stderr io.Writer) int {
+func runSuite(ctx context.Context, cfg jepsen.Config, bugs []string, only string, stdout, stderr io.Writer) int {
 	out, ok := stdout.(*os.File)
 	if !ok {
 		out = os.Stdout
@@ -175,7 +179,7 @@ func runSuite(ctx context.Context, cfg jepsen.Config, bugs []string, stdout, std
 		}
 	}
 	cfg.BinDir = plain
-	scenarios := jepsen.QuickSuite(cfg, bugs)
+	scenarios := jepsen.FilterScenarios(jepsen.QuickSuite(cfg, bugs), only)
 	for i := range scenarios {
 		if len(scenarios[i].Cfg.Bugs) > 0 {
 			scenarios[i].Cfg.BinDir = planted
