@@ -153,13 +153,13 @@ func RunSuite(ctx context.Context, scenarios []Scenario, out *os.File) ([]Scenar
 // WriteSuiteReport prints the table and the closing line, and writes
 // suite.json under dir.
 func WriteSuiteReport(dir string, res []ScenarioResult, out *os.File) (passed, failed int) {
-	fmt.Fprintf(out, "\n%-40s %-5s %s\n", "scenario", "pass", "detail")
+	fmt.Fprintf(out, "\n%-48s %-5s %s\n", "scenario", "pass", "detail")
 	for _, r := range res {
 		mark := "yes"
 		if !r.Pass {
 			mark = "NO"
 		}
-		fmt.Fprintf(out, "%-40s %-5s %s\n", r.Name, mark, r.Detail)
+		fmt.Fprintf(out, "%-48s %-5s %s\n", r.Name, mark, r.Detail)
 		passed += r.Passed
 		failed += r.Failed
 	}
