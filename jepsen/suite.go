@@ -73,7 +73,7 @@ var FencedGroups = []struct {
 	Nemeses []string
 	Time    time.Duration
 }{
-	{"process faults", []string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemClientPauseAcquire, NemClientPauseReplay, NemSnapshot, NemMember}, 60 * time.Second},
+	{"process faults", []string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemClientPauseAcquire, NemClientPauseReplay, NemSnapshot, NemMember}, 80 * time.Second},
 	{"network faults", NetNemeses, 60 * time.Second},
 	{"clock faults", []string{NemClockBump, NemClockStrobe}, 25 * time.Second},
 	{"combined faults", ComboNemeses, 45 * time.Second},
