@@ -188,7 +188,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	c := &Client{
 		cfg:       cfg,
-		clock:     cfg.Clock,
+		clock:     cfg.Testing.clock(cfg.Clock), // cfg.Clock unless a planted bug says otherwise
 		opts:      append(opts, cfg.DialOptions...),
 		local:     local,
 		conns:     map[string]*grpc.ClientConn{},

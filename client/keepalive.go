@@ -313,6 +313,9 @@ func (k *keeper) silentFor() time.Duration {
 	if !outstanding {
 		return 0
 	}
+	if k.c.cfg.Testing.planted(BugSilenceFromLastAnswer) {
+		since = 0
+	}
 	return k.c.clock.Now() - max(time.Duration(k.lastRecv.Load()), since)
 }
 

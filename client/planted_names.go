@@ -17,4 +17,14 @@ const (
 	BugNoDrift = "client-no-drift"
 	// BugZeroMargin subtracts no client margin.
 	BugZeroMargin = "client-zero-margin"
+	// BugMonotonicClock measures safe deadlines on Go's monotonic clock,
+	// which stops while the host is suspended, instead of Config.Clock
+	// (CLOCK_BOOTTIME): a suspend stretches the window by its length.
+	BugMonotonicClock = "client-monotonic-clock"
+	// BugSilenceFromLastAnswer counts a keep-alive stream's silence from
+	// its last answer alone (the behaviour before the fix in silentFor):
+	// after an idle spell longer than the silence bound, the renewal just
+	// sent makes a healthy stream look silent, so it is torn down and the
+	// renewal sent again on a new one.
+	BugSilenceFromLastAnswer = "client-silence-from-last-answer"
 )

@@ -10,3 +10,5 @@ type TestingKnobs struct{}
 func (*TestingKnobs) validate() error { return nil }
 
 func (*TestingKnobs) planted(string) bool { return false }
+
+func (*TestingKnobs) clock(c Clock) Clock { return c }

@@ -701,7 +701,7 @@ const ReasonClockRate = "out-of-spec clock rate"
 func MarkRequired(nemeses []string, rs []Result) {
 	outOfSpec := false
 	for _, k := range nemeses {
-		outOfSpec = outOfSpec || k == NemClockRate
+		outOfSpec = outOfSpec || k == NemClockRate || k == NemClockRateClientPause
 	}
 	for i := range rs {
 		if outOfSpec && (rs[i].Checker == NameGrantIntervals || rs[i].Checker == NameSafeWindows) {

@@ -335,9 +335,9 @@ func TestHistoryRoundTrip(t *testing.T) {
 }
 
 func TestParseNemeses(t *testing.T) {
-	// "all" is every nemesis but the out-of-spec clock-rate and the two
-	// restores.
-	if ks, err := ParseNemeses("all"); err != nil || len(ks) != len(AllNemeses)-3 {
+	// "all" is every nemesis but the out-of-spec clock-rate and
+	// clock-rate-client-pause, and the two restores.
+	if ks, err := ParseNemeses("all"); err != nil || len(ks) != len(AllNemeses)-4 {
 		t.Fatal(ks, err)
 	}
 	if _, err := ParseNemeses("kill,partition"); err == nil {

@@ -102,6 +102,12 @@ type Record struct {
 	GrantedAt   int64  `json:"granted_at_ns,omitempty"`
 	ExpiresAt   int64  `json:"expires_at_ns,omitempty"`
 	EventHolder string `json:"holder,omitempty"`
+
+	// Keep-alive counts of one lease (Type OpKeepAlive, keepalive.go).
+	HeldNs     int64 `json:"held_ns,omitempty"`
+	IntervalNs int64 `json:"interval_ns,omitempty"`
+	Renewals   int   `json:"renewals,omitempty"`
+	Streams    int   `json:"streams,omitempty"`
 }
 
 // Now returns the shared clock's reading (CLOCK_BOOTTIME) in nanoseconds.

@@ -22,6 +22,14 @@ const (
 	NemPause       = "pause"        // SIGSTOP a random node, SIGCONT it
 	NemPauseLeader = "pause-leader" // SIGSTOP the leader, SIGCONT it
 	NemClientPause = "client-pause" // SIGSTOP a worker between its grant and its write
+	// NemClientPauseAcquire stops a worker when the answer to its acquire
+	// has arrived, before its client library sees it (a late answer).
+	NemClientPauseAcquire = "client-pause-acquire"
+	// NemClientPauseReplay loses the answer to a worker's acquire (held
+	// back half a ttl, then Unavailable), so that its client's retry is
+	// answered by a replay with less than the ttl left, and stops the
+	// worker at that lease's write.
+	NemClientPauseReplay = "client-pause-replay"
 )
 
 // AllNemeses lists every kind implemented: the process nemeses above,
@@ -33,16 +41,16 @@ const (
 // (InSpecNemeses): clock-rate, beyond the drift bound, and restore, which
 // loses acknowledged state by design, must be named.
 var AllNemeses = slices.Concat(
-	[]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemSnapshot, NemMember, NemStorage, NemMemberUnreachable},
+	[]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemClientPauseAcquire, NemClientPauseReplay, NemSnapshot, NemMember, NemStorage, NemMemberUnreachable},
 	NetNemeses, []string{NemSilentLeader}, ComboNemeses,
-	[]string{NemClockBump, NemClockStrobe, NemClockRate, NemRestore, NemRestoreMismatch})
+	[]string{NemClockBump, NemClockStrobe, NemClockRate, NemClockRateClientPause, NemRestore, NemRestoreMismatch})
 
 // InSpecNemeses is AllNemeses without the out-of-spec clock-rate and
 // restore.
 func InSpecNemeses() []string {
 	var out []string
 	for _, k := range AllNemeses {
-		if k != NemClockRate && !isRestore(k) {
+		if k != NemClockRate && k != NemClockRateClientPause && !isRestore(k) {
 			out = append(out, k)
 		}
 	}
@@ -141,8 +149,10 @@ func (n *nemesis) run(ctx context.Context) {
 			n.kill(ctx, kind, hold)
 		case NemPause, NemPauseLeader:
 			n.pause(ctx, kind, hold)
-		case NemClientPause:
-			n.clientPause(ctx)
+		case NemClientPause, NemClientPauseAcquire, NemClientPauseReplay:
+			n.clientPause(ctx, kind)
+		case NemClockRateClientPause:
+			n.clockRateClientPause(ctx)
 		case NemSnapshot:
 			n.snapshot(ctx, hold)
 		case NemMember:
@@ -232,12 +242,16 @@ func errString(err error, ok string) string {
 	return ok
 }
 
-// clientPause asks a random worker to stop itself at its next write (after
-// its grant, claim and read), waits until it is stopped, then until the
+// clientPause asks a random worker to stop itself: for client-pause at its
+// next write (after its grant, claim and read), for client-pause-acquire
+// when the answer to its next acquire has arrived, before its client
+// library sees it, for client-pause-replay at the write of its next
+// acquire whose first answer was lost (CmdPauseReplay). It waits until the worker is stopped, then until the
 // resource's highest accepted token at fencedkv is above the paused
 // worker's (someone else got a newer lease and wrote), and resumes it. The
-// wait is bounded: at most 8 ttl.
-func (n *nemesis) clientPause(ctx context.Context) {
+// wait is bounded: at most 8 ttl. It reports whether the pause was
+// effective.
+func (n *nemesis) clientPause(ctx context.Context, kind string) bool {
 	var idle []*workerProc
 	for _, w := range n.workers {
 		if w.proc.Running() {
@@ -245,7 +259,7 @@ func (n *nemesis) clientPause(ctx context.Context) {
 		}
 	}
 	if len(idle) == 0 {
-		return
+		return false
 	}
 	w := idle[n.rng.IntN(len(idle))]
 	// Drop a stale notice from an earlier pause, if any.
@@ -253,23 +267,39 @@ func (n *nemesis) clientPause(ctx context.Context) {
 	case <-w.paused:
 	default:
 	}
-	if err := w.proc.Send(CmdPause); err != nil {
-		return
+	cmd, where := CmdPause, "write"
+	switch kind {
+	case NemClientPauseAcquire:
+		cmd, where = CmdPauseAcquire, "acquire answer"
+	case NemClientPauseReplay:
+		cmd, where = CmdPauseReplay, "write after a replayed acquire"
+	}
+	if err := w.proc.Send(cmd); err != nil {
+		return false
 	}
 	var note PauseNotice
 	select {
 	case note = <-w.paused:
 	case <-time.After(10 * time.Second):
-		n.record(Fault{Phase: "start", Kind: NemClientPause, Target: w.id, Detail: "worker did not reach a write within 10s"})
-		n.record(Fault{Phase: "heal", Kind: NemClientPause, Target: w.id, Detail: "never paused"})
-		return
+		n.record(Fault{Phase: "start", Kind: kind, Target: w.id, Detail: "worker did not reach a " + where + " within 10s"})
+		n.record(Fault{Phase: "heal", Kind: kind, Target: w.id, Detail: "never paused"})
+		return false
 	case <-ctx.Done():
-		return
+		return false
 	}
 	stopped := w.proc.WaitStopped(5 * time.Second)
-	n.progress(fmt.Sprintf("nemesis: %s frozen before its write with token %d on %s", w.id, note.Token, note.Resource))
-	n.record(Fault{Phase: "start", Kind: NemClientPause, Target: w.id,
-		Detail: fmt.Sprintf("SIGSTOP before write %s on %s with token %d, seen stopped: %v", note.Op, note.Resource, note.Token, stopped)})
+	n.progress(fmt.Sprintf("nemesis: %s frozen at its %s with token %d on %s", w.id, where, note.Token, note.Resource))
+	n.record(Fault{Phase: "start", Kind: kind, Target: w.id,
+		Detail: fmt.Sprintf("SIGSTOP at %s %s on %s with token %d, seen stopped: %v", where, note.Op, note.Resource, note.Token, stopped)})
+	// A worker stopped before its write resumes once the newer holder's
+	// write has landed (its stale write comes after it); one stopped at an
+	// acquire answer resumes at once, while the newer holder (whose claim
+	// was just seen) still holds: a window the late answer must not
+	// overlap.
+	settle, poll := 200*time.Millisecond, 50*time.Millisecond
+	if kind == NemClientPauseAcquire {
+		settle, poll = 0, 10*time.Millisecond
+	}
 	deadline := time.Now().Add(8 * n.ttl)
 	var highest uint64
 	for time.Now().Before(deadline) {
@@ -278,17 +308,18 @@ func (n *nemesis) clientPause(ctx context.Context) {
 		cancel()
 		if err == nil && h > note.Token {
 			highest = h
-			time.Sleep(200 * time.Millisecond) // let the newer holder's write land
+			time.Sleep(settle)
 			break
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(poll)
 	}
 	err := w.proc.Signal(syscall.SIGCONT)
 	detail := fmt.Sprintf("SIGCONT; a newer token %d was accepted meanwhile", highest)
 	if highest == 0 {
 		detail = "SIGCONT; no newer token was accepted within 8 ttl"
 	}
-	n.record(Fault{Phase: "heal", Kind: NemClientPause, Target: w.id, Effective: stopped && highest > note.Token, Detail: errString(err, detail)})
+	n.record(Fault{Phase: "heal", Kind: kind, Target: w.id, Effective: stopped && highest > note.Token, Detail: errString(err, detail)})
+	return stopped && highest > note.Token
 }
 
 // Counts returns the started and verified-effective faults by kind.

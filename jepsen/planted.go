@@ -7,13 +7,15 @@ import (
 	"time"
 )
 
-// PlantedBug is a deliberate defect in leased or fencedkv, compiled only
-// into a build with the plantedbugs tag and switched on by
-// LEASEFENCE_PLANTED_BUGS. The harness must catch each one: a checker that
-// never fails proves nothing.
+// PlantedBug is a deliberate defect in leased, fencedkv or the client
+// library, compiled only into a build with the plantedbugs tag and switched
+// on by LEASEFENCE_PLANTED_BUGS (for the client: in the fenced workers,
+// which pass it to their client's TestingKnobs). The harness must catch
+// each one: a checker that never fails proves nothing.
 type PlantedBug struct {
 	Name string
-	// In is the program that carries the defect: "leased" or "fencedkv".
+	// In is the program that carries the defect: "leased", "fencedkv" or
+	// "client" (the client library of the harness's fenced workers).
 	In   string
 	What string
 	// Nemeses and Time make the short run that exposes it; Catch names the
@@ -21,12 +23,15 @@ type PlantedBug struct {
 	Nemeses []string
 	Time    time.Duration
 	Catch   []string
+	// KeepAlive runs the keep-alive workload (its checker catches it).
+	KeepAlive bool
 }
 
 // PlantedBugs lists every planted defect (the names are those of
-// fsm/planted_names.go, cluster/planted_common.go and
-// fence/fencekv/planted_names.go; leased and fencedkv refuse a name they do
-// not know, so a mismatch fails the run at start).
+// fsm/planted_names.go, cluster/planted_common.go,
+// fence/fencekv/planted_names.go and client/planted_names.go; leased,
+// fencedkv and the client refuse a name they do not know, so a mismatch
+// fails the run at start).
 var PlantedBugs = []PlantedBug{
 	{Name: "grant-no-margin", In: "leased", What: "a new grant waits for expires_at only, not expires_at + skew margin",
 		Nemeses: []string{NemClientPause}, Time: 25 * time.Second, Catch: []string{NameGrantIntervals}},
@@ -54,6 +59,14 @@ var PlantedBugs = []PlantedBug{
 		Nemeses: []string{NemPauseLeader}, Time: 30 * time.Second, Catch: []string{NameUnavailability}},
 	{Name: "add-unprobed", In: "leased", What: "the leader adds a member as a voter without probing it and without the quorum rule",
 		Nemeses: []string{NemMemberUnreachable}, Time: 25 * time.Second, Catch: []string{NameMembershipQuorum}},
+	{Name: "client-sent-at-on-answer", In: "client", What: "the client takes sent_at when the answer arrives: a late answer's safe window is stretched by its delay",
+		Nemeses: []string{NemClientPauseAcquire}, Time: 25 * time.Second, Catch: []string{NameSafeWindows}},
+	{Name: "client-monotonic-clock", In: "client", What: "the client measures safe deadlines on the host's monotonic clock, which stops while the host is suspended",
+		Nemeses: []string{NemClientPause}, Time: 25 * time.Second, Catch: []string{NameSafeWindows}},
+	{Name: "client-full-ttl", In: "client", What: "the client uses the full ttl instead of the answer's ttl_remaining: a replayed grant's window is overstated by the time since the grant",
+		Nemeses: []string{NemClientPauseReplay}, Time: 25 * time.Second, Catch: []string{NameSafeWindows}},
+	{Name: "client-silence-from-last-answer", In: "client", What: "the client counts a keep-alive stream's silence from its last answer alone: after an idle spell it tears the healthy stream down and sends the renewal again",
+		Nemeses: nil, Time: 30 * time.Second, Catch: []string{NameRenewals}, KeepAlive: true},
 	{Name: "accept-lower-token", In: "fencedkv", What: "fencedkv applies a write whose token is below the scope's highest",
 		Nemeses: []string{NemClientPause}, Time: 25 * time.Second, Catch: []string{NameFencedTokens, NameFinalRead}},
 }
@@ -69,6 +82,16 @@ func FindPlantedBug(name string) (PlantedBug, error) {
 	}
 	sort.Strings(names)
 	return PlantedBug{}, fmt.Errorf("no planted bug %q (have %s)", name, strings.Join(names, ","))
+}
+
+// clientBugs reports whether bugs name a planted client defect.
+func clientBugs(bugs []string) bool {
+	for _, n := range bugs {
+		if b, err := FindPlantedBug(n); err == nil && b.In == "client" {
+			return true
+		}
+	}
+	return false
 }
 
 // plantedEnv returns the environment that switches bugs on in program in.

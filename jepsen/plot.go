@@ -80,7 +80,7 @@ func faultColor(kind string) color.NRGBA {
 	switch {
 	case strings.HasPrefix(kind, "kill"):
 		return color.NRGBA{R: 0xf4, G: 0xa6, B: 0xa6, A: 0x70}
-	case kind == NemClientPause:
+	case kind == NemClientPause, kind == NemClientPauseAcquire, kind == NemClientPauseReplay:
 		return color.NRGBA{R: 0xa6, G: 0xb8, B: 0xf4, A: 0x70}
 	case strings.HasPrefix(kind, "pause"):
 		return color.NRGBA{R: 0xf4, G: 0xe0, B: 0x8a, A: 0x80}

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -289,8 +291,15 @@ type Cluster struct {
 
 var _ NodeControl = (*Cluster)(nil)
 
-// FreeAddrs reserves n loopback addresses (they are released before use,
-// so another process may take one meanwhile; a start failure then says so).
+// FreeAddrs picks n distinct loopback addresses that nothing listens on
+// now. They are released before it returns, so another process may take
+// one before its node binds it; StartClusterNet retries with new ones when
+// a node says so. The ports come from outside the kernel's ephemeral range
+// (/proc/sys/net/ipv4/ip_local_port_range) when there is room: an outgoing
+// connection's local port, which any process on the host may be handed at
+// any moment, is always in that range, and a node restarted on its old
+// address must not find it taken by one. Ports bound with 127.0.0.1:0 (what
+// tests do) come from that range too.
 func FreeAddrs(n int) ([]string, error) {
 	var ls []net.Listener
 	defer func() {
@@ -298,17 +307,65 @@ func FreeAddrs(n int) ([]string, error) {
 			l.Close()
 		}
 	}()
+	lo, hi := quietPorts()
 	var out []string
 	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
+		var l net.Listener
+		var err error
+		for try := 0; try < 64 && hi > lo; try++ {
+			if l, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", lo+rand.IntN(hi-lo))); err == nil {
+				break
+			}
+		}
+		if l == nil {
+			if l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+				return nil, err
+			}
 		}
 		ls = append(ls, l)
 		out = append(out, l.Addr().String())
 	}
 	return out, nil
 }
+
+// quietPorts returns the port range [lo, hi) FreeAddrs picks from: below
+// the ephemeral range when at least 2000 ports above 10000 fit there,
+// otherwise above it, otherwise empty (lo == hi: use port 0).
+func quietPorts() (lo, hi int) {
+	elo, ehi := 32768, 60999 // Linux's default
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			a, err1 := strconv.Atoi(f[0])
+			z, err2 := strconv.Atoi(f[1])
+			if err1 == nil && err2 == nil && a <= z {
+				elo, ehi = a, z
+			}
+		}
+	}
+	switch {
+	case elo-10000 >= 2000:
+		return 10000, elo
+	case 65535-ehi >= 2000:
+		return ehi + 1, 65536
+	}
+	return 0, 0
+}
+
+// StartAttempts bounds the starts of a cluster whose node found its
+// address taken (see FreeAddrs).
+const StartAttempts = 4
+
+// errAddrInUse is a start that failed because a node's address was taken
+// between FreeAddrs and the node's bind.
+type errAddrInUse struct{ node, addr string }
+
+func (e *errAddrInUse) Error() string {
+	return fmt.Sprintf("%s could not listen on %s: address already in use", e.node, e.addr)
+}
+
+// addrsHook, when set (tests), sees the addresses each start attempt
+// picked before any node starts.
+var addrsHook func(addrs []string)
 
 // StartCluster starts n leased nodes bootstrapping one cluster, data and
 // logs under dir, and waits up to 30 s for a leader. The nodes talk to
@@ -323,7 +380,31 @@ func StartCluster(ctx context.Context, bin, dir string, n int, extra, env []stri
 // proxies, --unsafe-peer-route), NetNS (each node in its own network
 // namespace, listening on its namespace address) or "" (none). Cluster.Net
 // returns the Net; Stop closes it.
+//
+// When a node exits at start because its address was taken meanwhile (the
+// addresses are picked free, then released, then bound by the nodes), the
+// whole start is retried on new addresses with fresh data dirs, up to
+// StartAttempts times: the nodes' bootstrap configuration names every
+// address, so one node cannot move alone.
 func StartClusterNet(ctx context.Context, bin, dir string, n int, extra, env []string, netMode string, seed uint64) (*Cluster, error) {
+	for attempt := 1; ; attempt++ {
+		c, err := startClusterNet(ctx, bin, dir, n, extra, env, netMode, seed)
+		var inUse *errAddrInUse
+		if err == nil || !errors.As(err, &inUse) || attempt >= StartAttempts || ctx.Err() != nil {
+			if err != nil && attempt > 1 {
+				err = fmt.Errorf("start attempt %d of %d: %w", attempt, StartAttempts, err)
+			}
+			return c, err
+		}
+		for i := 1; i <= n; i++ {
+			if err := os.RemoveAll(filepath.Join(dir, fmt.Sprintf("n%d", i))); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+func startClusterNet(ctx context.Context, bin, dir string, n int, extra, env []string, netMode string, seed uint64) (*Cluster, error) {
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("n%d", i+1)
@@ -343,6 +424,9 @@ func StartClusterNet(ctx context.Context, bin, dir string, n int, extra, env []s
 	case NetProxy, "":
 		if addrs, err = FreeAddrs(n); err != nil {
 			return nil, err
+		}
+		if addrsHook != nil {
+			addrsHook(addrs)
 		}
 		if netMode == NetProxy {
 			if pnet, err = NewProxyNet(ids, addrs, seed); err != nil {
@@ -387,14 +471,36 @@ func StartClusterNet(ctx context.Context, bin, dir string, n int, extra, env []s
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for lctx.Err() == nil {
+		if err := c.addrTaken(); err != nil {
+			c.Stop()
+			return nil, err
+		}
 		if c.Leader(lctx) != "" {
+			if err := c.addrTaken(); err != nil {
+				c.Stop()
+				return nil, err
+			}
 			c.startedAt = time.Now()
 			return c, nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	c.Stop()
+	if err := c.addrTaken(); err != nil {
+		return nil, err
+	}
 	return nil, fmt.Errorf("no leader within 30s; n1's log ends:\n%s", c.procs[0].Tail(2048))
+}
+
+// addrTaken returns an *errAddrInUse when a node has exited saying its
+// address was in use.
+func (c *Cluster) addrTaken() error {
+	for i, p := range c.procs {
+		if !p.Running() && strings.Contains(p.Tail(4096), "address already in use") {
+			return &errAddrInUse{node: c.ids[i], addr: c.addrs[i]}
+		}
+	}
+	return nil
 }
 
 func expandID(args []string, id string) []string {

@@ -145,7 +145,7 @@ func writeReport(w io.Writer, sum *Summary, h []Record, faults []Fault, a artifa
 		}
 		delete(open, key)
 		color := "#fdd"
-		if f.Kind == NemClientPause {
+		if strings.HasPrefix(f.Kind, NemClientPause) {
 			color = "#ddf"
 		} else if strings.HasPrefix(f.Kind, "pause") {
 			color = "#ffd"

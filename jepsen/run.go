@@ -28,8 +28,12 @@ type Config struct {
 	Resources int `json:"resources"`
 	// LinWorkers run the linearizability workload on LinResources
 	// resources (acquire, read, release with a ttl longer than the run).
-	LinWorkers   int `json:"lin_workers"`
-	LinResources int `json:"lin_resources"`
+	LinWorkers int `json:"lin_workers"`
+	// KeepAliveWorkers run the keep-alive workload (keepalive.go) on as
+	// many resources: 10 s and 30 s ttls held across idle gaps; with any,
+	// renewals-bounded is checked.
+	KeepAliveWorkers int `json:"keepalive_workers,omitempty"`
+	LinResources     int `json:"lin_resources"`
 	// Duration is the workload with faults; Quiet the final phase without
 	// faults (every fault healed) before the workers stop.
 	Duration   time.Duration `json:"duration"`
@@ -54,6 +58,8 @@ type Config struct {
 	// are then built with the plantedbugs tag.
 	Bugs []string `json:"bugs,omitempty"`
 	// Self is the jepsen binary, run as "Self worker ..." for each worker.
+	// With a planted client bug (In "client") it must be a plantedbugs
+	// build; empty means this binary if it is one, otherwise one is built.
 	Self string `json:"self"`
 	// Out receives progress and the report; nil means stdout.
 	Out io.Writer `json:"-"`
@@ -218,11 +224,27 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 			return sum, err
 		}
 		defer os.RemoveAll(tmp)
-		if err := Build(ctx, tmp, cfg.Race, false, len(cfg.Bugs) > 0); err != nil {
+		if err := Build(ctx, tmp, cfg.Race, clientBugs(cfg.Bugs) && cfg.Self == "" && !PlantedBuild, len(cfg.Bugs) > 0); err != nil {
 			return sum, err
 		}
 		binDir = tmp
+		if clientBugs(cfg.Bugs) && cfg.Self == "" && !PlantedBuild {
+			cfg.Self = filepath.Join(tmp, "jepsen")
+		}
 		phase("build", tb)
+	}
+	if clientBugs(cfg.Bugs) && cfg.Self == "" && !PlantedBuild {
+		// The workers carry the client's planted bugs: they must be a
+		// plantedbugs build of this binary.
+		tmp, err := os.MkdirTemp("", "jepsen-worker-")
+		if err != nil {
+			return sum, err
+		}
+		defer os.RemoveAll(tmp)
+		if err := Build(ctx, tmp, cfg.Race, true, true); err != nil {
+			return sum, err
+		}
+		cfg.Self = filepath.Join(tmp, "jepsen")
 	}
 	if cfg.Self == "" {
 		if cfg.Self, err = os.Executable(); err != nil {
@@ -303,7 +325,7 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 			Args: []string{"worker", "--id", wp.id, "--endpoints", strings.Join(cl.Endpoints(), ","), "--kv", kvURL,
 				"--resources", strings.Join(resources, ","), "--ttl", cfg.TTL.String(), "--skew-margin", cfg.SkewMargin.String(),
 				"--duration", (cfg.Duration + cfg.Quiet + time.Minute).String(), "--seed", fmt.Sprint(rng.Uint64())},
-			Stdout: recordLines(hist, &badMu, &badLines, wp.paused)}
+			Env: plantedEnv(cfg.Bugs, "client"), Stdout: recordLines(hist, &badMu, &badLines, wp.paused)}
 		if err := wp.proc.Start(); err != nil {
 			return sum, err
 		}
@@ -322,6 +344,23 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 				"--resources", strings.Join(linResources, ","), "--ttl", linTTL.String(),
 				"--duration", (cfg.Duration + cfg.Quiet + time.Minute).String(), "--seed", fmt.Sprint(rng.Uint64())},
 			Stdout: recordLines(hist, &badMu, &badLines, nil)}
+		if err := wp.proc.Start(); err != nil {
+			return sum, err
+		}
+		workers = append(workers, wp)
+	}
+	var kaResources []string
+	for i := 0; i < cfg.KeepAliveWorkers; i++ {
+		kaResources = append(kaResources, fmt.Sprintf("%s%d", KeepAlivePrefix, i))
+	}
+	for i := 0; i < cfg.KeepAliveWorkers; i++ {
+		id := fmt.Sprintf("k%d", i+1)
+		wp := &workerProc{id: id, paused: make(chan PauseNotice, 1)}
+		wp.proc = &Proc{Name: id, Bin: cfg.Self, Log: filepath.Join(dir, "logs", id+".log"), Stdin: true,
+			Args: []string{"worker", "--keepalive", "--id", id, "--endpoints", strings.Join(cl.Endpoints(), ","), "--kv", kvURL,
+				"--resources", strings.Join(kaResources, ","),
+				"--duration", (cfg.Duration + cfg.Quiet + time.Minute).String(), "--seed", fmt.Sprint(rng.Uint64())},
+			Env: plantedEnv(cfg.Bugs, "client"), Stdout: recordLines(hist, &badMu, &badLines, nil)}
 		if err := wp.proc.Start(); err != nil {
 			return sum, err
 		}
@@ -408,7 +447,7 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	}
 
 	// Final reads.
-	for _, res := range resources {
+	for _, res := range append(resources, kaResources...) {
 		inv := Record{Kind: Invoke, Worker: "final", Op: "final-" + res, Type: OpRead, Resource: res, TimeNs: Now()}
 		_ = hist.Write(inv)
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -481,6 +520,10 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 		CheckMeaningful(cfg, h, faults), unavail)
 	if slices.Contains(cfg.Nemeses, NemStorage) {
 		sum.Results = append(sum.Results, CheckStorageRefused(faults))
+	}
+	if cfg.KeepAliveWorkers > 0 {
+		say("keep-alive workload: %s", KeepAliveSummary(h, faults))
+		sum.Results = append(sum.Results, CheckRenewalsBounded(h, faults))
 	}
 	if slices.Contains(cfg.Nemeses, NemMemberUnreachable) {
 		sum.Results = append(sum.Results, CheckMembershipKeepsQuorum(samples, faults, UnavailabilityBound))
@@ -694,6 +737,9 @@ func Recheck(dir string, out io.Writer) ([]Result, error) {
 	if nf, err := os.ReadFile(filepath.Join(dir, "nemesis.jsonl")); err == nil {
 		faults, _ := ReadFaults(nf)
 		rs = withRestoreCheck(cfg.Nemeses, rs, h, faults)
+		if cfg.KeepAliveWorkers > 0 {
+			rs = append(rs, CheckRenewalsBounded(h, faults))
+		}
 		if b, err := os.ReadFile(filepath.Join(dir, "availability.jsonl")); err == nil {
 			samples, _ := ReadProbeSamples(b)
 			r, _ := CheckUnavailabilityBounded(samples, faults, UnavailabilityBound)

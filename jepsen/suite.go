@@ -43,6 +43,9 @@ func QuickSuite(base Config, bugs []string) []Scenario {
 		c.Nemeses, c.Duration = g.Nemeses, g.Time
 		out = append(out, Scenario{Name: "fenced, " + g.Name, Cfg: c})
 	}
+	ka := base
+	ka.Nemeses, ka.Duration, ka.KeepAliveWorkers = nil, 40*time.Second, KeepAliveWorkers
+	out = append(out, Scenario{Name: "fenced, realistic ttls (10s, 30s)", Cfg: ka})
 	ctl := base
 	ctl.Unfenced, ctl.Nemeses, ctl.Duration, ctl.LinWorkers = true, []string{NemClientPause}, 20*time.Second, 0
 	out = append(out, Scenario{Name: "unfenced control", Cfg: ctl, Catch: []string{NameFencedTokens, NameFinalRead}, Attempts: 3})
@@ -53,6 +56,9 @@ func QuickSuite(base Config, bugs []string) []Scenario {
 		}
 		c := base
 		c.Bugs, c.Nemeses, c.Duration = []string{b.Name}, b.Nemeses, b.Time
+		if b.KeepAlive {
+			c.KeepAliveWorkers = KeepAliveWorkers
+		}
 		out = append(out, Scenario{Name: "planted bug " + b.Name, Cfg: c, Catch: b.Catch, Attempts: 3})
 	}
 	return out
@@ -67,12 +73,34 @@ var FencedGroups = []struct {
 	Nemeses []string
 	Time    time.Duration
 }{
-	{"process faults", []string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemSnapshot, NemMember}, 60 * time.Second},
+	{"process faults", []string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemClientPauseAcquire, NemClientPauseReplay, NemSnapshot, NemMember}, 80 * time.Second},
 	{"network faults", NetNemeses, 60 * time.Second},
 	{"clock faults", []string{NemClockBump, NemClockStrobe}, 25 * time.Second},
 	{"combined faults", ComboNemeses, 45 * time.Second},
 	{"restore from a backup", []string{NemRestore, NemRestoreMismatch}, 35 * time.Second},
 }
+
+// FilterScenarios keeps the scenarios whose name contains one of the
+// comma-separated strings of only (all of them when only is empty).
+func FilterScenarios(scenarios []Scenario, only string) []Scenario {
+	if strings.TrimSpace(only) == "" {
+		return scenarios
+	}
+	var out []Scenario
+	for _, sc := range scenarios {
+		for _, s := range strings.Split(only, ",") {
+			if s = strings.TrimSpace(s); s != "" && strings.Contains(sc.Name, s) {
+				out = append(out, sc)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// KeepAliveWorkers is how many keep-alive workers the suite's runs of
+// that workload have.
+const KeepAliveWorkers = 3
 
 // RunSuite runs each scenario in turn and returns its results; the
 // closing line counts scenarios × checkers. An error is a harness failure.
@@ -125,13 +153,13 @@ func RunSuite(ctx context.Context, scenarios []Scenario, out *os.File) ([]Scenar
 // WriteSuiteReport prints the table and the closing line, and writes
 // suite.json under dir.
 func WriteSuiteReport(dir string, res []ScenarioResult, out *os.File) (passed, failed int) {
-	fmt.Fprintf(out, "\n%-40s %-5s %s\n", "scenario", "pass", "detail")
+	fmt.Fprintf(out, "\n%-48s %-5s %s\n", "scenario", "pass", "detail")
 	for _, r := range res {
 		mark := "yes"
 		if !r.Pass {
 			mark = "NO"
 		}
-		fmt.Fprintf(out, "%-40s %-5s %s\n", r.Name, mark, r.Detail)
+		fmt.Fprintf(out, "%-48s %-5s %s\n", r.Name, mark, r.Detail)
 		passed += r.Passed
 		failed += r.Failed
 	}

@@ -45,6 +45,16 @@ const (
 	// after its grant, claim and read and before the write that depends on
 	// them.
 	CmdPause = "pause"
+	// CmdPauseAcquire makes the worker stop itself when the answer to its
+	// next acquire has arrived, before its client library sees it: to the
+	// library, an answer that came late.
+	CmdPauseAcquire = "pause-acquire"
+	// CmdPauseReplay makes the worker's next acquire lose its first answer
+	// (held back for about half the ttl, then Unavailable, as a network
+	// that finally drops it), so that the client library's retry, under
+	// the same request id, is answered with a replay that has less than
+	// the ttl left; the worker then stops itself at that lease's write.
+	CmdPauseReplay = "pause-replay"
 	// CmdStop makes the worker finish its current operation, release and
 	// exit.
 	CmdStop = "stop"
@@ -75,6 +85,13 @@ type WorkerConfig struct {
 	// Lin selects the linearizability workload: acquire, read, release
 	// with a ttl longer than the run, no fenced writes.
 	Lin bool
+	// KeepAlive selects the keep-alive workload (keepalive.go): leases
+	// with KeepAliveTTLs held across idle gaps.
+	KeepAlive bool
+	// Bugs are planted client defects (client.PlantedBugs) to switch on in
+	// this worker's client library: only a plantedbugs build of the worker
+	// has them. WorkerMain takes them from LEASEFENCE_PLANTED_BUGS.
+	Bugs []string
 }
 
 // WorkerMain is the hidden "jepsen worker" subcommand.
@@ -93,8 +110,12 @@ func WorkerMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.MaxOps, "max-ops", 100000, "stop after this many cycles")
 	fs.Uint64Var(&c.Seed, "seed", 1, "random seed")
 	fs.BoolVar(&c.Lin, "lin", false, "linearizability workload: acquire, read, release; ttl longer than the run")
+	fs.BoolVar(&c.KeepAlive, "keepalive", false, "keep-alive workload: 10s and 30s ttls held across idle gaps")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if env := os.Getenv("LEASEFENCE_PLANTED_BUGS"); env != "" {
+		c.Bugs = strings.Split(env, ",")
 	}
 	c.Endpoints = strings.Split(endpoints, ",")
 	c.Resources = strings.Split(resources, ",")
@@ -110,10 +131,20 @@ func WorkerMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 type workerState struct {
-	cfg    WorkerConfig
-	mu     sync.Mutex
-	out    io.Writer
-	pause  atomic.Bool
+	cfg   WorkerConfig
+	mu    sync.Mutex
+	out   io.Writer
+	pause atomic.Bool
+	// pauseAcquire arms a stop at the next acquire's answer.
+	pauseAcquire atomic.Bool
+	// pauseReplay arms a lost answer and a stop in the next fenced cycle;
+	// loseAnswer is set while that cycle's acquire runs.
+	pauseReplay atomic.Bool
+	loseAnswer  atomic.Bool
+	// host is the simulated host's monotonic clock, which stands still
+	// while the worker is stopped (see hostClock).
+	host   *hostClock
+	ka     kaCounter
 	stop   atomic.Bool
 	leases *client.Client
 	kv     *fencekv.Client
@@ -134,19 +165,30 @@ type staleLease struct {
 // duration, MaxOps or a stop command, printing every invocation and
 // completion as a record.
 func RunWorker(c WorkerConfig, stdin io.Reader, stdout io.Writer) error {
-	leases, err := client.New(client.Config{Endpoints: c.Endpoints, RequestTimeout: 2 * time.Second, RetryFor: 4 * time.Second})
+	w := &workerState{cfg: c, out: stdout, rng: rand.New(rand.NewPCG(c.Seed, 0x6a657073656e)),
+		kv: &fencekv.Client{BaseURL: c.KV}, host: newHostClock()}
+	knobs, err := clientTesting(c.Bugs, w.host)
+	if err != nil {
+		return err
+	}
+	leases, err := client.New(client.Config{Endpoints: c.Endpoints, RequestTimeout: 2 * time.Second, RetryFor: 4 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(w.interceptAcquire), grpc.WithStreamInterceptor(w.ka.intercept)},
+		Testing:     knobs})
 	if err != nil {
 		return err
 	}
 	defer leases.Close()
-	w := &workerState{cfg: c, out: stdout, leases: leases, rng: rand.New(rand.NewPCG(c.Seed, 0x6a657073656e)),
-		kv: &fencekv.Client{BaseURL: c.KV}}
+	w.leases = leases
 	go func() {
 		sc := bufio.NewScanner(stdin)
 		for sc.Scan() {
 			switch strings.TrimSpace(sc.Text()) {
 			case CmdPause:
 				w.pause.Store(true)
+			case CmdPauseAcquire:
+				w.pauseAcquire.Store(true)
+			case CmdPauseReplay:
+				w.pauseReplay.Store(true)
 			case CmdStop:
 				w.stop.Store(true)
 			}
@@ -167,6 +209,8 @@ func RunWorker(c WorkerConfig, stdin io.Reader, stdout io.Writer) error {
 		switch {
 		case c.Lin:
 			w.linCycle()
+		case c.KeepAlive:
+			w.keepAliveCycle()
 		case w.rng.IntN(8) == 0:
 			w.stallCycle()
 		default:
@@ -199,7 +243,17 @@ func (w *workerState) sleep(min, max time.Duration) {
 func (w *workerState) cycle() {
 	res := w.cfg.Resources[w.rng.IntN(len(w.cfg.Resources))]
 	base := fmt.Sprintf("%s-%d", w.cfg.ID, w.n)
+	replay := w.pauseReplay.Swap(false)
+	w.loseAnswer.Store(replay)
 	lease, err := w.acquire(base+"-a", res)
+	w.loseAnswer.Store(false)
+	if replay {
+		if err == nil {
+			w.pause.Store(true) // stop at this lease's write
+		} else {
+			w.pauseReplay.Store(true) // try again in the next cycle
+		}
+	}
 	if err != nil {
 		w.sleep(10*time.Millisecond, 80*time.Millisecond)
 		return
@@ -362,11 +416,7 @@ func (w *workerState) write(op, res string, tok fence.Token, leaseID string, che
 		return
 	}
 	if w.pause.Swap(false) {
-		b, _ := json.Marshal(PauseNotice{Worker: w.cfg.ID, Op: inv.Op, Resource: res, Token: tok.Value})
-		w.mu.Lock()
-		fmt.Fprintf(w.out, "%s%s\n", PausingPrefix, b)
-		w.mu.Unlock()
-		if err := stopSelf(); err != nil {
+		if err := w.suspend(PauseNotice{Worker: w.cfg.ID, Op: inv.Op, Resource: res, Token: tok.Value}); err != nil {
 			finish(Fail, fmt.Errorf("SIGSTOP failed, element not sent: %w", err))
 			return
 		}
@@ -542,6 +592,90 @@ func acquireOutcome(err error) string {
 		return Fail
 	}
 	return Unknown
+}
+
+// suspend says why it stops (note), then stops the whole process, as a
+// host suspend would: the simulated host's monotonic clock stands still
+// until it is resumed.
+func (w *workerState) suspend(note PauseNotice) error {
+	b, _ := json.Marshal(note)
+	w.mu.Lock()
+	fmt.Fprintf(w.out, "%s%s\n", PausingPrefix, b)
+	w.mu.Unlock()
+	w.host.freeze()
+	defer w.host.thaw()
+	return stopSelf()
+}
+
+// interceptAcquire is the unary interceptor of the worker's client
+// library: when a pause at an acquire answer is armed, it stops the worker
+// once an Acquire's answer (a grant) has arrived and before the library
+// sees it, so the library gets an answer that came late.
+func (w *workerState) interceptAcquire(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	resp, ok := reply.(*api.AcquireResponse)
+	if err != nil || !ok || resp.Lease == nil {
+		return err
+	}
+	if !resp.Replayed && w.loseAnswer.Load() {
+		// Lose the grant's answer after holding it back for about half
+		// the ttl: the library retries under the same request id, and the
+		// replay that answers it has that much less ttl left.
+		hold := w.cfg.TTL / 2
+		if dl, ok := ctx.Deadline(); ok {
+			hold = min(hold, time.Until(dl)-100*time.Millisecond)
+		}
+		time.Sleep(hold)
+		return status.Errorf(codes.Unavailable, "jepsen: the answer to %s was lost (injected after %v)", req.(*api.AcquireRequest).GetRequestId(), hold.Round(time.Millisecond))
+	}
+	if !w.pauseAcquire.Swap(false) {
+		return nil
+	}
+	op := strings.TrimPrefix(req.(*api.AcquireRequest).GetRequestId(), RequestIDOf(""))
+	if serr := w.suspend(PauseNotice{Worker: w.cfg.ID, Op: op, Resource: resp.Lease.Resource, Token: resp.Lease.Token}); serr != nil {
+		fmt.Fprintln(os.Stderr, "jepsen worker: SIGSTOP at an acquire answer failed:", serr)
+	}
+	return nil
+}
+
+// hostClock is what Go's monotonic clock reads on the worker's simulated
+// host, for the planted client bug client-monotonic-clock: CLOCK_BOOTTIME
+// less the time the worker spent stopped. A SIGSTOP of the worker stands
+// for a suspend of its host, which CLOCK_BOOTTIME counts and the
+// monotonic clock does not; the correct client measures on the first
+// (client.BootClock), the planted one on this.
+type hostClock struct {
+	mu     sync.Mutex
+	frozen time.Duration // boot reading at the stop; 0 while running
+	lost   time.Duration // time spent stopped so far
+}
+
+func newHostClock() *hostClock { return &hostClock{} }
+
+func (h *hostClock) Now() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.frozen != 0 {
+		return h.frozen - h.lost
+	}
+	return client.BootClock{}.Now() - h.lost
+}
+
+// freeze stops the clock (the host goes to sleep); thaw restarts it where
+// it stopped.
+func (h *hostClock) freeze() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.frozen = client.BootClock{}.Now()
+}
+
+func (h *hostClock) thaw() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.frozen != 0 {
+		h.lost += client.BootClock{}.Now() - h.frozen
+		h.frozen = 0
+	}
 }
 
 // stopSelf stops the whole process with a thread-directed SIGSTOP, taken

@@ -86,6 +86,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Resources, "resources", cfg.Resources, "resources the workers contend for")
 	fs.IntVar(&cfg.LinWorkers, "lin-workers", cfg.LinWorkers, "workers of the linearizability workload (0: none)")
 	fs.IntVar(&cfg.LinResources, "lin-resources", cfg.LinResources, "resources of the linearizability workload")
+	fs.IntVar(&cfg.KeepAliveWorkers, "keepalive-workers", cfg.KeepAliveWorkers, "workers of the keep-alive workload: 10s and 30s ttls across idle gaps (0: none)")
 	fs.DurationVar(&cfg.Duration, "time", cfg.Duration, "workload with faults")
 	fs.DurationVar(&cfg.Quiet, "quiet", cfg.Quiet, "final phase without faults")
 	fs.DurationVar(&cfg.TTL, "ttl", cfg.TTL, "the workers' lease ttl")
@@ -105,6 +106,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		bugs = "all"
 	}
 	fs.StringVar(&bugs, "bug", bugs, bugsHelp)
+	var only string
+	if suite {
+		fs.StringVar(&only, "only", "", "run only the scenarios whose name contains one of these comma-separated strings")
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -136,7 +141,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if suite {
-		return runSuite(ctx, cfg, bugList, stdout, stderr)
+		return runSuite(ctx, cfg, bugList, only, stdout, stderr)
 	}
 	cfg.Bugs = bugList
 	sum, err := jepsen.Run(ctx, cfg)
@@ -162,7 +167,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 // runSuite builds the binaries once (plain, and with planted bugs) and
 // runs the quick suite: the fenced run, the control, one run per bug.
-func runSuite(ctx context.Context, cfg jepsen.Config, bugs []string, stdout, stderr io.Writer) int {
+func runSuite(ctx context.Context, cfg jepsen.Config, bugs []string, only string, stdout, stderr io.Writer) int {
 	out, ok := stdout.(*os.File)
 	if !ok {
 		out = os.Stdout
@@ -182,16 +187,18 @@ func runSuite(ctx context.Context, cfg jepsen.Config, bugs []string, stdout, std
 		}
 	}
 	if len(bugs) > 0 {
-		if err := jepsen.Build(ctx, planted, cfg.Race, false, true); err != nil {
+		// cmd/jepsen too: its workers carry the client's planted bugs.
+		if err := jepsen.Build(ctx, planted, cfg.Race, true, true); err != nil {
 			fmt.Fprintln(stderr, "jepsen:", err)
 			return 2
 		}
 	}
 	cfg.BinDir = plain
-	scenarios := jepsen.QuickSuite(cfg, bugs)
+	scenarios := jepsen.FilterScenarios(jepsen.QuickSuite(cfg, bugs), only)
 	for i := range scenarios {
 		if len(scenarios[i].Cfg.Bugs) > 0 {
 			scenarios[i].Cfg.BinDir = planted
+			scenarios[i].Cfg.Self = filepath.Join(planted, "jepsen")
 		}
 	}
 	res, err := jepsen.RunSuite(ctx, scenarios, out)

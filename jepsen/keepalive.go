@@ -1,0 +1,241 @@
+package jepsen
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/client"
+	"github.com/leasefence/leasefence/fence"
+)
+
+// The keep-alive workload (issue 15 §3, "realistic ttls"): workers that
+// hold leases with the ttls services use (10 s and 30 s) across idle gaps
+// longer than a ttl, kept alive only by the client library's keep-alive
+// stream, and count, per lease, the keep-alive streams opened and the
+// renewals sent while it was held.
+
+// KeepAlivePrefix starts the resources of the keep-alive workload (inside
+// WatchPrefix: their grants are checked like every other).
+const KeepAlivePrefix = "jk/"
+
+// KeepAliveTTLs are the ttls the keep-alive workers lease with.
+var KeepAliveTTLs = []time.Duration{10 * time.Second, 30 * time.Second}
+
+// OpKeepAlive is the record a keep-alive worker writes when it has
+// released a lease: the lease (Value, hex id), how long it was held
+// (HeldNs), the renewal interval the client promises for it (IntervalNs:
+// client.Config.KeepAliveInterval, by default a third of the ttl), and
+// the renewals sent for it and the keep-alive streams opened while it was
+// held (Renewals, Streams). It carries no Lease, so no other checker
+// takes it for an operation on the lease.
+const OpKeepAlive = "keepalive"
+
+// NameRenewals is the checker of the keep-alive counts.
+const NameRenewals = "renewals-bounded"
+
+// Anomalies of renewals-bounded: a lease held across idle gaps was renewed
+// more often than its client promises, or its keep-alive stream was
+// reopened although no fault broke it.
+const (
+	AnomalyTooManyRenewals = "too-many-renewals"
+	AnomalyStreamChurn     = "keep-alive-stream-reopened"
+)
+
+// StreamsPerHold bounds the keep-alive streams opened for one hold without
+// a fault: the one the acquire opens, and one more for a stream the node
+// closed on its own (a leadership change without a fault of ours).
+const StreamsPerHold = 2
+
+// RenewalSlack is how far above the ideal count (held time / interval) the
+// renewals of one lease may go: 20 %, plus one for where the hold starts
+// and ends between two renewals.
+const RenewalSlack = 1.2
+
+// kaCounter counts, for a worker's client, the keep-alive streams opened
+// and the renewals sent per lease, from a stream interceptor (the client
+// library's own counters are per client, not per lease).
+type kaCounter struct {
+	streams atomic.Int64
+	mu      sync.Mutex
+	sent    map[string]int // lease id (hex) -> renewals sent
+}
+
+func (k *kaCounter) renewals(lease string) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.sent[lease]
+}
+
+// intercept is a grpc.StreamClientInterceptor.
+func (k *kaCounter) intercept(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil || method != api.LeaseService_KeepAlive_FullMethodName {
+		return s, err
+	}
+	k.streams.Add(1)
+	return &kaStream{ClientStream: s, k: k}, nil
+}
+
+type kaStream struct {
+	grpc.ClientStream
+	k *kaCounter
+}
+
+func (s *kaStream) SendMsg(m any) error {
+	if r, ok := m.(*api.KeepAliveRequest); ok {
+		s.k.mu.Lock()
+		if s.k.sent == nil {
+			s.k.sent = map[string]int{}
+		}
+		s.k.sent[hex.EncodeToString(r.LeaseId)]++
+		s.k.mu.Unlock()
+	}
+	return s.ClientStream.SendMsg(m)
+}
+
+// keepAliveCycle acquires a keep-alive resource with one of KeepAliveTTLs,
+// holds it idle for between half a ttl and one and a half (a fenced write
+// at the start and, when the lease is still live, at the end), releases
+// it, and records the counts (OpKeepAlive).
+func (w *workerState) keepAliveCycle() {
+	res := w.cfg.Resources[w.rng.IntN(len(w.cfg.Resources))]
+	ttl := KeepAliveTTLs[w.rng.IntN(len(KeepAliveTTLs))]
+	base := fmt.Sprintf("%s-%d", w.cfg.ID, w.n)
+	// The worker holds one lease at a time, and the client closes its
+	// stream when it keeps none: a hold opens one stream, on the acquire.
+	streams0 := w.ka.streams.Load()
+	lease, err := w.acquireTTL(base+"-a", res, ttl)
+	if err != nil {
+		w.sleep(200*time.Millisecond, time.Second)
+		return
+	}
+	id := lease.ID()
+	hexID := hex.EncodeToString(id[:])
+	start := Now()
+	tok := fence.TokenOf(lease)
+	safe := func() int64 { return safeUntilNs(lease) }
+	w.write(base+"-w", res, tok, lease.ID().String(), lease.Err, safe)
+	hold := ttl/2 + time.Duration(w.rng.Int64N(int64(ttl)))
+	for end := time.Now().Add(hold); time.Now().Before(end) && !w.stop.Load() && lease.Err() == nil; {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if lease.Err() == nil {
+		w.write(base+"-x", res, tok, lease.ID().String(), lease.Err, safe)
+	}
+	held := Now() - start
+	lerr := lease.Err()
+	w.release(base+"-r", res, lease)
+	rec := Record{Kind: Complete, Op: base + "-k", Type: OpKeepAlive, Resource: res, Token: lease.Token(), Value: hexID, Result: OK,
+		HeldNs: held, IntervalNs: int64(ttl / 3), Renewals: w.ka.renewals(hexID), Streams: int(w.ka.streams.Load() - streams0)}
+	if lerr != nil {
+		rec.Result, rec.Error = Fail, "lease ended while held: "+lerr.Error()
+	}
+	w.emit(rec)
+	w.sleep(100*time.Millisecond, 500*time.Millisecond)
+}
+
+// acquireTTL is acquire with a ttl of its own.
+func (w *workerState) acquireTTL(op, res string, ttl time.Duration) (*client.Lease, error) {
+	acq := Record{Kind: Invoke, Op: op, Type: OpAcquire, Resource: res, RequestID: RequestIDOf(op)}
+	w.emit(acq)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	lease, err := w.leases.Acquire(ctx, res, client.WithTTL(ttl), client.WithHolder(w.cfg.ID), client.WithRequestID(acq.RequestID))
+	cancel()
+	done := acq
+	done.Kind, done.TimeNs = Complete, 0
+	if err != nil {
+		done.Result, done.Error = acquireOutcome(err), acquireError(err)
+	} else {
+		done.Result, done.Token, done.Lease, done.SafeUntilNs = OK, lease.Token(), lease.ID().String(), safeUntilNs(lease)
+	}
+	w.emit(done)
+	return lease, err
+}
+
+// CheckRenewalsBounded checks the keep-alive workload's counts: a lease
+// held for H with a renewal interval I is renewed at most
+// RenewalSlack × H / I + 1 times, and over at most StreamsPerHold
+// keep-alive streams. A lease whose hold overlaps a fault is
+// not checked (a failed renewal is retried sooner, by design), nor one
+// that ended while held.
+func CheckRenewalsBounded(h []Record, faults []Fault) Result {
+	f := newFinding(NameRenewals)
+	for _, r := range keepAliveHolds(h, faults) {
+		f.r.Checked++
+		ideal := float64(r.HeldNs) / float64(r.IntervalNs)
+		if float64(r.Renewals) > RenewalSlack*ideal+1 {
+			f.invalid(AnomalyTooManyRenewals, "%s's lease %s on %q held %v with a renewal interval of %v: %d renewals sent, ideal %.1f (bound %.1f)",
+				r.Worker, short(r.Value), r.Resource, time.Duration(r.HeldNs).Round(time.Millisecond), time.Duration(r.IntervalNs),
+				r.Renewals, ideal, RenewalSlack*ideal+1)
+		}
+		if r.Streams > StreamsPerHold {
+			f.invalid(AnomalyStreamChurn, "%s's lease %s on %q held %v without a fault: %d keep-alive streams opened (at most %d)",
+				r.Worker, short(r.Value), r.Resource, time.Duration(r.HeldNs).Round(time.Millisecond), r.Streams, StreamsPerHold)
+		}
+	}
+	return f.done("lease held across idle gaps without a fault")
+}
+
+// KeepAliveSummary describes the keep-alive workload's holds without a
+// fault: how many, renewals sent against the ideal, streams opened.
+func KeepAliveSummary(h []Record, faults []Fault) string {
+	holds := keepAliveHolds(h, faults)
+	if len(holds) == 0 {
+		return "no hold without a fault"
+	}
+	renewals, streams := 0, 0
+	ideal, worst := 0.0, 0.0
+	for _, r := range holds {
+		i := float64(r.HeldNs) / float64(r.IntervalNs)
+		renewals, streams, ideal = renewals+r.Renewals, streams+r.Streams, ideal+i
+		worst = max(worst, float64(r.Renewals)/max(i, 1))
+	}
+	return fmt.Sprintf("%d holds without a fault: %d renewals sent, ideal %.1f (%.2f×, worst hold %.2f×); %d keep-alive streams opened",
+		len(holds), renewals, ideal, float64(renewals)/max(ideal, 1), worst, streams)
+}
+
+// keepAliveHolds returns the OpKeepAlive records of leases held to their
+// release without a fault overlapping the hold.
+func keepAliveHolds(h []Record, faults []Fault) []Record {
+	type span struct{ from, to int64 }
+	var spans []span
+	open := map[string]int64{}
+	for _, x := range faults {
+		key := x.Kind + "/" + x.Target
+		switch x.Phase {
+		case "start":
+			open[key] = x.TimeNs
+		case "heal":
+			if s, ok := open[key]; ok {
+				spans = append(spans, span{s, x.TimeNs})
+				delete(open, key)
+			}
+		}
+	}
+	for _, s := range open {
+		spans = append(spans, span{s, math.MaxInt64})
+	}
+	var out []Record
+	for _, r := range h {
+		if r.Type != OpKeepAlive || r.Kind != Complete || r.Result != OK || r.IntervalNs <= 0 {
+			continue
+		}
+		from := r.TimeNs - r.HeldNs
+		hit := false
+		for _, s := range spans {
+			hit = hit || (s.from < r.TimeNs && s.to > from)
+		}
+		if !hit {
+			out = append(out, r)
+		}
+	}
+	return out
+}
