@@ -110,6 +110,11 @@ type Config struct {
 	// leased refuses to start without --tls-* or --insecure: an embedded
 	// node is held to the same rule. Status lists it as unsafe "insecure".
 	Insecure bool
+	// GRPCReflection serves gRPC server reflection on the gRPC port (the
+	// public services only; with a policy, to administrators only), for
+	// grpcurl and other generic clients. leased turns it on by default with
+	// --insecure (--grpc-reflection).
+	GRPCReflection bool
 
 	// UnsafePeerRoutes is for fault injection only (leased
 	// --unsafe-peer-route, used by jepsen's proxy mode): when this node

@@ -7,9 +7,14 @@
 // LEASEFENCE_ plus the flag in upper case with '-' as '_' (for example
 // LEASEFENCE_DATA_DIR); a flag on the command line wins.
 //
-// Mutual TLS is opt-in (plaintext is the default for local development):
+// A node speaks mutual TLS or, with --insecure (local development only),
+// plaintext; it refuses to start with neither:
 //
 //	leased ... --tls-cert certs/n1.crt --tls-key certs/n1.key --tls-ca certs/ca.crt
+//
+// "leased health" checks a node's gRPC health service (exit 0 when
+// SERVING), for container health checks; "leased --version" prints the
+// build.
 package main
 
 import (
@@ -22,6 +27,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -38,6 +44,9 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "dump-log" {
 		return dumpLog(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "health" {
+		return health(args[1:], stdout, stderr)
 	}
 	cfg, err := parse(args, stdout, stderr)
 	if err == flag.ErrHelp || err == errPrinted {
@@ -99,6 +108,42 @@ func dumpLog(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// autoBool is a boolean flag that may be left to a default decided later
+// ("auto").
+type autoBool struct {
+	set, val bool
+}
+
+func (b *autoBool) IsBoolFlag() bool { return true }
+
+func (b *autoBool) String() string {
+	if b == nil || !b.set {
+		return "auto"
+	}
+	return strconv.FormatBool(b.val)
+}
+
+func (b *autoBool) Set(s string) error {
+	if s == "auto" {
+		*b = autoBool{}
+		return nil
+	}
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("%q is not true, false or auto", s)
+	}
+	*b = autoBool{set: true, val: v}
+	return nil
+}
+
+// or returns the value given, else def.
+func (b autoBool) or(def bool) bool {
+	if b.set {
+		return b.val
+	}
+	return def
 }
 
 // nodeFailed returns a channel closed when the node stopped itself after a
@@ -169,6 +214,8 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	fs.UintVar(&maxStreams, "max-streams-per-connection", uint(cfg.Limits.MaxStreamsPerConnection), "concurrent calls on one client connection (with TLS; peers are not bounded)")
 	fs.IntVar(&cfg.Limits.MaxClientMessage, "max-client-message", cfg.Limits.MaxClientMessage, "largest message in bytes a client may send (with TLS; larger: ResourceExhausted)")
 	fs.IntVar(&cfg.Limits.MaxPeerMessage, "max-peer-message", cfg.Limits.MaxPeerMessage, "largest message in bytes a peer may send (Raft AppendEntries, snapshot chunks); without TLS the limit for every caller")
+	var reflection autoBool
+	fs.Var(&reflection, "grpc-reflection", "serve gRPC server reflection (grpcurl list/describe) on the gRPC port: true, false or auto (on with --insecure, off with TLS); with --policy only administrators may call it")
 	var insecure bool
 	fs.BoolVar(&insecure, "insecure", false, "serve plaintext gRPC without TLS: local development only (anyone who reaches the port can take every lease and call the Raft transport: TimeoutNow, AppendEntries)")
 	fs.StringVar(&cfg.TLS.CertFile, "tls-cert", "", "PEM certificate of this node (with the peer identity); with --tls-key and --tls-ca turns on mutual TLS")
@@ -247,6 +294,7 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 		return settings{Config: cfg}, fmt.Errorf("--bump-tokens 0 needs --allow-zero-bump: without a bump, new tokens may repeat tokens resources have already accepted")
 	}
 	cfg.Insecure = insecure // Validate refuses neither TLS nor --insecure, and both
+	cfg.GRPCReflection = reflection.or(insecure)
 	mem, err := memlimit.Choose(memoryLimit, os.Getenv("GOMEMLIMIT"), "/")
 	if err != nil {
 		return settings{Config: cfg}, err
