@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
+	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/fsm"
 	"github.com/leasefence/leasefence/transport"
 )
@@ -328,7 +329,7 @@ func (n *Node) authorizeLease(ctx context.Context, id []byte) (context.Context, 
 	}
 	c, err := n.identify(ctx)
 	if err != nil {
-		n.log.Warn("permission denied", "op", "lease", "lease-id", fmt.Sprintf("%x", id), "reason", err.Error())
+		n.log.Warn("permission denied", "op", "lease", "lease-id", api.FormatLeaseID(id), "reason", err.Error())
 		return ctx, err
 	}
 	if c.all() || len(id) != fsm.LeaseIDLen {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/leasefence/leasefence/api"
 )
 
 // Domain errors returned in a Result. They are deterministic: every replica
@@ -47,7 +49,7 @@ type EndedError struct {
 }
 
 func (e *EndedError) Error() string {
-	return fmt.Sprintf("fsm: request id %q was granted lease %x on %q (token %d), which has ended", e.RequestID, e.Lease.ID, e.Lease.Resource, e.Lease.Token)
+	return fmt.Sprintf("fsm: request id %q was granted lease %s on %q (token %d), which has ended", e.RequestID, api.FormatLeaseID(e.Lease.ID[:]), e.Lease.Resource, e.Lease.Token)
 }
 
 // Unwrap makes errors.Is(err, ErrLeaseEnded) true.

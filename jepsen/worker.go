@@ -272,7 +272,7 @@ func (w *workerState) reuse(op, res, rid, change string) {
 	})
 	switch code := status.Code(err); {
 	case err == nil && lease != nil:
-		done.Result, done.Token, done.Value = OK, lease.Token, hex.EncodeToString(lease.Id)
+		done.Result, done.Token, done.Value = OK, lease.Token, api.FormatLeaseID(lease.Id)
 	case code == codes.FailedPrecondition, code == codes.InvalidArgument, code == codes.NotFound:
 		done.Result, done.Error = Fail, err.Error()
 	case err != nil:
@@ -521,7 +521,7 @@ func (w *workerState) linRead(op, res string) {
 		if err == nil {
 			done.Result, done.Token = OK, g.ScopeToken
 			if g.Lease != nil {
-				done.Lease = hex.EncodeToString(g.Lease.Id)
+				done.Lease = api.FormatLeaseID(g.Lease.Id)
 			}
 		}
 		return err == nil, err
@@ -605,7 +605,7 @@ func (w *workerState) rawAcquire(op, res string, ttl time.Duration) (*api.Lease,
 	})
 	switch code := status.Code(err); {
 	case err == nil:
-		done.Result, done.Token, done.Lease = OK, lease.Token, hex.EncodeToString(lease.Id)
+		done.Result, done.Token, done.Lease = OK, lease.Token, api.FormatLeaseID(lease.Id)
 	case code == codes.FailedPrecondition:
 		done.Result, done.Error = Fail, HeldPrefix+err.Error()
 	case code == codes.InvalidArgument:

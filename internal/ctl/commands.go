@@ -269,7 +269,7 @@ func setupRelease(a *app, fs *flag.FlagSet) func(context.Context, []string) erro
 			k := newKV(a.stdout)
 			k.row("released", resp.GetReleased())
 			if l := resp.GetLease(); l != nil {
-				k.row("lease", hex.EncodeToString(l.GetId()))
+				k.row("lease", api.FormatLeaseID(l.GetId()))
 				k.row("resource", l.GetResource())
 				k.row("token", l.GetToken())
 			}
