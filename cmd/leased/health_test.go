@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/leasefence/leasefence/cluster"
+	"github.com/leasefence/leasefence/internal/buildinfo"
 )
 
 func TestGRPCReflectionIsOnWithInsecureUnlessTurnedOff(t *testing.T) {
@@ -80,5 +82,23 @@ func TestHealthSubcommandChecksARealNode(t *testing.T) {
 	}
 	if code := run([]string{"health", "--addr", addr, "--tls-cert", "x.crt"}, io.Discard, io.Discard); code != 2 {
 		t.Fatalf("health with half the TLS flags: exit %d, want 2", code)
+	}
+}
+
+func TestVersionFlagPrintsTheBuildAndExits(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"--version"}, &out, &errb); code != 0 {
+		t.Fatalf("leased --version: exit %d, stderr %q", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "version ") || !strings.HasPrefix(lines[1], "commit  ") || lines[2] != "go      "+runtime.Version() {
+		t.Fatalf("leased --version printed %q", out.String())
+	}
+	if out.String() != buildinfo.Read().Text() {
+		t.Fatalf("leased --version %q is not buildinfo's %q", out.String(), buildinfo.Read().Text())
+	}
+	out.Reset()
+	if code := run([]string{"--print-config"}, &out, io.Discard); code != 0 || strings.Contains(out.String(), "version") {
+		t.Fatalf("--print-config lists version: %q", out.String())
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/leasefence/leasefence/cluster"
+	"github.com/leasefence/leasefence/internal/buildinfo"
 	"github.com/leasefence/leasefence/internal/flagenv"
 	"github.com/leasefence/leasefence/internal/memlimit"
 	"github.com/leasefence/leasefence/transport"
@@ -157,7 +158,7 @@ func nodeFailed(n *cluster.Node) <-chan struct{} {
 	return ch
 }
 
-// errPrinted ends a run that only printed (--print-config).
+// errPrinted ends a run that only printed (--print-config, --version).
 var errPrinted = errors.New("printed")
 
 // settings are the node's configuration and the process-wide ones that
@@ -227,6 +228,8 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	var memoryLimit string
 	fs.StringVar(&memoryLimit, "memory-limit", "auto", "soft limit on the Go runtime's memory (512MiB, 1GiB, ...): the collector works harder near it; auto: 90% of the cgroup's memory limit when there is one, unless GOMEMLIMIT is set; off: none")
 	// Environment first, so that flags given on the command line win.
+	var version bool
+	fs.BoolVar(&version, "version", false, "print leased's version, the commit it was built from and its Go version, and exit")
 	var configFile string
 	var printConfig bool
 	fs.StringVar(&configFile, "config", "", "config file of `name = value` lines (flag names); env and flags win over it")
@@ -263,9 +266,13 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	if err := fs.Parse(args); err != nil {
 		return settings{Config: cfg}, err
 	}
+	if version {
+		fmt.Fprint(stdout, buildinfo.Read().Text())
+		return settings{Config: cfg}, errPrinted
+	}
 	if printConfig {
 		// A config file cannot carry the unsafe switches.
-		flagenv.Print(stdout, fs, "config", "print-config", flagFaultClock, unsafePeerRouteFlag)
+		flagenv.Print(stdout, fs, "config", "print-config", "version", flagFaultClock, unsafePeerRouteFlag)
 		return settings{Config: cfg}, errPrinted
 	}
 	if fs.NArg() > 0 {
