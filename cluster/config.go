@@ -95,6 +95,12 @@ type Config struct {
 	// Pprof adds /debug/pprof/ to the metrics server. Off by default: it
 	// exposes internals and can be made to burn CPU.
 	Pprof bool
+	// StatusPage adds a read-only HTML status page (/ and /status) to the
+	// metrics server: members, live leases, the last watch events, the
+	// clock settings. With a policy only an administrator's bearer token
+	// opens it. leased turns it on by default with --insecure
+	// (--status-page).
+	StatusPage bool
 
 	// TLS names the PEM files of mutual TLS on the gRPC port (peers and
 	// clients alike): all three, or none for plaintext. See

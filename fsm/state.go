@@ -10,6 +10,8 @@ package fsm
 import (
 	"container/heap"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/leasefence/leasefence/fsm/fsmpb"
@@ -310,6 +312,24 @@ func (s *State) Lease(resource string) (Lease, bool) {
 		return Lease{}, false
 	}
 	return l.copy(), true
+}
+
+// Leases returns copies of the leases held on resources that start with
+// prefix, sorted by resource, at most limit of them (limit <= 0: all), and
+// how many matched in all. It visits every lease: for display (the status
+// page), not for a hot path.
+func (s *State) Leases(prefix string, limit int) (out []Lease, matched int) {
+	for _, l := range s.byID {
+		if strings.HasPrefix(l.Resource, prefix) {
+			out = append(out, l.copy())
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Resource < out[j].Resource })
+	matched = len(out)
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, matched
 }
 
 // LeaseByID returns the lease with the given id, if held.

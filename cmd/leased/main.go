@@ -199,7 +199,7 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	fs.Uint64Var(&cfg.TrailingLogs, "trailing-logs", cfg.TrailingLogs, "log entries kept after a snapshot")
 	fs.Uint64Var(&cfg.StateCheckEvery, "state-check-every", cfg.StateCheckEvery, "hash the state at every multiple of this many log indexes, for the replicas to compare (docs/OPERATIONS.md, \"Corruption\")")
 	fs.DurationVar(&cfg.StateCheckPoll, "state-check-poll", cfg.StateCheckPoll, "how often a node compares its state hashes with the other voters'")
-	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "host:port for HTTP /metrics (Prometheus) and /healthz; empty: off")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "host:port for HTTP /metrics (Prometheus), /healthz and the status page (--status-page); empty: off")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "also serve /debug/pprof/ on the metrics address (exposes internals)")
 	fs.StringVar(&cfg.PolicyFile, "policy", "", "JSON authorization policy (identities, tokens, prefixes, admin; see docs/SECURITY.md); empty: everything allowed")
 	fs.IntVar(&cfg.MaxWaitersPerResource, "max-waiters-per-resource", cfg.MaxWaitersPerResource, "callers that may queue on one resource (Acquire with wait)")
@@ -215,6 +215,8 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	fs.UintVar(&maxStreams, "max-streams-per-connection", uint(cfg.Limits.MaxStreamsPerConnection), "concurrent calls on one client connection (with TLS; peers are not bounded)")
 	fs.IntVar(&cfg.Limits.MaxClientMessage, "max-client-message", cfg.Limits.MaxClientMessage, "largest message in bytes a client may send (with TLS; larger: ResourceExhausted)")
 	fs.IntVar(&cfg.Limits.MaxPeerMessage, "max-peer-message", cfg.Limits.MaxPeerMessage, "largest message in bytes a peer may send (Raft AppendEntries, snapshot chunks); without TLS the limit for every caller")
+	var statusPage autoBool
+	fs.Var(&statusPage, "status-page", "serve a read-only HTML status page (/ and /status) on --metrics-listen: true, false or auto (on with --insecure, off with TLS); with --policy only an administrator's bearer token opens it")
 	var reflection autoBool
 	fs.Var(&reflection, "grpc-reflection", "serve gRPC server reflection (grpcurl list/describe) on the gRPC port: true, false or auto (on with --insecure, off with TLS); with --policy only administrators may call it")
 	var insecure bool
@@ -302,6 +304,7 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	}
 	cfg.Insecure = insecure // Validate refuses neither TLS nor --insecure, and both
 	cfg.GRPCReflection = reflection.or(insecure)
+	cfg.StatusPage = statusPage.or(insecure)
 	mem, err := memlimit.Choose(memoryLimit, os.Getenv("GOMEMLIMIT"), "/")
 	if err != nil {
 		return settings{Config: cfg}, err
