@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/fsm"
@@ -116,6 +118,13 @@ func (n *Node) buildStatusPage(ctx context.Context, filter string) (*statusPage,
 			defer wg.Done()
 			start := time.Now()
 			st, err := n.peerStatus(ctx, m.GetAddr())
+			if status.Code(err) == codes.PermissionDenied {
+				// It answered: up, but its policy does not know this node's
+				// credentials (plaintext with a policy).
+				pm.Role, pm.Reachable = "?", true
+				pm.Reach = fmt.Sprintf("yes (%s; its status refused to this node)", time.Since(start).Round(time.Millisecond))
+				return
+			}
 			if err != nil {
 				pm.Role, pm.Reach = "?", "no: "+shortErr(err)
 				return

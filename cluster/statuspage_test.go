@@ -140,25 +140,38 @@ func TestStatusPageInHeadlessChromium(t *testing.T) {
 	if _, err := lc.Release(ctx, &api.ReleaseRequest{LeaseId: got.GetLease().GetId()}); err != nil {
 		t.Fatal(err)
 	}
-	_, leader := tc.leader()
-	page := "http://" + leader.MetricsAddr() + "/status"
-
-	doc, err := html.Parse(bytes.NewReader(runChromium(t, bin, "--dump-dom", page)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	members := table(t, doc, "members")
-	if ids := column(members, 0); strings.Join(ids, ",") != "n1,n2,n3" {
-		t.Fatalf("members %v", members)
-	}
-	roles := strings.Join(column(members, 3), ",")
-	if strings.Count(roles, "leader") != 1 || strings.Count(roles, "follower") != 2 {
-		t.Errorf("roles %q: want one leader and two followers", roles)
-	}
-	for _, r := range members[1:] {
-		if !strings.HasPrefix(r[6], "yes") && r[6] != "self" {
-			t.Errorf("member %s not reachable: %q", r[0], r[6])
+	// The page shows what the members say at that moment: on a loaded
+	// machine an election may be under way, so load it until it shows a
+	// settled cluster (one leader, two followers, all reachable).
+	var doc *html.Node
+	var page string
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, leader := tc.leader()
+		page = "http://" + leader.MetricsAddr() + "/status"
+		d, err := html.Parse(bytes.NewReader(runChromium(t, bin, "--dump-dom", page)))
+		if err != nil {
+			t.Fatal(err)
 		}
+		members := table(t, d, "members")
+		if ids := column(members, 0); strings.Join(ids, ",") != "n1,n2,n3" {
+			t.Fatalf("members %v", members)
+		}
+		roles := strings.Join(column(members, 3), ",")
+		reach := column(members, 6)
+		settled := strings.Count(roles, "leader") == 1 && strings.Count(roles, "follower") == 2
+		for _, r := range reach {
+			settled = settled && (strings.HasPrefix(r, "yes") || r == "self")
+		}
+		if settled {
+			doc = d
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the page never showed one leader, two followers, all reachable: roles %q, reachable %q", roles, reach)
+		}
+		t.Logf("not settled yet (roles %q, reachable %q); loading again", roles, reach)
+		time.Sleep(time.Second)
 	}
 	leases := table(t, doc, "leases")
 	if res := strings.Join(column(leases, 0), ","); res != "billing/7,jobs/1,jobs/2" {
@@ -202,7 +215,7 @@ func TestStatusPageInHeadlessChromium(t *testing.T) {
 // non-administrator's is 403, an administrator's token opens it. Without
 // Config.StatusPage there is no page at all.
 func TestStatusPageRespectsThePolicyAndItsSwitch(t *testing.T) {
-	tc := newTestCluster(t, 1, func(c *Config) {
+	tc := newTestCluster(t, 3, func(c *Config) {
 		c.MetricsListen = "127.0.0.1:0"
 		c.StatusPage = true
 		c.Policy = mustPolicy(t, testPolicy)
@@ -226,8 +239,14 @@ func TestStatusPageRespectsThePolicyAndItsSwitch(t *testing.T) {
 			t.Errorf("token %q: %d, want 403", tok, code)
 		}
 	}
-	if code, body := get(addr, "/status", rootToken); code != 200 || !strings.Contains(body, `<table id="members">`) {
+	code, body := get(addr, "/status", rootToken)
+	if code != 200 || !strings.Contains(body, `<table id="members">`) {
 		t.Errorf("administrator: %d", code)
+	}
+	// The other members answer this node's status probe with
+	// PermissionDenied (plaintext: no credentials): still reachable.
+	if n := strings.Count(body, `<td class="yes">`); n != 3 || strings.Contains(body, `<td class="no">`) {
+		t.Errorf("members reachable: %d of 3 shown so:\n%s", n, body)
 	}
 	if code, _ := get(addr, "/nothing-here", rootToken); code != http.StatusNotFound {
 		t.Errorf("unknown path: %d, want 404", code)
