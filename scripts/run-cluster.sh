@@ -14,13 +14,15 @@
 # says the cluster is up unless all three nodes answer and one leads.
 #
 # Variables: BIN (default bin), DATA (run-data), PORT_BASE (7001),
-# START_TIMEOUT in seconds (20).
+# METRICS_BASE (9101: node nI serves /metrics and its status page on
+# METRICS_BASE+I-1), START_TIMEOUT in seconds (20).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BIN=${BIN:-bin}
 DATA=${DATA:-run-data}
 PORT_BASE=${PORT_BASE:-7001}
+METRICS_BASE=${METRICS_BASE:-9101}
 START_TIMEOUT=${START_TIMEOUT:-20}
 peers=""
 for i in 1 2 3; do
@@ -36,7 +38,7 @@ start_node() {
   echo "=== $(date -u +%Y-%m-%dT%H:%M:%SZ) run-cluster.sh starts n$i ===" >>"$log"
   # --insecure: plaintext on loopback, for local development only.
   "$BIN/leased" --insecure --id "n$i" --listen "$(addr "$i")" --data-dir "$DATA/n$i" \
-    --bootstrap "$peers" >>"$log" 2>&1 &
+    --bootstrap "$peers" --metrics-listen "127.0.0.1:$((METRICS_BASE + i - 1))" >>"$log" 2>&1 &
   echo $! >"$DATA/n$i.pid"
 }
 
@@ -145,6 +147,10 @@ cluster is up. In another terminal:
   export LEASEFENCE_ENDPOINTS=$endpoints
   $BIN/leasectl status
   $BIN/leasectl acquire jobs/42 --ttl 30s --holder me
+
+Status pages (members, leases, events): http://127.0.0.1:$METRICS_BASE/ (n1),
+http://127.0.0.1:$((METRICS_BASE + 1))/ (n2), http://127.0.0.1:$((METRICS_BASE + 2))/ (n3).
+grpcurl works without .proto files: grpcurl -plaintext 127.0.0.1:$PORT_BASE list
 
 Kill any one node and keep acquiring; start it again with its command:
 

@@ -5,7 +5,9 @@ package scripts
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,7 +29,8 @@ func buildBinaries(t *testing.T) string {
 	return bin
 }
 
-// freeBase returns a port p with p, p+1 and p+2 free right now.
+// freeBase returns a port p with p..p+5 free right now (three gRPC ports,
+// then three metrics ports).
 func freeBase(t *testing.T) int {
 	t.Helper()
 	for try := 0; try < 50; try++ {
@@ -41,7 +44,7 @@ func freeBase(t *testing.T) int {
 			continue
 		}
 		ok := true
-		for i := 1; i < 3; i++ {
+		for i := 1; i < 6; i++ {
 			l2, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
 			if err != nil {
 				ok = false
@@ -53,7 +56,7 @@ func freeBase(t *testing.T) int {
 			return base
 		}
 	}
-	t.Fatal("no three consecutive free ports")
+	t.Fatal("no six consecutive free ports")
 	return 0
 }
 
@@ -83,7 +86,7 @@ type script struct {
 func startScript(t *testing.T, bin, data string, base int, args ...string) *script {
 	t.Helper()
 	cmd := exec.Command("./run-cluster.sh", args...)
-	cmd.Env = append(os.Environ(), "BIN="+bin, "DATA="+data, fmt.Sprintf("PORT_BASE=%d", base), "START_TIMEOUT=30")
+	cmd.Env = append(os.Environ(), "BIN="+bin, "DATA="+data, fmt.Sprintf("PORT_BASE=%d", base), fmt.Sprintf("METRICS_BASE=%d", base+3), "START_TIMEOUT=30")
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -116,6 +119,20 @@ func TestRunClusterStartsRestartsAndAppendsLogs(t *testing.T) {
 	s := startScript(t, bin, data, base)
 	waitFor(t, s, "cluster is up")
 	waitFor(t, s, "scripts/run-cluster.sh restart n2")
+	// The status page it prints answers.
+	pageURL := fmt.Sprintf("http://127.0.0.1:%d/", base+3)
+	if !strings.Contains(s.out.String(), pageURL) {
+		t.Errorf("no status page URL %s in:\n%s", pageURL, s.out.String())
+	}
+	resp, err := http.Get(pageURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(page), `<span id="node">n1</span>`) {
+		t.Errorf("status page: %d\n%s", resp.StatusCode, page)
+	}
 	pid, err := os.ReadFile(filepath.Join(data, "n2.pid"))
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +146,7 @@ func TestRunClusterStartsRestartsAndAppendsLogs(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	restart := exec.Command("./run-cluster.sh", "restart", "n2")
-	restart.Env = append(os.Environ(), "BIN="+bin, "DATA="+data, fmt.Sprintf("PORT_BASE=%d", base))
+	restart.Env = append(os.Environ(), "BIN="+bin, "DATA="+data, fmt.Sprintf("PORT_BASE=%d", base), fmt.Sprintf("METRICS_BASE=%d", base+3))
 	if out, err := restart.CombinedOutput(); err != nil || !strings.Contains(string(out), "restarted n2") {
 		t.Fatalf("restart n2: %v\n%s", err, out)
 	}
