@@ -29,7 +29,7 @@ type watcher struct {
 	events    int
 	gaps      int
 	lastIndex atomic.Uint64 // Raft index of the last event position recorded
-	released  sync.Map      // lease id (hex) -> true, for every released event seen
+	released  sync.Map      // lease id (api.FormatLeaseID) -> true, for every released event seen
 
 	// replaced is set by clusterReplaced: positions start again at a new
 	// cluster's index 1, so the last one recorded means nothing there.

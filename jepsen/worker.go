@@ -3,7 +3,6 @@ package jepsen
 import (
 	"bufio"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -620,7 +619,7 @@ func (w *workerState) rawAcquire(op, res string, ttl time.Duration) (*api.Lease,
 // rawRelease releases a lease by id through the API and records whether
 // the node said it released it (Value "released" or "not-released").
 func (w *workerState) rawRelease(op, res string, id []byte, token uint64) {
-	inv := Record{Kind: Invoke, Op: op, Type: OpRelease, Resource: res, Lease: hex.EncodeToString(id), Token: token}
+	inv := Record{Kind: Invoke, Op: op, Type: OpRelease, Resource: res, Lease: api.FormatLeaseID(id), Token: token}
 	w.emit(inv)
 	done := inv
 	done.Kind, done.TimeNs, done.Result = Complete, 0, Unknown
