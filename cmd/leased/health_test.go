@@ -16,7 +16,7 @@ import (
 	"github.com/leasefence/leasefence/internal/buildinfo"
 )
 
-func TestGRPCReflectionIsOnWithInsecureUnlessTurnedOff(t *testing.T) {
+func TestReflectionAndStatusPageAreOnWithInsecureOffWithTLSUnlessGiven(t *testing.T) {
 	t.Setenv("LEASEFENCE_INSECURE", "")
 	os.Unsetenv("LEASEFENCE_INSECURE")
 	base := []string{"--id", "n1", "--data-dir", t.TempDir(), "--bootstrap", "n1=127.0.0.1:7001", "--insecure"}
@@ -36,6 +36,22 @@ func TestGRPCReflectionIsOnWithInsecureUnlessTurnedOff(t *testing.T) {
 	}
 	if _, err := parse(append(base, "--grpc-reflection=maybe"), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "true, false or auto") {
 		t.Errorf("--grpc-reflection=maybe: %v", err)
+	}
+	// With TLS both are off unless asked for; the status page follows the
+	// same rule as reflection.
+	tlsArgs := []string{"--id", "n1", "--data-dir", t.TempDir(), "--bootstrap", "n1=127.0.0.1:7001",
+		"--tls-cert", "n1.crt", "--tls-key", "n1.key", "--tls-ca", "ca.crt"}
+	cfg, err := parse(tlsArgs, io.Discard, io.Discard)
+	if err != nil || cfg.GRPCReflection || cfg.StatusPage {
+		t.Errorf("TLS: reflection %v, status page %v, err %v; want both off", cfg.GRPCReflection, cfg.StatusPage, err)
+	}
+	cfg, err = parse(append(tlsArgs, "--grpc-reflection", "--status-page"), io.Discard, io.Discard)
+	if err != nil || !cfg.GRPCReflection || !cfg.StatusPage {
+		t.Errorf("TLS with both flags: reflection %v, status page %v, err %v", cfg.GRPCReflection, cfg.StatusPage, err)
+	}
+	cfg, err = parse(base, io.Discard, io.Discard)
+	if err != nil || !cfg.StatusPage {
+		t.Errorf("--insecure: status page %v, err %v; want on", cfg.StatusPage, err)
 	}
 }
 
