@@ -8,7 +8,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 PROTO_FILES := $(shell find . -name '*.proto' -not -path './.git/*' | sort)
 GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build proto proto-tools test test-short vet fmt run clean fuzz
+.PHONY: all build proto proto-tools test test-short vet fmt run clean fuzz docs-diagram
 
 all: build
 
@@ -52,6 +52,13 @@ test-short:
 
 run: build
 	./scripts/run-cluster.sh
+
+# docs-diagram renders docs/how-it-works.dot with graphviz (Debian's package,
+# installed when missing).
+docs-diagram:
+	@command -v dot >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz; }
+	dot -Tpng -Gdpi=110 docs/how-it-works.dot -o docs/how-it-works.png
+	dot -Tsvg docs/how-it-works.dot -o docs/how-it-works.svg
 
 clean:
 	rm -rf $(BIN) run-data

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -18,15 +17,17 @@ import (
 // release) and carries no order: never use it for fencing.
 type ID [16]byte
 
-// String returns the id as 32 lowercase hex digits, as leasectl prints it.
-func (id ID) String() string { return hex.EncodeToString(id[:]) }
+// String returns the id in its one text form (api.FormatLeaseID: base64,
+// as grpcurl, leasectl and the node's logs show it).
+func (id ID) String() string { return api.FormatLeaseID(id[:]) }
 
-// ParseID parses the form String returns.
+// ParseID parses the form String returns, or the 32 hex digits of older
+// releases (api.ParseLeaseID).
 func ParseID(s string) (ID, error) {
 	var id ID
-	b, err := hex.DecodeString(s)
-	if err != nil || len(b) != len(id) {
-		return id, fmt.Errorf("client: lease id %q is not 32 hex digits", s)
+	b, err := api.ParseLeaseID(s)
+	if err != nil {
+		return id, fmt.Errorf("client: %w", err)
 	}
 	copy(id[:], b)
 	return id, nil

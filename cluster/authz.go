@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
+	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/authz"
 	"github.com/leasefence/leasefence/fsm"
 	"github.com/leasefence/leasefence/transport"
@@ -132,7 +133,7 @@ func (n *Node) authorizeLease(ctx context.Context, id []byte) (context.Context, 
 	}
 	c, err := n.identify(ctx)
 	if err != nil {
-		n.log.Warn("permission denied", "op", "lease", "lease-id", fmt.Sprintf("%x", id), "reason", err.Error())
+		n.log.Warn("permission denied", "op", "lease", "lease-id", api.FormatLeaseID(id), "reason", err.Error())
 		return ctx, err
 	}
 	if c.All() || len(id) != fsm.LeaseIDLen {

@@ -110,6 +110,12 @@ type Config struct {
 	// Pprof adds /debug/pprof/ to the metrics server. Off by default: it
 	// exposes internals and can be made to burn CPU.
 	Pprof bool
+	// StatusPage adds a read-only HTML status page (/ and /status) to the
+	// metrics server: members, live leases, the last watch events, the
+	// clock settings. With a policy only an administrator's bearer token
+	// opens it. leased turns it on by default with --insecure
+	// (--status-page).
+	StatusPage bool
 
 	// TLS names the PEM files of mutual TLS on the gRPC port (peers and
 	// clients alike): all three, or none for plaintext. See
@@ -125,6 +131,11 @@ type Config struct {
 	// leased refuses to start without --tls-* or --insecure: an embedded
 	// node is held to the same rule. Status lists it as unsafe "insecure".
 	Insecure bool
+	// GRPCReflection serves gRPC server reflection on the gRPC port (the
+	// public services only; with a policy, to administrators only), for
+	// grpcurl and other generic clients. leased turns it on by default with
+	// --insecure (--grpc-reflection).
+	GRPCReflection bool
 
 	// UnsafePeerRoutes is for fault injection only (leased
 	// --unsafe-peer-route, used by jepsen's proxy mode): when this node

@@ -399,3 +399,22 @@ func truncatedRaftDB(t *testing.T, buf *lockedBuffer) Config {
 	}
 	return cfg
 }
+
+// A second node on a data dir another node holds is refused, naming the
+// lock and the process that holds it, instead of a bare bbolt timeout.
+func TestLockedDataDirNamesTheHolder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for bbolt's 5 s lock timeout")
+	}
+	tc := newTestCluster(t, 1, nil)
+	cfg := tc.cfgs[0]
+	cfg.Listen = freeAddrs(t, 1)[0]
+	cfg.Bootstrap = nil
+	_, err := Start(cfg)
+	if err == nil {
+		t.Fatal("a second node started on a locked data dir")
+	}
+	if want := fmt.Sprintf("data dir %s is locked by another process, pid %d", cfg.DataDir, os.Getpid()); !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %q lacks %q", err, want)
+	}
+}

@@ -3,7 +3,6 @@ package cluster
 import (
 	"bufio"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 
+	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/fsm"
 	"github.com/leasefence/leasefence/fsm/fsmpb"
 )
@@ -136,7 +136,7 @@ func dumpLog(dataDir, path string, w io.Writer) error {
 			return
 		}
 		dedup = append(dedup, LogRecord{Kind: LogDedup, RequestID: id, NowNs: at, Type: "acquire", Resource: l.Resource,
-			Scope: l.Scope, Holder: l.Holder, LeaseID: hex.EncodeToString(l.ID[:]), Token: l.Token, Result: "ok"})
+			Scope: l.Scope, Holder: l.Holder, LeaseID: api.FormatLeaseID(l.ID[:]), Token: l.Token, Result: "ok"})
 	})
 	var cmds []LogRecord
 	for i := rng.Replayed; i <= last; i++ {
@@ -187,7 +187,7 @@ func dumpLog(dataDir, path string, w io.Writer) error {
 func describeCommand(rec *LogRecord, c *fsmpb.Command, r fsm.Result) {
 	lease := func() {
 		if r.Lease.Resource != "" {
-			rec.LeaseID, rec.Token, rec.Resource, rec.Scope, rec.Holder = hex.EncodeToString(r.Lease.ID[:]), r.Lease.Token, r.Lease.Resource, r.Lease.Scope, r.Lease.Holder
+			rec.LeaseID, rec.Token, rec.Resource, rec.Scope, rec.Holder = api.FormatLeaseID(r.Lease.ID[:]), r.Lease.Token, r.Lease.Resource, r.Lease.Scope, r.Lease.Holder
 		}
 	}
 	refused := func(ok string) {
@@ -207,10 +207,10 @@ func describeCommand(rec *LogRecord, c *fsmpb.Command, r fsm.Result) {
 			refused("ok")
 		}
 	case *fsmpb.Command_Renew:
-		rec.Type, rec.LeaseID = "renew", hex.EncodeToString(op.Renew.LeaseId)
+		rec.Type, rec.LeaseID = "renew", api.FormatLeaseID(op.Renew.LeaseId)
 		refused("ok")
 	case *fsmpb.Command_Release:
-		rec.Type, rec.LeaseID = "release", hex.EncodeToString(op.Release.LeaseId)
+		rec.Type, rec.LeaseID = "release", api.FormatLeaseID(op.Release.LeaseId)
 		rec.Result = "not-released"
 		if r.Released {
 			rec.Result = "released"

@@ -3,7 +3,6 @@ package cluster
 import (
 	"bufio"
 	"bytes"
-	"encoding/hex"
 	"encoding/json"
 	"testing"
 	"time"
@@ -64,13 +63,13 @@ func TestDumpLogReplaysAppliedCommandsOfAStoppedNode(t *testing.T) {
 	if rng.Replayed != 1 || rng.LogFirst != 1 || rng.LogLast < 4 || rng.FirstAppendedAtNs == 0 {
 		t.Fatalf("range %+v", rng)
 	}
-	if g := byID["r-1"]; len(g) != 1 || g[0].Result != "ok" || g[0].Token != 1 || g[0].LeaseID != hex.EncodeToString(r1.Lease.Id) || g[0].Index == 0 || g[0].AppendedAtNs == 0 {
+	if g := byID["r-1"]; len(g) != 1 || g[0].Result != "ok" || g[0].Token != 1 || g[0].LeaseID != api.FormatLeaseID(r1.Lease.Id) || g[0].Index == 0 || g[0].AppendedAtNs == 0 {
 		t.Fatalf("r-1: %+v", g)
 	}
 	if g := byID["r-2"]; len(g) != 1 || g[0].Result != "refused" || g[0].Error == "" {
 		t.Fatalf("r-2: %+v", g)
 	}
-	if g := byID["r-3"]; len(g) != 1 || g[0].Result != "ok" || g[0].Token != 2 || g[0].LeaseID != hex.EncodeToString(r3.Lease.Id) {
+	if g := byID["r-3"]; len(g) != 1 || g[0].Result != "ok" || g[0].Token != 2 || g[0].LeaseID != api.FormatLeaseID(r3.Lease.Id) {
 		t.Fatalf("r-3: %+v", g)
 	}
 

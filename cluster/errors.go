@@ -128,7 +128,7 @@ func toStatus(err error) error {
 			Reason: api.ReasonLeaseEnded, Domain: api.ErrorDomain,
 			Metadata: map[string]string{
 				api.MetaRequestID: ended.RequestID,
-				"lease_id":        fmt.Sprintf("%x", ended.Lease.ID),
+				"lease_id":        api.FormatLeaseID(ended.Lease.ID[:]),
 				"resource":        ended.Lease.Resource,
 				"scope":           ended.Lease.Scope,
 				"token":           fmt.Sprint(ended.Lease.Token),

@@ -57,7 +57,8 @@ func (n *Node) healthLoop() {
 	}
 }
 
-// startHTTP serves /metrics, /healthz and, only when Config.Pprof is set,
+// startHTTP serves /metrics, /healthz, the status page (/ and /status)
+// when Config.StatusPage is set and, only when Config.Pprof is set,
 // /debug/pprof/ on Config.MetricsListen.
 func (n *Node) startHTTP() error {
 	if n.cfg.MetricsListen == "" {
@@ -77,6 +78,9 @@ func (n *Node) startHTTP() error {
 		}
 		fmt.Fprintln(w, why)
 	})
+	if n.cfg.StatusPage {
+		mux.HandleFunc("/", n.serveStatusPage)
+	}
 	if n.cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -92,6 +96,6 @@ func (n *Node) startHTTP() error {
 			n.log.Error("metrics server stopped", "error", err)
 		}
 	}()
-	n.log.Info("serving metrics", "addr", n.httpAddr, "pprof", n.cfg.Pprof)
+	n.log.Info("serving metrics", "addr", n.httpAddr, "status-page", n.cfg.StatusPage, "pprof", n.cfg.Pprof)
 	return nil
 }

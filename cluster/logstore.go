@@ -3,7 +3,11 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -38,7 +42,37 @@ func openLogStoreWithin(path string, unsyncedFreelist bool, wait time.Duration) 
 		opts.NoFreelistSync = true
 		opts.FreelistType = bbolt.FreelistMapType
 	}
-	return raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: opts})
+	store, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: opts})
+	if errors.Is(err, bbolt.ErrTimeout) {
+		who := "another process"
+		if pid := lockHolder(path); pid != "" {
+			who += ", pid " + pid
+		}
+		return nil, fmt.Errorf("cluster: data dir %s is locked by %s (another leased on the same data dir?): %w", filepath.Dir(path), who, err)
+	}
+	return store, err
+}
+
+// lockHolder returns the pid holding a lock on path as /proc/locks tells
+// it (Linux), or "" when unknown.
+func lockHolder(path string) string {
+	var st syscall.Stat_t
+	if syscall.Stat(path, &st) != nil {
+		return ""
+	}
+	locks, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return ""
+	}
+	suffix := fmt.Sprintf(":%d", st.Ino)
+	for _, line := range strings.Split(string(locks), "\n") {
+		// "1: FLOCK  ADVISORY  WRITE 1438 fe:00:762126 0 EOF"
+		f := strings.Fields(line)
+		if len(f) >= 6 && strings.HasSuffix(f[5], suffix) {
+			return f[4]
+		}
+	}
+	return ""
 }
 
 // checkedLogStore is the node's raft log store: raft-boltdb with every

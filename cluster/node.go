@@ -356,6 +356,9 @@ func (n *Node) open(ctx context.Context) error {
 		s.RegisterService(transport.RejectMalformed(&api.LeaseService_ServiceDesc), n.leases)
 		s.RegisterService(transport.RejectMalformed(&api.ClusterService_ServiceDesc), n.admin)
 		healthpb.RegisterHealthServer(s, n.health)
+		if cfg.GRPCReflection {
+			n.registerReflection(s)
+		}
 	})
 
 	rc := cfg.raftConfig() // raft.ValidateConfig passed in Validate

@@ -11,7 +11,12 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 
+	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/transport"
 )
 
@@ -168,4 +173,73 @@ func registerPortMetrics(reg prometheus.Registerer, n *Node) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "leasefence", Name: c.name, Help: c.help},
 			func() float64 { return float64(c.f(stats())) }))
 	}
+}
+
+// publicServices are the services server reflection describes: the API a
+// client in any language calls, the health service and reflection itself.
+// The Raft transport is left out: it is the nodes' business, not a client's.
+var publicServices = map[string]bool{
+	api.LeaseService_ServiceDesc.ServiceName:                   true,
+	api.ClusterService_ServiceDesc.ServiceName:                 true,
+	healthpb.Health_ServiceDesc.ServiceName:                    true,
+	reflectionv1.ServerReflection_ServiceDesc.ServiceName:      true,
+	reflectionv1alpha.ServerReflection_ServiceDesc.ServiceName: true,
+}
+
+// publicInfo lists the public services of one gRPC server for reflection.
+type publicInfo struct{ srv *grpc.Server }
+
+func (p publicInfo) GetServiceInfo() map[string]grpc.ServiceInfo {
+	out := map[string]grpc.ServiceInfo{}
+	for name, info := range p.srv.GetServiceInfo() {
+		if publicServices[name] {
+			out[name] = info
+		}
+	}
+	return out
+}
+
+// registerReflection serves gRPC server reflection (v1 and the v1alpha
+// that older grpcurl builds ask for) on s, so that grpcurl and other
+// generic clients list and describe the API without the .proto files.
+//
+// Reflection only describes the public services (publicServices); with a
+// policy only an administrator may call it (PermissionDenied otherwise),
+// without one anyone who may connect (with TLS: holders of a certificate
+// the CA signed). Config.GRPCReflection turns it on.
+func (n *Node) registerReflection(s grpc.ServiceRegistrar) {
+	srv, ok := s.(*grpc.Server)
+	if !ok {
+		return
+	}
+	inner := reflection.NewServerV1(reflection.ServerOptions{Services: publicInfo{srv}})
+	reflectionv1.RegisterServerReflectionServer(s, guardedReflection{n: n, inner: inner})
+	reflectionv1alpha.RegisterServerReflectionServer(s, guardedReflectionAlpha{n: n,
+		inner: reflection.NewServer(reflection.ServerOptions{Services: publicInfo{srv}})})
+}
+
+// guardedReflection is reflection behind the policy's admin check.
+type guardedReflection struct {
+	n     *Node
+	inner reflectionv1.ServerReflectionServer
+}
+
+func (g guardedReflection) ServerReflectionInfo(stream reflectionv1.ServerReflection_ServerReflectionInfoServer) error {
+	if _, _, err := g.n.authorize(stream.Context(), permAdmin, ""); err != nil {
+		return toStatus(err)
+	}
+	return g.inner.ServerReflectionInfo(stream)
+}
+
+// guardedReflectionAlpha is guardedReflection for the v1alpha service.
+type guardedReflectionAlpha struct {
+	n     *Node
+	inner reflectionv1alpha.ServerReflectionServer
+}
+
+func (g guardedReflectionAlpha) ServerReflectionInfo(stream reflectionv1alpha.ServerReflection_ServerReflectionInfoServer) error {
+	if _, _, err := g.n.authorize(stream.Context(), permAdmin, ""); err != nil {
+		return toStatus(err)
+	}
+	return g.inner.ServerReflectionInfo(stream)
 }

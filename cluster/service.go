@@ -253,7 +253,7 @@ func (s *leaseService) Renew(ctx context.Context, req *api.RenewRequest) (*api.R
 		})
 	switch {
 	case errors.Is(err, fsm.ErrNotFound):
-		return nil, status.Errorf(codes.NotFound, "lease %x not found or expired", req.LeaseId)
+		return nil, status.Errorf(codes.NotFound, "lease %s not found or expired", api.FormatLeaseID(req.LeaseId))
 	case err != nil:
 		return nil, toStatus(err)
 	case fwd != nil:

@@ -130,6 +130,20 @@ func (h *hub) publish(index uint64, a *fsm.Applied) {
 	}
 }
 
+// recent returns up to n of the last events retained, newest first.
+func (h *hub) recent(n int) []*api.WatchEvent {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []*api.WatchEvent
+	size := uint64(len(h.ring))
+	for seq := h.next; seq > h.first && len(out) < n; seq-- {
+		if sl := h.ring[(seq-1)%size].Load(); sl != nil && sl.seq == seq-1 {
+			out = append(out, sl.ev)
+		}
+	}
+	return out
+}
+
 // subscribe registers a watcher. With after set, it first receives the
 // retained events after that position; ok is false when events after it
 // are no longer retained.

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
@@ -47,7 +48,9 @@ type EndedError struct {
 }
 
 func (e *EndedError) Error() string {
-	return fmt.Sprintf("fsm: request id %q was granted lease %x on %q (token %d), which has ended", e.RequestID, e.Lease.ID, e.Lease.Resource, e.Lease.Token)
+	// The id in api.FormatLeaseID's form (fsm may not import api: it
+	// would pull in gRPC).
+	return fmt.Sprintf("fsm: request id %q was granted lease %s on %q (token %d), which has ended", e.RequestID, base64.StdEncoding.EncodeToString(e.Lease.ID[:]), e.Lease.Resource, e.Lease.Token)
 }
 
 // Unwrap makes errors.Is(err, ErrLeaseEnded) true.

@@ -10,6 +10,8 @@ package fsm
 import (
 	"container/heap"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/leasefence/leasefence/fsm/fsmpb"
@@ -310,6 +312,47 @@ func (s *State) Lease(resource string) (Lease, bool) {
 		return Lease{}, false
 	}
 	return l.copy(), true
+}
+
+// Leases returns copies of the leases held on resources that start with
+// prefix, the first limit of them by resource (limit <= 0: all), sorted,
+// and how many matched in all. It visits every lease but keeps at most
+// limit: for display (the status page), not for a hot path.
+func (s *State) Leases(prefix string, limit int) (out []Lease, matched int) {
+	var top byResourceDesc // with a limit: the limit smallest, largest on top
+	for _, l := range s.byID {
+		if !strings.HasPrefix(l.Resource, prefix) {
+			continue
+		}
+		matched++
+		switch {
+		case limit <= 0 || len(top) < limit:
+			heap.Push(&top, l)
+		case l.Resource < top[0].Resource:
+			top[0] = l
+			heap.Fix(&top, 0)
+		}
+	}
+	out = make([]Lease, 0, len(top))
+	for _, l := range top {
+		out = append(out, l.copy())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Resource < out[j].Resource })
+	return out, matched
+}
+
+// byResourceDesc is a max-heap of leases by resource.
+type byResourceDesc []*Lease
+
+func (h byResourceDesc) Len() int           { return len(h) }
+func (h byResourceDesc) Less(i, j int) bool { return h[i].Resource > h[j].Resource }
+func (h byResourceDesc) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *byResourceDesc) Push(x any)        { *h = append(*h, x.(*Lease)) }
+func (h *byResourceDesc) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // LeaseByID returns the lease with the given id, if held.

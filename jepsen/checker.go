@@ -567,7 +567,7 @@ func CheckAll(h []Record, audit []fencekv.AuditRecord, skewMargin time.Duration)
 // never granted afresh).
 func CheckRequestIDs(h []Record) Result {
 	f := newFinding(NameRequestIDs)
-	granted := map[string]string{} // request id -> lease (hex)
+	granted := map[string]string{} // request id -> lease (api.FormatLeaseID)
 	grantOp := map[string]string{}
 	second := func(r Record, lease string) {
 		f.invalid(AnomalySecondGrantForRequest, "request id %s yielded lease %s (token %d) to %s %s by %s, after lease %s to %s",

@@ -40,7 +40,7 @@ const (
 	// OpReuse sends an earlier acquire's request id again, with one
 	// parameter changed (Record.Changed) or, Changed empty, as an identical
 	// duplicate long after the first answer. A lease it is answered with is
-	// in Value (hex id) and Token, never in Lease: no other checker treats
+	// in Value (api.FormatLeaseID form) and Token, never in Lease: no other checker treats
 	// it as a grant.
 	OpReuse = "reuse"
 )
@@ -78,7 +78,7 @@ type Record struct {
 	// Outcome (completions).
 	Result string `json:"result,omitempty"`
 	Error  string `json:"error,omitempty"`
-	// Token and Lease (hex id) of the lease the operation was made under.
+	// Token and Lease (id in api.FormatLeaseID form) of the lease the operation was made under.
 	Token uint64 `json:"token,omitempty"`
 	Lease string `json:"lease,omitempty"`
 	// SafeUntilNs is the end of the client library's safe window

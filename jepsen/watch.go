@@ -2,7 +2,6 @@ package jepsen
 
 import (
 	"context"
-	"encoding/hex"
 	"fmt"
 	"strings"
 	"sync"
@@ -30,7 +29,7 @@ type watcher struct {
 	events    int
 	gaps      int
 	lastIndex atomic.Uint64 // Raft index of the last event position recorded
-	released  sync.Map      // lease id (hex) -> true, for every released event seen
+	released  sync.Map      // lease id (api.FormatLeaseID) -> true, for every released event seen
 
 	// replaced is set by clusterReplaced: positions start again at a new
 	// cluster's index 1, so the last one recorded means nothing there.
@@ -162,11 +161,11 @@ func (w *watcher) once(ctx context.Context, conn *grpc.ClientConn, last **api.Po
 		w.events++
 		l := ev.Lease
 		if ev.Type == api.EventType_EVENT_TYPE_RELEASED {
-			w.released.Store(hex.EncodeToString(l.Id), true)
+			w.released.Store(api.FormatLeaseID(l.Id), true)
 		}
 		_ = w.hist.Write(Record{
 			Kind: Observe, Worker: "watch", Op: posString(p), Type: OpEvent, TimeNs: Now(),
-			Resource: l.Resource, Token: l.Token, Lease: hex.EncodeToString(l.Id),
+			Resource: l.Resource, Token: l.Token, Lease: api.FormatLeaseID(l.Id),
 			Event:    strings.ToLower(strings.TrimPrefix(ev.Type.String(), "EVENT_TYPE_")),
 			Position: posString(p), ClusterNow: ev.NowNs, GrantedAt: l.GrantedAtNs, ExpiresAt: l.ExpiresAtNs, EventHolder: l.Holder,
 		})

@@ -3,7 +3,6 @@ package jepsen
 import (
 	"bufio"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -326,7 +325,7 @@ func (w *workerState) reuse(op, res, rid, change string) {
 	})
 	switch code := status.Code(err); {
 	case err == nil && lease != nil:
-		done.Result, done.Token, done.Value = OK, lease.Token, hex.EncodeToString(lease.Id)
+		done.Result, done.Token, done.Value = OK, lease.Token, api.FormatLeaseID(lease.Id)
 	case code == codes.FailedPrecondition, code == codes.InvalidArgument, code == codes.NotFound:
 		done.Result, done.Error = Fail, err.Error()
 	case err != nil:
@@ -571,7 +570,7 @@ func (w *workerState) linRead(op, res string) {
 		if err == nil {
 			done.Result, done.Token = OK, g.ScopeToken
 			if g.Lease != nil {
-				done.Lease = hex.EncodeToString(g.Lease.Id)
+				done.Lease = api.FormatLeaseID(g.Lease.Id)
 			}
 		}
 		return err == nil, err
@@ -739,7 +738,7 @@ func (w *workerState) rawAcquire(op, res string, ttl time.Duration) (*api.Lease,
 	})
 	switch code := status.Code(err); {
 	case err == nil:
-		done.Result, done.Token, done.Lease = OK, lease.Token, hex.EncodeToString(lease.Id)
+		done.Result, done.Token, done.Lease = OK, lease.Token, api.FormatLeaseID(lease.Id)
 	case code == codes.FailedPrecondition:
 		done.Result, done.Error = Fail, HeldPrefix+err.Error()
 	case code == codes.InvalidArgument:
@@ -754,7 +753,7 @@ func (w *workerState) rawAcquire(op, res string, ttl time.Duration) (*api.Lease,
 // rawRelease releases a lease by id through the API and records whether
 // the node said it released it (Value "released" or "not-released").
 func (w *workerState) rawRelease(op, res string, id []byte, token uint64) {
-	inv := Record{Kind: Invoke, Op: op, Type: OpRelease, Resource: res, Lease: hex.EncodeToString(id), Token: token}
+	inv := Record{Kind: Invoke, Op: op, Type: OpRelease, Resource: res, Lease: api.FormatLeaseID(id), Token: token}
 	w.emit(inv)
 	done := inv
 	done.Kind, done.TimeNs, done.Result = Complete, 0, Unknown

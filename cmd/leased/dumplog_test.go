@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/hex"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
+	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/fsm"
 	"github.com/leasefence/leasefence/fsm/fsmpb"
 	"github.com/leasefence/leasefence/jepsen"
@@ -128,7 +128,7 @@ func TestUnknownAcquiresAreResolvedFromADumpedRaftLog(t *testing.T) {
 		jepsen.Record{Kind: jepsen.Complete, Worker: "w", Op: "w1-1-r", Type: jepsen.OpRelease, Lease: "x", Result: jepsen.Unknown})
 	res, stats := jepsen.Resolve(h, []*jepsen.NodeLog{dump(t, "n1", full, 3)}, 1, 0)
 
-	if r := completion(t, res, "w1-1-a"); r.Result != jepsen.OK || r.Token != 1 || r.Lease != hex.EncodeToString(leaseID(1)) || r.ResolvedFrom != jepsen.ResolvedFromRaftLog {
+	if r := completion(t, res, "w1-1-a"); r.Result != jepsen.OK || r.Token != 1 || r.Lease != api.FormatLeaseID(leaseID(1)) || r.ResolvedFrom != jepsen.ResolvedFromRaftLog {
 		t.Errorf("applied acquire: %+v", r)
 	}
 	if r := completion(t, res, "w2-1-a"); r.Result != jepsen.Fail || !strings.Contains(r.Error, "only refused") {
@@ -157,7 +157,7 @@ func TestUnknownAcquiresAreResolvedFromADumpedRaftLog(t *testing.T) {
 		r[1].Result, r[1].Token, r[1].Lease = jepsen.OK, token, lease
 		return r
 	}
-	h = append(acked("w1-1-a", 1, hex.EncodeToString(leaseID(1))), acked("w2-1-a", 1, "other")...)
+	h = append(acked("w1-1-a", 1, api.FormatLeaseID(leaseID(1))), acked("w2-1-a", 1, "other")...)
 	h = append(h, acked("w9-1-a", 9, "nine")...)
 	_, stats = jepsen.Resolve(h, []*jepsen.NodeLog{dump(t, "n1", full, 3)}, 1, 0)
 	if stats.AckedInLogs != 1 || stats.AckedNotInLogs != 2 || stats.AckedMismatch != 0 {
@@ -189,7 +189,7 @@ func TestUnknownAcquiresAreResolvedFromADumpedRaftLog(t *testing.T) {
 		t.Fatalf("range %+v", n.Range)
 	}
 	res, stats = jepsen.Resolve(h, []*jepsen.NodeLog{n}, 1, 0)
-	if r := completion(t, res, "w5-1-a"); r.Result != jepsen.OK || r.Token != 1 || r.Lease != hex.EncodeToString(leaseID(5)) {
+	if r := completion(t, res, "w5-1-a"); r.Result != jepsen.OK || r.Token != 1 || r.Lease != api.FormatLeaseID(leaseID(5)) {
 		t.Errorf("acquire remembered by the snapshot: %+v", r)
 	}
 	if r := completion(t, res, "w6-1-a"); r.Result != jepsen.Unknown {

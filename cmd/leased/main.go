@@ -7,9 +7,14 @@
 // LEASEFENCE_ plus the flag in upper case with '-' as '_' (for example
 // LEASEFENCE_DATA_DIR); a flag on the command line wins.
 //
-// Mutual TLS is opt-in (plaintext is the default for local development):
+// A node speaks mutual TLS or, with --insecure (local development only),
+// plaintext; it refuses to start with neither:
 //
 //	leased ... --tls-cert certs/n1.crt --tls-key certs/n1.key --tls-ca certs/ca.crt
+//
+// "leased health" checks a node's gRPC health service (exit 0 when
+// SERVING), for container health checks; "leased --version" prints the
+// build.
 package main
 
 import (
@@ -22,12 +27,14 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/leasefence/leasefence/cluster"
+	"github.com/leasefence/leasefence/internal/buildinfo"
 	"github.com/leasefence/leasefence/internal/flagenv"
 	"github.com/leasefence/leasefence/internal/memlimit"
 	"github.com/leasefence/leasefence/transport"
@@ -38,6 +45,9 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "dump-log" {
 		return dumpLog(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "health" {
+		return health(args[1:], stdout, stderr)
 	}
 	cfg, err := parse(args, stdout, stderr)
 	if err == flag.ErrHelp || err == errPrinted {
@@ -101,6 +111,42 @@ func dumpLog(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// autoBool is a boolean flag that may be left to a default decided later
+// ("auto").
+type autoBool struct {
+	set, val bool
+}
+
+func (b *autoBool) IsBoolFlag() bool { return true }
+
+func (b *autoBool) String() string {
+	if b == nil || !b.set {
+		return "auto"
+	}
+	return strconv.FormatBool(b.val)
+}
+
+func (b *autoBool) Set(s string) error {
+	if s == "auto" {
+		*b = autoBool{}
+		return nil
+	}
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("%q is not true, false or auto", s)
+	}
+	*b = autoBool{set: true, val: v}
+	return nil
+}
+
+// or returns the value given, else def.
+func (b autoBool) or(def bool) bool {
+	if b.set {
+		return b.val
+	}
+	return def
+}
+
 // nodeFailed returns a channel closed when the node stopped itself after a
 // fatal error.
 func nodeFailed(n *cluster.Node) <-chan struct{} {
@@ -112,7 +158,7 @@ func nodeFailed(n *cluster.Node) <-chan struct{} {
 	return ch
 }
 
-// errPrinted ends a run that only printed (--print-config).
+// errPrinted ends a run that only printed (--print-config, --version).
 var errPrinted = errors.New("printed")
 
 // settings are the node's configuration and the process-wide ones that
@@ -153,7 +199,7 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	fs.Uint64Var(&cfg.TrailingLogs, "trailing-logs", cfg.TrailingLogs, "log entries kept after a snapshot")
 	fs.Uint64Var(&cfg.StateCheckEvery, "state-check-every", cfg.StateCheckEvery, "hash the state at every multiple of this many log indexes, for the replicas to compare (docs/OPERATIONS.md, \"Corruption\")")
 	fs.DurationVar(&cfg.StateCheckPoll, "state-check-poll", cfg.StateCheckPoll, "how often a node compares its state hashes with the other voters'")
-	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "host:port for HTTP /metrics (Prometheus) and /healthz; empty: off")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "host:port for HTTP /metrics (Prometheus), /healthz and the status page (--status-page); empty: off")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "also serve /debug/pprof/ on the metrics address (exposes internals)")
 	fs.StringVar(&cfg.PolicyFile, "policy", "", "JSON authorization policy (identities, tokens, prefixes, admin; see docs/SECURITY.md); empty: everything allowed")
 	fs.IntVar(&cfg.MaxWaitersPerResource, "max-waiters-per-resource", cfg.MaxWaitersPerResource, "callers that may queue on one resource (Acquire with wait)")
@@ -169,6 +215,10 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	fs.UintVar(&maxStreams, "max-streams-per-connection", uint(cfg.Limits.MaxStreamsPerConnection), "concurrent calls on one client connection (with TLS; peers are not bounded)")
 	fs.IntVar(&cfg.Limits.MaxClientMessage, "max-client-message", cfg.Limits.MaxClientMessage, "largest message in bytes a client may send (with TLS; larger: ResourceExhausted)")
 	fs.IntVar(&cfg.Limits.MaxPeerMessage, "max-peer-message", cfg.Limits.MaxPeerMessage, "largest message in bytes a peer may send (Raft AppendEntries, snapshot chunks); without TLS the limit for every caller")
+	var statusPage autoBool
+	fs.Var(&statusPage, "status-page", "serve a read-only HTML status page (/ and /status) on --metrics-listen: true, false or auto (on with --insecure, off with TLS); with --policy only an administrator's bearer token opens it")
+	var reflection autoBool
+	fs.Var(&reflection, "grpc-reflection", "serve gRPC server reflection (grpcurl list/describe) on the gRPC port: true, false or auto (on with --insecure, off with TLS); with --policy only administrators may call it")
 	var insecure bool
 	fs.BoolVar(&insecure, "insecure", false, "serve plaintext gRPC without TLS: local development only (anyone who reaches the port can take every lease and call the Raft transport: TimeoutNow, AppendEntries)")
 	fs.StringVar(&cfg.TLS.CertFile, "tls-cert", "", "PEM certificate of this node (with the peer identity); with --tls-key and --tls-ca turns on mutual TLS")
@@ -180,6 +230,8 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	var memoryLimit string
 	fs.StringVar(&memoryLimit, "memory-limit", "auto", "soft limit on the Go runtime's memory (512MiB, 1GiB, ...): the collector works harder near it; auto: 90% of the cgroup's memory limit when there is one, unless GOMEMLIMIT is set; off: none")
 	// Environment first, so that flags given on the command line win.
+	var version bool
+	fs.BoolVar(&version, "version", false, "print leased's version, the commit it was built from and its Go version, and exit")
 	var configFile string
 	var printConfig bool
 	fs.StringVar(&configFile, "config", "", "config file of `name = value` lines (flag names); env and flags win over it")
@@ -216,9 +268,13 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	if err := fs.Parse(args); err != nil {
 		return settings{Config: cfg}, err
 	}
+	if version {
+		fmt.Fprint(stdout, buildinfo.Read().Text())
+		return settings{Config: cfg}, errPrinted
+	}
 	if printConfig {
 		// A config file cannot carry the unsafe switches.
-		flagenv.Print(stdout, fs, "config", "print-config", flagFaultClock, unsafePeerRouteFlag)
+		flagenv.Print(stdout, fs, "config", "print-config", "version", flagFaultClock, unsafePeerRouteFlag)
 		return settings{Config: cfg}, errPrinted
 	}
 	if fs.NArg() > 0 {
@@ -250,6 +306,8 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 		return settings{Config: cfg}, fmt.Errorf("--bump-tokens 0 needs --allow-zero-bump: without a bump, new tokens may repeat tokens resources have already accepted")
 	}
 	cfg.Insecure = insecure // Validate refuses neither TLS nor --insecure, and both
+	cfg.GRPCReflection = reflection.or(insecure)
+	cfg.StatusPage = statusPage.or(insecure)
 	mem, err := memlimit.Choose(memoryLimit, os.Getenv("GOMEMLIMIT"), "/")
 	if err != nil {
 		return settings{Config: cfg}, err

@@ -1,7 +1,6 @@
 package ctl
 
 import (
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -301,18 +300,14 @@ func (a *app) flagSetFor(cmd *command) *flag.FlagSet {
 	return fs
 }
 
-// parseLeaseID parses a lease id: exactly 32 lowercase hex characters.
+// parseLeaseID parses a lease id as leasectl and grpcurl print it (base64)
+// or as the 32 lowercase hex digits of older releases (api.ParseLeaseID).
 func parseLeaseID(s string) ([]byte, error) {
-	if len(s) != 32 {
-		return nil, usageErrorf("lease id %q: want 32 lowercase hex characters, got %d characters", s, len(s))
+	b, err := api.ParseLeaseID(s)
+	if err != nil {
+		return nil, usageErrorf("%v", err)
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return nil, usageErrorf("lease id %q: want 32 lowercase hex characters, found %q at offset %d", s, c, i)
-		}
-	}
-	return hex.DecodeString(s)
+	return b, nil
 }
 
 // formatPosition prints a position as INDEX.SEQ, the form --after accepts.

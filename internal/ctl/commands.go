@@ -11,7 +11,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/client"
+	"github.com/leasefence/leasefence/internal/buildinfo"
 )
 
 // commands lists every leasectl command, in help order.
@@ -202,33 +202,12 @@ func (e *waitTimeoutError) Unwrap() error { return e.err }
 
 func setupVersion(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 	return func(context.Context, []string) error {
-		version, commit, modified, goVersion := "unknown", "unknown", false, runtime.Version()
-		if bi, ok := a.buildInfo(); ok && bi != nil {
-			if bi.Main.Version != "" {
-				version = bi.Main.Version
-			}
-			goVersion = bi.GoVersion
-			for _, kv := range bi.Settings {
-				switch kv.Key {
-				case "vcs.revision":
-					commit = kv.Value
-				case "vcs.modified":
-					modified = kv.Value == "true"
-				}
-			}
-		}
+		b := buildinfo.From(a.buildInfo()) // the same source as leased --version
 		if a.json {
-			a.printJSON(map[string]any{"version": version, "commit": commit, "modified": modified, "go": goVersion})
+			a.printJSON(map[string]any{"version": b.Version, "commit": b.Commit, "modified": b.Modified, "go": b.Go})
 			return nil
 		}
-		if modified {
-			commit += " (modified)"
-		}
-		k := newKV(a.stdout)
-		k.row("version", version)
-		k.row("commit", commit)
-		k.row("go", goVersion)
-		k.flush()
+		fmt.Fprint(a.stdout, b.Text())
 		return nil
 	}
 }
@@ -269,7 +248,7 @@ func setupRelease(a *app, fs *flag.FlagSet) func(context.Context, []string) erro
 			k := newKV(a.stdout)
 			k.row("released", resp.GetReleased())
 			if l := resp.GetLease(); l != nil {
-				k.row("lease", hex.EncodeToString(l.GetId()))
+				k.row("lease", api.FormatLeaseID(l.GetId()))
 				k.row("resource", l.GetResource())
 				k.row("token", l.GetToken())
 			}

@@ -88,7 +88,7 @@ func TestAcquireAcceptsFlagsBeforeAndAfterPositionals(t *testing.T) {
 			if err := json.Unmarshal([]byte(res.stdout), &out); err != nil {
 				t.Fatalf("stdout %q is not JSON: %v", res.stdout, err)
 			}
-			if out.Lease.ID != testLeaseHex || out.Lease.Resource != "jobs/42" || out.Lease.Scope != "shard-7" ||
+			if out.Lease.ID != testLeaseB64 || out.Lease.Resource != "jobs/42" || out.Lease.Scope != "shard-7" ||
 				out.Lease.Token != 7 || out.Lease.TTL != "10s" || out.TimeLeft != "9.8s" || out.RequestID != r.GetRequestId() {
 				t.Errorf("JSON = %+v", out)
 			}
@@ -100,7 +100,7 @@ func TestAcquireHumanOutput(t *testing.T) {
 	t.Parallel()
 	f := start(t, &fake{onAcquire: granting})
 	res := runCtl(t, "acquire", "jobs/42", "--ttl", "10s", "--holder", "worker-a", "--endpoints", f.addr)
-	want := "lease     " + testLeaseHex + "\n" +
+	want := "lease     " + testLeaseB64 + "\n" +
 		"resource  jobs/42\n" +
 		"scope     jobs/42\n" +
 		"token     7\n" +
@@ -351,7 +351,7 @@ func TestLeaseIDMustBe32LowercaseHex(t *testing.T) {
 	for _, cmd := range []string{"renew", "release"} {
 		for _, id := range bad {
 			res := runCtl(t, cmd, "--endpoints", f.addr, "--", id)
-			if res.code != ExitFailed || !strings.Contains(res.stderr, "32 lowercase hex") {
+			if res.code != ExitFailed || !strings.Contains(res.stderr, "want the 24-character base64 id") {
 				t.Errorf("%s %q: exit %d, stderr %q", cmd, id, res.code, res.stderr)
 			}
 		}
@@ -359,15 +359,22 @@ func TestLeaseIDMustBe32LowercaseHex(t *testing.T) {
 	if n := f.callCount(); n != 0 {
 		t.Fatalf("bad ids reached the service %d times", n)
 	}
+	// The base64 form leasectl and grpcurl print, unpadded or URL-safe as
+	// protobuf JSON accepts it, and the hex of older releases.
+	forms := []string{testLeaseB64, strings.TrimRight(testLeaseB64, "="), testLeaseHex}
 	for _, cmd := range []string{"renew", "release"} {
-		if res := runCtl(t, cmd, testLeaseHex, "--endpoints", f.addr); res.code != ExitOK {
-			t.Errorf("%s: exit %d: %s", cmd, res.code, res.stderr)
+		for _, id := range forms {
+			if res := runCtl(t, cmd, id, "--endpoints", f.addr); res.code != ExitOK {
+				t.Errorf("%s %s: exit %d: %s", cmd, id, res.code, res.stderr)
+			}
 		}
 	}
-	renew := f.requests("Renew")[0].(*api.RenewRequest)
-	release := f.requests("Release")[0].(*api.ReleaseRequest)
-	if string(renew.GetLeaseId()) != string(testLeaseID) || string(release.GetLeaseId()) != string(testLeaseID) {
-		t.Errorf("ids sent: %x, %x", renew.GetLeaseId(), release.GetLeaseId())
+	for _, m := range []string{"Renew", "Release"} {
+		for i, r := range f.requests(m) {
+			if got := r.(interface{ GetLeaseId() []byte }).GetLeaseId(); string(got) != string(testLeaseID) {
+				t.Errorf("%s with %s sent id %x", m, forms[i], got)
+			}
+		}
 	}
 }
 
@@ -409,7 +416,7 @@ func TestGetOutput(t *testing.T) {
 
 	res := runCtl(t, "get", "jobs/42", "--endpoints", f.addr)
 	want := "state       held\n" +
-		"lease       " + testLeaseHex + "\n" +
+		"lease       " + testLeaseB64 + "\n" +
 		"resource    jobs/42\n" +
 		"scope       jobs/42\n" +
 		"token       7\n" +
@@ -441,7 +448,7 @@ func TestGetOutput(t *testing.T) {
 	if err := json.Unmarshal([]byte(res.stdout), &out); err != nil {
 		t.Fatalf("stdout %q: %v", res.stdout, err)
 	}
-	if !out.Held || out.Lease == nil || out.Lease.ID != testLeaseHex || out.TimeLeft != "4s" || out.ScopeToken != 7 {
+	if !out.Held || out.Lease == nil || out.Lease.ID != testLeaseB64 || out.TimeLeft != "4s" || out.ScopeToken != 7 {
 		t.Errorf("JSON = %+v", out)
 	}
 }

@@ -224,6 +224,9 @@ var testLeaseID = []byte{0x3f, 0x2a, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0
 
 const testLeaseHex = "3f2a0102030405060708090a0b0c0dee"
 
+// testLeaseB64 is testLeaseID as leasectl and grpcurl print it.
+const testLeaseB64 = "PyoBAgMEBQYHCAkKCwwN7g=="
+
 func testLease(resource string) *api.Lease {
 	return &api.Lease{
 		Id:          testLeaseID,

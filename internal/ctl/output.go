@@ -2,7 +2,6 @@ package ctl
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,7 +59,7 @@ func viewLease(l *api.Lease) *leaseView {
 		return nil
 	}
 	return &leaseView{
-		ID:          hex.EncodeToString(l.GetId()),
+		ID:          api.FormatLeaseID(l.GetId()),
 		Resource:    l.GetResource(),
 		Scope:       l.GetScope(),
 		Token:       l.GetToken(),
@@ -175,7 +174,7 @@ func (k *kv) row(label string, value any) { fmt.Fprintf(k.tw, "%s\t%v\n", label,
 func (k *kv) flush()                      { k.tw.Flush() }
 
 func (k *kv) lease(l *api.Lease) {
-	k.row("lease", hex.EncodeToString(l.GetId()))
+	k.row("lease", api.FormatLeaseID(l.GetId()))
 	k.row("resource", l.GetResource())
 	k.row("scope", l.GetScope())
 	k.row("token", l.GetToken())

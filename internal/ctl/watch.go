@@ -2,7 +2,6 @@ package ctl
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -196,5 +195,5 @@ func (w *watcher) print(ev *api.WatchEvent) {
 	}
 	fmt.Fprintf(w.a.stdout, "%s %s %s token=%d holder=%s ttl=%s lease=%s reason=%s\n",
 		formatPosition(ev.GetPosition()), eventType(ev.GetType()), l.GetResource(), l.GetToken(),
-		l.GetHolder(), asDuration(l.GetTtl()), hex.EncodeToString(l.GetId()), ev.GetReason())
+		l.GetHolder(), asDuration(l.GetTtl()), api.FormatLeaseID(l.GetId()), ev.GetReason())
 }

@@ -104,9 +104,9 @@ func TestWatchResumesAfterTheLastPositionAcrossAReconnect(t *testing.T) {
 
 	lines := w.lines()
 	want := []string{
-		"6.0 granted jobs/42 token=7 holder=worker-a ttl=10s lease=" + testLeaseHex + " reason=acquire",
-		"6.1 released jobs/42 token=7 holder=worker-a ttl=10s lease=" + testLeaseHex + " reason=release",
-		"7.0 granted jobs/42 token=7 holder=worker-a ttl=10s lease=" + testLeaseHex + " reason=acquire",
+		"6.0 granted jobs/42 token=7 holder=worker-a ttl=10s lease=" + testLeaseB64 + " reason=acquire",
+		"6.1 released jobs/42 token=7 holder=worker-a ttl=10s lease=" + testLeaseB64 + " reason=release",
+		"7.0 granted jobs/42 token=7 holder=worker-a ttl=10s lease=" + testLeaseB64 + " reason=acquire",
 	}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
 		t.Errorf("stdout:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
@@ -170,7 +170,7 @@ func TestWatchAfterFlagAndJSON(t *testing.T) {
 		t.Fatalf("line %q: %v", w.lines()[0], err)
 	}
 	if ev.Position != "12.4" || ev.Index != 12 || ev.Seq != 4 || ev.Type != "expired" || ev.Reason != "expire" ||
-		ev.Resource != "jobs/42" || ev.Lease == nil || ev.Lease.ID != testLeaseHex {
+		ev.Resource != "jobs/42" || ev.Lease == nil || ev.Lease.ID != testLeaseB64 {
 		t.Errorf("event JSON = %+v", ev)
 	}
 }
