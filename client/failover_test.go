@@ -70,7 +70,9 @@ func TestAcquireWithEveryNodeSilentIsIndeterminate(t *testing.T) {
 		}
 	}
 	defer resume()
-	_, err := cl.Acquire(ctxFor(t, 10*time.Second), "silent", client.WithTTL(5*time.Second), client.WithRequestID("silent-req-1"))
+	// A ttl long enough that the grant the frozen nodes make once resumed
+	// is still live when the retry arrives on a loaded machine.
+	_, err := cl.Acquire(ctxFor(t, 10*time.Second), "silent", client.WithTTL(60*time.Second), client.WithRequestID("silent-req-1"))
 	mustBe(t, err, client.ErrIndeterminate)
 	var ie *client.IndeterminateError
 	if !errors.As(err, &ie) || ie.RequestID != "silent-req-1" {
@@ -80,7 +82,7 @@ func TestAcquireWithEveryNodeSilentIsIndeterminate(t *testing.T) {
 	mustBe(t, err, client.ErrUnavailable)
 
 	resume()
-	l, err := cl.Acquire(ctxFor(t, 20*time.Second), "silent", client.WithTTL(5*time.Second), client.WithRequestID("silent-req-1"))
+	l, err := cl.Acquire(ctxFor(t, 20*time.Second), "silent", client.WithTTL(60*time.Second), client.WithRequestID("silent-req-1"))
 	if err != nil {
 		t.Fatalf("retry with the request id after the nodes resumed: %v", err)
 	}

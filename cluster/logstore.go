@@ -48,7 +48,7 @@ func openLogStoreWithin(path string, unsyncedFreelist bool, wait time.Duration) 
 		if pid := lockHolder(path); pid != "" {
 			who += ", pid " + pid
 		}
-		return nil, fmt.Errorf("cluster: data dir %s is locked by %s (another leased on the same data dir?): %w", filepath.Dir(path), who, err)
+		return nil, fmt.Errorf("cluster: data dir %s is locked by %s: it is in use by another leased or another node in this process, and every node needs a data dir of its own (%w)", filepath.Dir(path), who, err)
 	}
 	return store, err
 }

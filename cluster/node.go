@@ -237,10 +237,7 @@ func (n *Node) open(ctx context.Context) error {
 		if errors.Is(err, bbolt.ErrTimeout) && lockWait < dataDirLockWait {
 			return fmt.Errorf("cluster: start: waiting for %s, held open by another process: %w", dbPath, context.DeadlineExceeded)
 		}
-		if errors.Is(err, bbolt.ErrTimeout) {
-			return fmt.Errorf("cluster: data dir %s is in use: another process (or another node in this one) holds %s open; every node needs a data dir of its own", cfg.DataDir, dbPath)
-		}
-		return err
+		return err // a held lock: openLogStoreWithin names the holder
 	}
 	n.store = store
 	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, cfg.Logger.Named("snapshots"))
