@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -51,9 +52,11 @@ type Node struct {
 	hub       *hub
 	tr        *transport.Transport
 	store     *raftboltdb.BoltStore
-	server    *servers // behind lis (servers.go)
-	lis       net.Listener
-	addr      string
+	// walStore closes the raft-wal log store (Config.LogStore "wal").
+	walStore io.Closer
+	server   *servers // behind lis (servers.go)
+	lis      net.Listener
+	addr     string
 
 	metrics   *metrics
 	health    *health.Server
@@ -192,8 +195,9 @@ func (n *Node) open() error {
 		}
 	}
 	var store *raftboltdb.BoltStore
+	var logStore raft.LogStore // store, or raft-wal (walstore.go)
 	if err := guardDisk(dbPath, func() (err error) {
-		store, err = openLogStore(dbPath, true)
+		store, logStore, n.walStore, err = openStores(cfg.DataDir, cfg.LogStore, n.log)
 		return err
 	}); err != nil {
 		return err
@@ -205,7 +209,7 @@ func (n *Node) open() error {
 	}
 	// Integrity (corrupt.go, logstore.go): refuse to start on a corrupt
 	// entry or newest snapshot; stop when one is read later.
-	checked, snaps, err := n.checkStores(store, fileSnaps)
+	checked, snaps, err := n.checkStores(logStore, fileSnaps)
 	if err != nil {
 		return err
 	}
@@ -484,6 +488,11 @@ func (n *Node) cleanup() error {
 	}
 	if n.fwd != nil {
 		n.fwd.close()
+	}
+	if n.walStore != nil {
+		if err := n.walStore.Close(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if n.store != nil {
 		if err := n.store.Close(); err != nil {
