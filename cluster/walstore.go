@@ -69,27 +69,18 @@ func openStores(dataDir, kind string, log hclog.Logger) (stable *raftboltdb.Bolt
 		stable.Close()
 		return nil, nil, nil, fmt.Errorf("cluster: log store: %w", err)
 	}
-	// raft-wal v0.4.0's Close leaves its metadata file (a bbolt file)
-	// open, and with it the file's lock: a node restarted in the same
-	// process would wait on it forever. So the node holds it and closes it.
-	meta := &metadb.BoltMetaDB{}
-	w, err := raftwal.Open(dir, raftwal.WithLogger(log.Named("wal")), raftwal.WithMetaStore(meta))
+	// v0.4.1 or later: v0.4.0's Close left wal-meta.db (and its lock)
+	// open, so a node restarted in the same process waited on it forever,
+	// and a tail truncation (raft clearing a deposed leader's suffix)
+	// sealed a segment without its index block: after a kill the node
+	// could not read its log again ("sealed segment has no index block",
+	// raft-wal issue 31).
+	w, err := raftwal.Open(dir, raftwal.WithLogger(log.Named("wal")))
 	if err != nil {
-		meta.Close()
 		stable.Close()
 		return nil, nil, nil, fmt.Errorf("cluster: log store %s: %w", dir, err)
 	}
-	return stable, w, walCloser{w, meta}, nil
-}
-
-// walCloser closes raft-wal and then its metadata file.
-type walCloser struct {
-	w    *raftwal.WAL
-	meta *metadb.BoltMetaDB
-}
-
-func (c walCloser) Close() error {
-	return errors.Join(c.w.Close(), c.meta.Close())
+	return stable, w, w, nil
 }
 
 // checkLogStoreChoice makes sure a data dir is only ever opened with the
