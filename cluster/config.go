@@ -33,8 +33,17 @@ type Config struct {
 	// Advertise is the address peers and clients use to reach this node.
 	// Empty means the bound listen address.
 	Advertise string
-	// DataDir holds raft.db (log and stable store) and snapshots/.
+	// DataDir holds raft.db (the stable store: term and vote; and the log
+	// with LogStore "boltdb"), wal/ (the log with LogStore "wal") and
+	// snapshots/.
 	DataDir string
+	// LogStore chooses where the Raft log lives: LogStoreBoltDB (in
+	// raft.db, with the stable store) or LogStoreWAL (raft-wal segment
+	// files in DataDir/wal). Empty means the default, LogStoreBoltDB. The
+	// choice is recorded in raft.db on a first start and fixed for the life
+	// of the data dir: a node started with the other store refuses to start
+	// (logstore.go, checkLogStoreChoice).
+	LogStore string
 	// Bootstrap lists every member of a new cluster (id -> address),
 	// including this node. It is used only on a first start (empty data
 	// dir), and every founding node must be given the same list.
@@ -244,6 +253,7 @@ func DefaultConfig() Config {
 		StateCheckEvery: 4096,
 		StateCheckPoll:  5 * time.Second,
 		Limits:          transport.DefaultLimits(),
+		LogStore:        defaultLogStore,
 	}
 }
 
@@ -252,6 +262,9 @@ func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	if c.Listen == "" {
 		c.Listen = d.Listen
+	}
+	if c.LogStore == "" {
+		c.LogStore = d.LogStore
 	}
 	setDur := func(v *time.Duration, def time.Duration) {
 		if *v == 0 {
@@ -345,6 +358,11 @@ func (c Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		bad("data dir is required")
+	}
+	switch c.LogStore {
+	case "", LogStoreBoltDB, LogStoreWAL:
+	default:
+		bad("log store %q: want %q or %q", c.LogStore, LogStoreBoltDB, LogStoreWAL)
 	}
 	tlsGiven := c.TLS.CertFile != "" || c.TLS.KeyFile != "" || c.TLS.CAFile != ""
 	switch {

@@ -27,11 +27,11 @@ func replaceAdvice(node string) string {
 		node + "; wipe this node's data dir; start it again with --join <a healthy node's address>)"
 }
 
-// CorruptLogError names a log entry in raft.db that fails its checksum or
-// cannot be read.
+// CorruptLogError names a log entry in the log store (raft.db, or wal/)
+// that fails its checksum or cannot be read.
 type CorruptLogError struct {
 	Node  string // the node's id, when known
-	Path  string // the raft.db file
+	Path  string // the raft.db file or the wal directory
 	Index uint64 // the entry's Raft index
 	Err   error
 }
@@ -137,7 +137,7 @@ func (n *Node) checkStores(store raft.LogStore, snaps raft.SnapshotStore) (*chec
 		n.log.Error("refusing to start", "error", err)
 		return nil, nil, err
 	}
-	path := filepath.Join(n.cfg.DataDir, "raft.db")
+	path := logStorePath(n.cfg.DataDir, n.cfg.LogStore)
 	checked, err := newCheckedLogStore(store, path, n.cfg.ID, n.log)
 	if err != nil {
 		n.log.Error("refusing to start", "error", err)

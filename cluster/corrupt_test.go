@@ -70,8 +70,8 @@ func TestFlippedByteInRaftDBStopsTheNodeAtStart(t *testing.T) {
 	tc.waitAllApplied()
 	fi, _ := tc.follower()
 	tc.stop(fi)
-	path := filepath.Join(tc.cfgs[fi].DataDir, "raft.db")
-	replaceInFile(t, path, []byte("db/39"), []byte("dX/39"))
+	path := logPathOf(tc.cfgs[fi]) // raft.db, or wal/ (LEASEFENCE_LOG_STORE=wal)
+	replaceInLog(t, path, []byte("db/39"), []byte("dX/39"))
 
 	n, err := Start(tc.cfgs[fi])
 	if err == nil {

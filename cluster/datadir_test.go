@@ -385,7 +385,9 @@ func TestDumpLogOfATruncatedRaftDBIsAnError(t *testing.T) {
 // 32768): the node's config, for a start or a dump on the damaged file.
 func truncatedRaftDB(t *testing.T, buf *lockedBuffer) Config {
 	t.Helper()
-	n, cfg := oneNode(t, buf, nil)
+	// raft.db grows only while it holds the log (with wal it holds the
+	// term and vote alone).
+	n, cfg := oneNode(t, buf, func(c *Config) { c.LogStore = LogStoreBoltDB })
 	db := filepath.Join(cfg.DataDir, "raft.db")
 	for i := 0; ; i++ {
 		acquireN(t, n, fmt.Sprintf("grow/%d", i), 50)

@@ -85,6 +85,13 @@ func DumpLog(dataDir string, w io.Writer) error {
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("cluster: dump-log: %w", err)
 	}
+	if _, err := os.Stat(filepath.Join(dataDir, walDirName)); err == nil {
+		// raft-wal has no read-only open (it recovers its tail and prunes
+		// segment files): dumping would have to change the data dir, and
+		// raft.db alone holds no entries, which would read as an empty log.
+		return fmt.Errorf("cluster: dump-log: %s keeps its log in %s (--log-store wal), which dump-log cannot read without changing it; only boltdb data dirs can be dumped",
+			dataDir, filepath.Join(dataDir, walDirName))
+	}
 	// A damaged file is an error, never a bbolt panic (datadir.go).
 	if err := checkBoltFile(path); err != nil {
 		return fmt.Errorf("cluster: dump-log: %w", err)

@@ -35,7 +35,10 @@ func dumpRecords(t *testing.T, dir string) (LogRecord, map[string][]LogRecord) {
 }
 
 func TestDumpLogReplaysAppliedCommandsOfAStoppedNode(t *testing.T) {
-	tc := newTestCluster(t, 1, func(c *Config) { c.SnapshotThreshold, c.SnapshotThresholdMax, c.TrailingLogs = 1, 1, 1 })
+	tc := newTestCluster(t, 1, func(c *Config) {
+		c.SnapshotThreshold, c.SnapshotThresholdMax, c.TrailingLogs = 1, 1, 1
+		c.LogStore = LogStoreBoltDB // dump-log reads boltdb logs only (TestDumpLogOfAWALDataDirIsRefused)
+	})
 	c := tc.client(0)
 	ctx := ctxT(t)
 	acq := func(res, rid string) (*api.AcquireResponse, error) {

@@ -75,8 +75,9 @@ func lockHolder(path string) string {
 	return ""
 }
 
-// checkedLogStore is the node's raft log store: raft-boltdb with every
-// command entry's checksum (fsm.VerifyEntry) checked on the way in and out.
+// checkedLogStore is the node's raft log store: raft-boltdb or raft-wal
+// (Config.LogStore) with every command entry's checksum (fsm.VerifyEntry)
+// checked on the way in and out.
 //
 // Only raft.LogCommand entries carry our bytes (the FSM's type byte and
 // body); configuration entries are raft's own encoding and barrier/no-op
@@ -154,6 +155,15 @@ func (s *checkedLogStore) GetLog(index uint64, l *raft.Log) error {
 		s.onCorrupt.report(cerr)
 	}
 	return nil
+}
+
+// IsMonotonic implements raft.MonotonicLogStore for the store it wraps:
+// raft-wal cannot hold a gap, so after installing a snapshot raft must
+// empty it rather than leave the older entries in place. Without this the
+// wrapper would hide that from raft (and from raft.LogCache above it).
+func (s *checkedLogStore) IsMonotonic() bool {
+	m, ok := s.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
 }
 
 // StoreLog implements raft.LogStore.

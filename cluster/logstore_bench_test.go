@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
 
@@ -54,6 +55,53 @@ func BenchmarkLogStoreCommit(b *testing.B) {
 					next++
 				}
 				b.ReportMetric(float64(free), "free-pages")
+			})
+		}
+	}
+}
+
+// BenchmarkLogStoreAppend compares the two log stores (Config.LogStore)
+// on what the leader and every follower do per write: StoreLogs of a
+// batch of command entries, synced before it returns. An entry is 1 KiB,
+// about what one batched entry carries at 64 clients (9 commands);
+// batch=1 is a lightly loaded leader, batch=16 a follower catching up
+// or a leader whose disk lags. Per op: one StoreLogs call.
+//
+// The machine is noisy: run the stores alternately, several rounds, and
+// compare medians (docs/PERFORMANCE.md, "Log store"):
+//
+//	go test -run '^$' -bench 'LogStoreAppend/store=boltdb' -benchtime 2000x ./cluster/
+//	go test -run '^$' -bench 'LogStoreAppend/store=wal' -benchtime 2000x ./cluster/
+func BenchmarkLogStoreAppend(b *testing.B) {
+	for _, kind := range []string{LogStoreBoltDB, LogStoreWAL} {
+		for _, batch := range []int{1, 16} {
+			b.Run(fmt.Sprintf("store=%s/batch=%d", kind, batch), func(b *testing.B) {
+				dir := b.TempDir()
+				stable, logs, closeLog, err := openStores(dir, kind, dataDirLockWait, hclog.NewNullLogger())
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer stable.Close()
+				if closeLog != nil {
+					defer closeLog.Close()
+				}
+				data := make([]byte, 1024)
+				next := uint64(1)
+				batchLogs := make([]*raft.Log, batch)
+				for i := range batchLogs {
+					batchLogs[i] = &raft.Log{Term: 1, Type: raft.LogCommand, Data: data}
+				}
+				b.SetBytes(int64(batch * len(data)))
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					for _, l := range batchLogs {
+						l.Index = next
+						next++
+					}
+					if err := logs.StoreLogs(batchLogs); err != nil {
+						b.Fatal(err)
+					}
+				}
 			})
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -52,8 +53,10 @@ type Node struct {
 	hub       *hub
 	tr        *transport.Transport
 	store     *raftboltdb.BoltStore
-	server    *servers // behind lis (servers.go)
-	lis       net.Listener
+	// walStore closes the raft-wal log store (Config.LogStore "wal").
+	walStore io.Closer
+	server   *servers // behind lis (servers.go)
+	lis      net.Listener
 	// inproc serves DialInProcess's in-memory connections and chain
 	// holds the node's interceptors, for RegisterServices (inprocess.go).
 	inproc *inProcess
@@ -230,8 +233,9 @@ func (n *Node) open(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok {
 		lockWait = max(min(lockWait, time.Until(dl)), time.Millisecond)
 	}
+	var logStore raft.LogStore // store, or raft-wal (walstore.go)
 	if err := guardDisk(dbPath, func() (err error) {
-		store, err = openLogStoreWithin(dbPath, true, lockWait)
+		store, logStore, n.walStore, err = openStores(cfg.DataDir, cfg.LogStore, lockWait, n.log)
 		return err
 	}); err != nil {
 		if errors.Is(err, bbolt.ErrTimeout) && lockWait < dataDirLockWait {
@@ -246,7 +250,7 @@ func (n *Node) open(ctx context.Context) error {
 	}
 	// Integrity (corrupt.go, logstore.go): refuse to start on a corrupt
 	// entry or newest snapshot; stop when one is read later.
-	checked, snaps, err := n.checkStores(store, fileSnaps)
+	checked, snaps, err := n.checkStores(logStore, fileSnaps)
 	if err != nil {
 		return err
 	}
@@ -575,6 +579,11 @@ func (n *Node) cleanup() error {
 	}
 	if n.fwd != nil {
 		n.fwd.close()
+	}
+	if n.walStore != nil {
+		if err := n.walStore.Close(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if n.store != nil {
 		if err := n.store.Close(); err != nil {

@@ -48,16 +48,28 @@ func TestCorruptRaftDBEntryStopsLeasedWithAMessage(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	c.Kill(victim, syscall.SIGTERM)
+	// The log: raft.db, or wal/'s segment files with LEASEFENCE_LOG_STORE=wal.
 	path := filepath.Join(c.Procs[victim].DataDir, "raft.db")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
+	files := []string{path}
+	if segs, _ := filepath.Glob(filepath.Join(c.Procs[victim].DataDir, "wal", "*.wal")); len(segs) > 0 {
+		path, files = filepath.Join(c.Procs[victim].DataDir, "wal"), segs
 	}
-	if !bytes.Contains(data, []byte("db/39")) {
-		t.Fatal("db/39 not in raft.db")
+	found := false
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(data, []byte("db/39")) {
+			continue
+		}
+		found = true
+		if err := os.WriteFile(f, bytes.ReplaceAll(data, []byte("db/39"), []byte("dX/39")), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := os.WriteFile(path, bytes.ReplaceAll(data, []byte("db/39"), []byte("dX/39")), 0o600); err != nil {
-		t.Fatal(err)
+	if !found {
+		t.Fatalf("db/39 not in %s", path)
 	}
 	logBefore, _ := os.ReadFile(c.Procs[victim].LogPath)
 	c.Start(victim)

@@ -1,0 +1,215 @@
+package cluster
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"go.etcd.io/bbolt"
+)
+
+// A data dir keeps the log store it was created with: started with the
+// other one it is refused with a message that names both (never started
+// with an empty log next to its term and vote), nothing is created for
+// the other store, and it starts again with its own, its log intact.
+func TestDataDirRefusesTheOtherLogStore(t *testing.T) {
+	for _, tc := range []struct{ made, other string }{
+		{LogStoreBoltDB, LogStoreWAL},
+		{LogStoreWAL, LogStoreBoltDB},
+	} {
+		t.Run(tc.made, func(t *testing.T) {
+			var buf lockedBuffer
+			n, cfg := oneNode(t, &buf, func(c *Config) { c.LogStore = tc.made })
+			acquireN(t, n, "kept", 3)
+			applied := n.AppliedIndex()
+			n.Close()
+			walDir := filepath.Join(cfg.DataDir, walDirName)
+
+			other := cfg
+			other.LogStore = tc.other
+			startRefused(t, other, `created with the "`+tc.made+`" log store`, "--log-store "+tc.made)
+			if _, err := os.Stat(walDir); tc.made == LogStoreBoltDB && err == nil {
+				t.Fatal("a refused start created wal/")
+			}
+
+			n, err := Start(cfg)
+			if err != nil {
+				t.Fatalf("restart with its own store: %v", err)
+			}
+			defer n.Close()
+			eventually(t, 10*time.Second, "the log replays", func() bool { return n.AppliedIndex() >= applied })
+		})
+	}
+}
+
+// A data dir from before the option has no record of its store: a raft.db
+// with a term and log is a boltdb one, and refused with wal.
+func TestDataDirWithoutARecordIsBoltDB(t *testing.T) {
+	var buf lockedBuffer
+	n, cfg := oneNode(t, &buf, func(c *Config) { c.LogStore = LogStoreBoltDB })
+	acquireN(t, n, "old", 2)
+	n.Close()
+	db, err := bbolt.Open(filepath.Join(cfg.DataDir, "raft.db"), 0o600, &bbolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bbolt.Tx) error { return tx.Bucket([]byte("conf")).Delete(logStoreKey) }); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	wal := cfg
+	wal.LogStore = LogStoreWAL
+	startRefused(t, wal, `created with the "boltdb" log store`)
+	n, err = Start(cfg)
+	if err != nil {
+		t.Fatalf("restart with boltdb: %v", err)
+	}
+	n.Close()
+}
+
+// A wal data dir whose wal/ is gone has lost its log: refused like an
+// emptied raft.db, and wal/ is not created again.
+func TestWALDataDirWithoutItsLogIsRefused(t *testing.T) {
+	var buf lockedBuffer
+	n, cfg := oneNode(t, &buf, func(c *Config) { c.LogStore = LogStoreWAL })
+	acquireN(t, n, "gone", 2)
+	n.Close()
+	walDir := filepath.Join(cfg.DataDir, walDirName)
+	if err := os.RemoveAll(walDir); err != nil {
+		t.Fatal(err)
+	}
+	startRefused(t, cfg, "lost its log", "--join")
+	if _, err := os.Stat(walDir); err == nil {
+		t.Fatal("a refused start created wal/ again")
+	}
+}
+
+// raft must know raft-wal cannot hold a gap (it empties a monotonic store
+// when it installs a snapshot instead of leaving older entries around):
+// the checking wrapper and the log cache above it must say what the store
+// says.
+func TestCheckedLogStoreIsMonotonicLikeTheStoreItWraps(t *testing.T) {
+	for _, kind := range []string{LogStoreBoltDB, LogStoreWAL} {
+		t.Run(kind, func(t *testing.T) {
+			stable, logs, closeLog, err := openStores(t.TempDir(), kind, dataDirLockWait, hclog.NewNullLogger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stable.Close()
+			if closeLog != nil {
+				defer closeLog.Close()
+			}
+			checked, err := newCheckedLogStore(logs, "log", "n1", hclog.NewNullLogger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cache, err := raft.NewLogCache(16, checked)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := cache.IsMonotonic(), kind == LogStoreWAL; got != want {
+				t.Fatalf("IsMonotonic = %v through the wrapper, want %v", got, want)
+			}
+		})
+	}
+}
+
+// logPathOf is where cfg's node keeps its log (raft.db or wal/), with the
+// default store (LEASEFENCE_LOG_STORE) resolved.
+func logPathOf(cfg Config) string {
+	return logStorePath(cfg.DataDir, cfg.withDefaults().LogStore)
+}
+
+// replaceInLog replaces old by new (same length) wherever the log at path
+// holds it: raft.db, or every segment file of a wal directory. It returns
+// how many it replaced and fails the test when there is none.
+func replaceInLog(t *testing.T, path string, old, new []byte) int {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fi.IsDir() {
+		return replaceInFile(t, path, old, new)
+	}
+	segs, err := filepath.Glob(filepath.Join(path, "*.wal"))
+	if err != nil || len(segs) == 0 {
+		t.Fatalf("no segment files in %s: %v", path, err)
+	}
+	n := 0
+	for _, seg := range segs {
+		data, err := os.ReadFile(seg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := bytes.Count(data, old); c > 0 {
+			n += replaceInFile(t, seg, old, new)
+		}
+	}
+	if n == 0 {
+		t.Fatalf("%q not found in %s", old, path)
+	}
+	return n
+}
+
+// dump-log cannot read a wal log without changing it (raft-wal has no
+// read-only open): it says so, rather than dump raft.db's empty log.
+func TestDumpLogOfAWALDataDirIsRefused(t *testing.T) {
+	var buf lockedBuffer
+	n, cfg := oneNode(t, &buf, func(c *Config) { c.LogStore = LogStoreWAL })
+	acquireN(t, n, "w", 2)
+	n.Close()
+	var out bytes.Buffer
+	err := DumpLog(cfg.DataDir, &out)
+	if err == nil || !strings.Contains(err.Error(), "--log-store wal") {
+		t.Fatalf("dump-log of a wal data dir: %v (output %q)", err, out.String())
+	}
+}
+
+// raft clears a deposed leader's uncommitted suffix (DeleteRange on the
+// tail) and appends the new leader's entries; after a restart every entry
+// must read back. raft-wal v0.4.0 sealed the segment without its index
+// there, and the node could never read its log again ("sealed segment has
+// no index block"; found by TestRandomSigkillsUnderLoadLoseNoAcknowledgedGrant
+// with LEASEFENCE_LOG_STORE=wal).
+func TestWALLogReadsBackAfterATailTruncationAndRestart(t *testing.T) {
+	dir := t.TempDir()
+	open := func() (raft.LogStore, func()) {
+		stable, logs, closeLog, err := openStores(dir, LogStoreWAL, dataDirLockWait, hclog.NewNullLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return logs, func() { closeLog.Close(); stable.Close() }
+	}
+	logs, closeAll := open()
+	store := func(from, to, term uint64) {
+		var batch []*raft.Log
+		for i := from; i <= to; i++ {
+			batch = append(batch, &raft.Log{Index: i, Term: term, Type: raft.LogNoop})
+		}
+		if err := logs.StoreLogs(batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store(1, 10, 1)
+	if err := logs.DeleteRange(9, 10); err != nil { // the suffix a new leader overrides
+		t.Fatal(err)
+	}
+	store(9, 12, 2)
+	closeAll()
+
+	logs, closeAll = open()
+	defer closeAll()
+	if _, err := newCheckedLogStore(logs, dir, "n1", hclog.NewNullLogger()); err != nil {
+		t.Fatalf("log after a tail truncation and a restart: %v", err)
+	}
+	var l raft.Log
+	if err := logs.GetLog(12, &l); err != nil || l.Term != 2 {
+		t.Fatalf("entry 12: %v, term %d", err, l.Term)
+	}
+}
