@@ -67,6 +67,17 @@ type Config struct {
 	MaxBatch int
 	// ApplyTimeout bounds how long a command waits to enter the Raft log.
 	ApplyTimeout time.Duration
+	// MaxPending bounds the client commands the leader has admitted and
+	// not yet answered (queued for the group commit or in Raft). Renewals
+	// and releases of held leases are admitted up to it; past it they are
+	// refused with ResourceExhausted, reason OVERLOADED and a RetryInfo
+	// (nothing proposed). Default 16384.
+	MaxPending int
+	// MaxPendingGrants is the lower bound, on the same count, past which
+	// new grants (Acquire) are refused: a refused grant costs its caller
+	// nothing, a refused renewal can cost a live lease, so grants give way
+	// first. At most MaxPending. Default 2048.
+	MaxPendingGrants int
 
 	// Raft timing. See hashicorp/raft's Config for their meaning.
 	HeartbeatTimeout   time.Duration
@@ -200,6 +211,8 @@ func DefaultConfig() Config {
 		MaxExpirePerTick:   1024,
 		MaxBatch:           1024,
 		ApplyTimeout:       5 * time.Second,
+		MaxPending:         16384,
+		MaxPendingGrants:   2048,
 		HeartbeatTimeout:   500 * time.Millisecond,
 		ElectionTimeout:    500 * time.Millisecond,
 		LeaderLeaseTimeout: 250 * time.Millisecond,
@@ -254,6 +267,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = d.MaxBatch
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = d.MaxPending
+	}
+	if c.MaxPendingGrants == 0 {
+		c.MaxPendingGrants = min(d.MaxPendingGrants, c.MaxPending)
 	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = d.SnapshotThreshold
@@ -375,6 +394,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxExpirePerTick < 1 || c.MaxBatch < 1 {
 		bad("max expire per tick and max batch must be at least 1")
+	}
+	if c.MaxPendingGrants < 1 || c.MaxPendingGrants > c.MaxPending {
+		bad("max pending grants %d must lie in [1, max pending %d]", c.MaxPendingGrants, c.MaxPending)
 	}
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		bad("leader lease timeout %v must not exceed heartbeat timeout %v", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
