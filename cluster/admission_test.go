@@ -56,10 +56,10 @@ func overloadDetails(t *testing.T, err error) time.Duration {
 // budget for grants spent, a new grant gets ResourceExhausted with a retry
 // hint and changes nothing (the same request id later gets the scope's
 // first token, not a replay), while renewals of a held lease, unary and on
-// a keep-alive stream relayed by a follower, still commit. Past the whole
-// budget renewals are refused too, with the hint on the stream. The budget
-// is occupied by raising the node's own pending count: the commands that
-// would hold it are the ones a real overload queues.
+// a keep-alive stream relayed by a follower, still commit. Past their own,
+// larger budget renewals are refused too, with the hint on the stream. The
+// budgets are occupied by raising the node's own pending counts: the
+// commands that would hold them are the ones a real overload queues.
 func TestFullAdmissionRefusesGrantsButLetsRenewalsThrough(t *testing.T) {
 	const maxPending, maxGrants = 64, 8
 	tc := newTestCluster(t, 3, func(c *Config) { c.MaxPending, c.MaxPendingGrants = maxPending, maxGrants })
@@ -87,7 +87,7 @@ func TestFullAdmissionRefusesGrantsButLetsRenewalsThrough(t *testing.T) {
 		return resp
 	}
 
-	ln.adm.pending.Add(maxGrants) // the grants' budget is spent
+	ln.adm.pending[classGrant].Add(maxGrants) // the grants' budget is spent
 	req := acquireReq("adm/new", 20*time.Second)
 	req.RequestId = "adm-new-1"
 	_, err = lc.Acquire(ctx, req)
@@ -108,14 +108,15 @@ func TestFullAdmissionRefusesGrantsButLetsRenewalsThrough(t *testing.T) {
 		t.Fatalf("keep-alive renewal with the grants' budget spent: %+v", resp)
 	}
 
-	ln.adm.pending.Add(maxPending - maxGrants) // the whole budget is spent
+	ln.adm.pending[classHeld].Add(maxPending) // the renewals' budget is spent too
 	_, err = lc.Renew(ctx, &api.RenewRequest{LeaseId: held.Lease.Id})
 	overloadDetails(t, err)
 	if resp := keepAlive(2); codes.Code(resp.Code) != codes.ResourceExhausted || resp.RetryAfter.AsDuration() < minRetryHint {
 		t.Fatalf("keep-alive renewal past the budget: %+v, want ResourceExhausted with retry_after", resp)
 	}
 
-	ln.adm.pending.Add(-maxPending)
+	ln.adm.pending[classGrant].Add(-maxGrants)
+	ln.adm.pending[classHeld].Add(-maxPending)
 	r, err := lc.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -132,8 +133,8 @@ func TestFullAdmissionRefusesGrantsButLetsRenewalsThrough(t *testing.T) {
 	if n := counterValue(t, ln.metrics.admissionRefusals.WithLabelValues("held")); n != 2 {
 		t.Fatalf("renewal refusals counted: %v, want 2", n)
 	}
-	if p := ln.adm.pending.Load(); p != 0 {
-		t.Fatalf("pending %d after every call was answered, want 0", p)
+	if h, g := ln.adm.pending[classHeld].Load(), ln.adm.pending[classGrant].Load(); h != 0 || g != 0 {
+		t.Fatalf("pending %d renewals, %d grants after every call was answered, want 0", h, g)
 	}
 }
 
@@ -178,7 +179,7 @@ func TestConcurrentRenewalsOfOneLeaseShareCommands(t *testing.T) {
 	if applied+rode != calls {
 		t.Fatalf("applied %v + rode %v != %d calls", applied, rode, calls)
 	}
-	if p := ln.adm.pending.Load(); p != 0 {
-		t.Fatalf("pending %d after every call was answered, want 0", p)
+	if h, g := ln.adm.pending[classHeld].Load(), ln.adm.pending[classGrant].Load(); h != 0 || g != 0 {
+		t.Fatalf("pending %d renewals, %d grants after every call was answered, want 0", h, g)
 	}
 }

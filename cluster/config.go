@@ -67,16 +67,16 @@ type Config struct {
 	MaxBatch int
 	// ApplyTimeout bounds how long a command waits to enter the Raft log.
 	ApplyTimeout time.Duration
-	// MaxPending bounds the client commands the leader has admitted and
-	// not yet answered (queued for the group commit or in Raft). Renewals
-	// and releases of held leases are admitted up to it; past it they are
-	// refused with ResourceExhausted, reason OVERLOADED and a RetryInfo
-	// (nothing proposed). Default 16384.
+	// MaxPending bounds the renewals and releases of held leases the
+	// leader has admitted and not yet answered (queued for the group
+	// commit or in Raft); past it they are refused with ResourceExhausted,
+	// reason OVERLOADED and a RetryInfo (nothing proposed). Default 16384.
 	MaxPending int
-	// MaxPendingGrants is the lower bound, on the same count, past which
-	// new grants (Acquire) are refused: a refused grant costs its caller
-	// nothing, a refused renewal can cost a live lease, so grants give way
-	// first. At most MaxPending. Default 2048.
+	// MaxPendingGrants is the same bound for new grants (Acquire), counted
+	// apart: a refused grant costs its caller nothing, a refused renewal
+	// can cost a live lease, so grants get the smaller budget and are
+	// refused first; their own budget keeps renewals from starving them.
+	// At most MaxPending. Default 2048.
 	MaxPendingGrants int
 
 	// Raft timing. See hashicorp/raft's Config for their meaning.

@@ -45,10 +45,11 @@ const (
 	// classInternal: the leader's own commands (time ticks); never refused.
 	classInternal admitClass = iota
 	// classHeld: renewals and releases of held leases. A refused renewal
-	// can cost a live lease: admitted up to Config.MaxPending.
+	// can cost a live lease: the larger budget, Config.MaxPending.
 	classHeld
-	// classGrant: new grants. A refused grant costs nothing: admitted up
-	// to Config.MaxPendingGrants only.
+	// classGrant: new grants. A refused grant costs nothing: the smaller
+	// budget, Config.MaxPendingGrants. Its own, so renewals cannot starve
+	// grants for good either.
 	classGrant
 )
 
@@ -66,12 +67,12 @@ func classOf(cmd *fsmpb.Command) admitClass {
 // renewals not yet sealed into a batch (so a second renewal of the same
 // lease rides on the first instead of adding a command).
 //
-// Invariant: pending counts the client commands admitted and not yet
-// finished; every one of them is in proposeCh, in a batch being formed,
-// or in Raft. proposeCh has room for MaxPending client commands plus the
-// leader's own, so an admitted command never waits to enter it.
+// Invariant: pending[c] counts the client commands of class c admitted
+// and not yet finished; every one of them is in proposeCh, in a batch
+// being formed, or in Raft. proposeCh has room for both budgets plus the
+// leader's own commands, so an admitted command never waits to enter it.
 type admission struct {
-	pending atomic.Int64
+	pending [classGrant + 1]atomic.Int64
 	// latency is a moving average of arrival → answer (ns): about how long
 	// the queue takes to drain, the retry hint of a refusal.
 	latency atomic.Int64
@@ -99,13 +100,14 @@ func (n *Node) admit(class admitClass) error {
 	case classGrant:
 		limit = int64(n.cfg.MaxPendingGrants)
 	}
+	c := &n.adm.pending[class]
 	for {
-		cur := n.adm.pending.Load()
+		cur := c.Load()
 		if cur >= limit {
 			n.metrics.admissionRefused(class)
 			return &OverloadedError{Pending: int(cur), Limit: int(limit), RetryAfter: n.retryHint()}
 		}
-		if n.adm.pending.CompareAndSwap(cur, cur+1) {
+		if c.CompareAndSwap(cur, cur+1) {
 			return nil
 		}
 	}
@@ -129,7 +131,7 @@ func (n *Node) finish(p *proposal, r proposalResult) {
 		p.cancel()
 	}
 	if p.class != classInternal {
-		n.adm.pending.Add(-1)
+		n.adm.pending[p.class].Add(-1)
 	}
 	p.res = r
 	close(p.done)
