@@ -70,13 +70,17 @@ type Config struct {
 	// MaxPending bounds the renewals and releases of held leases the
 	// leader has admitted and not yet answered (queued for the group
 	// commit or in Raft); past it they are refused with ResourceExhausted,
-	// reason OVERLOADED and a RetryInfo (nothing proposed). Default 16384.
+	// reason OVERLOADED and a RetryInfo (nothing proposed). Default 4096:
+	// about four full batches, enough to keep Raft busy; a deeper queue
+	// only adds latency and work the cluster cannot finish (with 16384 a
+	// 2-core host asked for 4x its rate still changed leader;
+	// docs/PERFORMANCE.md, "Overload").
 	MaxPending int
 	// MaxPendingGrants is the same bound for new grants (Acquire), counted
 	// apart: a refused grant costs its caller nothing, a refused renewal
 	// can cost a live lease, so grants get the smaller budget and are
 	// refused first; their own budget keeps renewals from starving them.
-	// At most MaxPending. Default 2048.
+	// At most MaxPending. Default 1024.
 	MaxPendingGrants int
 
 	// Raft timing. See hashicorp/raft's Config for their meaning.
@@ -211,8 +215,8 @@ func DefaultConfig() Config {
 		MaxExpirePerTick:   1024,
 		MaxBatch:           1024,
 		ApplyTimeout:       5 * time.Second,
-		MaxPending:         16384,
-		MaxPendingGrants:   2048,
+		MaxPending:         4096,
+		MaxPendingGrants:   1024,
 		HeartbeatTimeout:   500 * time.Millisecond,
 		ElectionTimeout:    500 * time.Millisecond,
 		LeaderLeaseTimeout: 250 * time.Millisecond,
