@@ -142,8 +142,13 @@ type KeepAliveResponse struct {
 	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
 	// On success: the renewed lease and its ttl_remaining at the renewal's
 	// stamp, as in RenewResponse.
-	Lease         *Lease               `protobuf:"bytes,5,opt,name=lease,proto3" json:"lease,omitempty"`
-	TtlRemaining  *durationpb.Duration `protobuf:"bytes,6,opt,name=ttl_remaining,json=ttlRemaining,proto3" json:"ttl_remaining,omitempty"`
+	Lease        *Lease               `protobuf:"bytes,5,opt,name=lease,proto3" json:"lease,omitempty"`
+	TtlRemaining *durationpb.Duration `protobuf:"bytes,6,opt,name=ttl_remaining,json=ttlRemaining,proto3" json:"ttl_remaining,omitempty"`
+	// retry_after, with code RESOURCE_EXHAUSTED (the leader's admission
+	// queue is full; nothing was proposed), is how long to wait before
+	// sending this renewal again: the google.rpc.RetryInfo a unary Renew
+	// would carry.
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,7,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -216,6 +221,13 @@ func (x *KeepAliveResponse) GetLease() *Lease {
 func (x *KeepAliveResponse) GetTtlRemaining() *durationpb.Duration {
 	if x != nil {
 		return x.TtlRemaining
+	}
+	return nil
+}
+
+func (x *KeepAliveResponse) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
 	}
 	return nil
 }
@@ -1223,14 +1235,16 @@ const file_api_lease_proto_rawDesc = "" +
 	"\x0fapi/lease.proto\x12\rleasefence.v1\x1a\x1egoogle/protobuf/duration.proto\"?\n" +
 	"\x10KeepAliveRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\fR\aleaseId\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xda\x01\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x96\x02\n" +
 	"\x11KeepAliveResponse\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\fR\aleaseId\x12\x12\n" +
 	"\x04code\x18\x03 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12*\n" +
 	"\x05lease\x18\x05 \x01(\v2\x14.leasefence.v1.LeaseR\x05lease\x12>\n" +
-	"\rttl_remaining\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\fttlRemaining\"\xec\x01\n" +
+	"\rttl_remaining\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\fttlRemaining\x12:\n" +
+	"\vretry_after\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\"\xec\x01\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x1a\n" +
 	"\bresource\x18\x02 \x01(\tR\bresource\x12\x14\n" +
@@ -1353,37 +1367,38 @@ var file_api_lease_proto_goTypes = []any{
 var file_api_lease_proto_depIdxs = []int32{
 	3,  // 0: leasefence.v1.KeepAliveResponse.lease:type_name -> leasefence.v1.Lease
 	18, // 1: leasefence.v1.KeepAliveResponse.ttl_remaining:type_name -> google.protobuf.Duration
-	18, // 2: leasefence.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	18, // 3: leasefence.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	3,  // 4: leasefence.v1.AcquireResponse.lease:type_name -> leasefence.v1.Lease
-	18, // 5: leasefence.v1.AcquireResponse.ttl_remaining:type_name -> google.protobuf.Duration
-	18, // 6: leasefence.v1.ResourceHeld.time_left:type_name -> google.protobuf.Duration
-	3,  // 7: leasefence.v1.RenewResponse.lease:type_name -> leasefence.v1.Lease
-	18, // 8: leasefence.v1.RenewResponse.ttl_remaining:type_name -> google.protobuf.Duration
-	3,  // 9: leasefence.v1.ReleaseResponse.lease:type_name -> leasefence.v1.Lease
-	3,  // 10: leasefence.v1.GetResponse.lease:type_name -> leasefence.v1.Lease
-	18, // 11: leasefence.v1.GetResponse.ttl_remaining:type_name -> google.protobuf.Duration
-	15, // 12: leasefence.v1.WatchRequest.after:type_name -> leasefence.v1.Position
-	15, // 13: leasefence.v1.WatchEvent.position:type_name -> leasefence.v1.Position
-	0,  // 14: leasefence.v1.WatchEvent.type:type_name -> leasefence.v1.EventType
-	3,  // 15: leasefence.v1.WatchEvent.lease:type_name -> leasefence.v1.Lease
-	4,  // 16: leasefence.v1.LeaseService.Acquire:input_type -> leasefence.v1.AcquireRequest
-	9,  // 17: leasefence.v1.LeaseService.Renew:input_type -> leasefence.v1.RenewRequest
-	11, // 18: leasefence.v1.LeaseService.Release:input_type -> leasefence.v1.ReleaseRequest
-	13, // 19: leasefence.v1.LeaseService.Get:input_type -> leasefence.v1.GetRequest
-	16, // 20: leasefence.v1.LeaseService.Watch:input_type -> leasefence.v1.WatchRequest
-	1,  // 21: leasefence.v1.LeaseService.KeepAlive:input_type -> leasefence.v1.KeepAliveRequest
-	5,  // 22: leasefence.v1.LeaseService.Acquire:output_type -> leasefence.v1.AcquireResponse
-	10, // 23: leasefence.v1.LeaseService.Renew:output_type -> leasefence.v1.RenewResponse
-	12, // 24: leasefence.v1.LeaseService.Release:output_type -> leasefence.v1.ReleaseResponse
-	14, // 25: leasefence.v1.LeaseService.Get:output_type -> leasefence.v1.GetResponse
-	17, // 26: leasefence.v1.LeaseService.Watch:output_type -> leasefence.v1.WatchEvent
-	2,  // 27: leasefence.v1.LeaseService.KeepAlive:output_type -> leasefence.v1.KeepAliveResponse
-	22, // [22:28] is the sub-list for method output_type
-	16, // [16:22] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	18, // 2: leasefence.v1.KeepAliveResponse.retry_after:type_name -> google.protobuf.Duration
+	18, // 3: leasefence.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	18, // 4: leasefence.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 5: leasefence.v1.AcquireResponse.lease:type_name -> leasefence.v1.Lease
+	18, // 6: leasefence.v1.AcquireResponse.ttl_remaining:type_name -> google.protobuf.Duration
+	18, // 7: leasefence.v1.ResourceHeld.time_left:type_name -> google.protobuf.Duration
+	3,  // 8: leasefence.v1.RenewResponse.lease:type_name -> leasefence.v1.Lease
+	18, // 9: leasefence.v1.RenewResponse.ttl_remaining:type_name -> google.protobuf.Duration
+	3,  // 10: leasefence.v1.ReleaseResponse.lease:type_name -> leasefence.v1.Lease
+	3,  // 11: leasefence.v1.GetResponse.lease:type_name -> leasefence.v1.Lease
+	18, // 12: leasefence.v1.GetResponse.ttl_remaining:type_name -> google.protobuf.Duration
+	15, // 13: leasefence.v1.WatchRequest.after:type_name -> leasefence.v1.Position
+	15, // 14: leasefence.v1.WatchEvent.position:type_name -> leasefence.v1.Position
+	0,  // 15: leasefence.v1.WatchEvent.type:type_name -> leasefence.v1.EventType
+	3,  // 16: leasefence.v1.WatchEvent.lease:type_name -> leasefence.v1.Lease
+	4,  // 17: leasefence.v1.LeaseService.Acquire:input_type -> leasefence.v1.AcquireRequest
+	9,  // 18: leasefence.v1.LeaseService.Renew:input_type -> leasefence.v1.RenewRequest
+	11, // 19: leasefence.v1.LeaseService.Release:input_type -> leasefence.v1.ReleaseRequest
+	13, // 20: leasefence.v1.LeaseService.Get:input_type -> leasefence.v1.GetRequest
+	16, // 21: leasefence.v1.LeaseService.Watch:input_type -> leasefence.v1.WatchRequest
+	1,  // 22: leasefence.v1.LeaseService.KeepAlive:input_type -> leasefence.v1.KeepAliveRequest
+	5,  // 23: leasefence.v1.LeaseService.Acquire:output_type -> leasefence.v1.AcquireResponse
+	10, // 24: leasefence.v1.LeaseService.Renew:output_type -> leasefence.v1.RenewResponse
+	12, // 25: leasefence.v1.LeaseService.Release:output_type -> leasefence.v1.ReleaseResponse
+	14, // 26: leasefence.v1.LeaseService.Get:output_type -> leasefence.v1.GetResponse
+	17, // 27: leasefence.v1.LeaseService.Watch:output_type -> leasefence.v1.WatchEvent
+	2,  // 28: leasefence.v1.LeaseService.KeepAlive:output_type -> leasefence.v1.KeepAliveResponse
+	23, // [23:29] is the sub-list for method output_type
+	17, // [17:23] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_api_lease_proto_init() }

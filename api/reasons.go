@@ -19,6 +19,14 @@ const (
 	// have taken effect: it reached Raft, or a leader that stopped
 	// answering. Retrying with the same request id is safe.
 	ReasonIndeterminate = "INDETERMINATE"
+	// ReasonOverloaded marks a ResourceExhausted from a leader whose
+	// admission queue for client commands is full: nothing was proposed,
+	// so the call may be sent again as it is. A google.rpc.RetryInfo
+	// detail says how long to wait first (KeepAliveResponse.retry_after on
+	// a keep-alive stream). Renewals and releases of held leases have a
+	// larger budget than new grants, so grants are refused first.
+	ReasonOverloaded = "OVERLOADED"
+
 	// MetaRequestID is the ErrorInfo metadata key of the request id to
 	// retry with (absent when the call carried none).
 	MetaRequestID = "request_id"

@@ -429,6 +429,26 @@ func (c *Client) do(ctx context.Context, spec callSpec, op func(context.Context,
 		if err == nil {
 			return nil
 		}
+		if hint, ok := overloadHint(err); ok {
+			// The leader is busy and proposed nothing: wait as asked and
+			// send again to the same node, within RetryFor and ctx.
+			if giveUpAt.IsZero() {
+				giveUpAt = time.Now().Add(c.cfg.RetryFor)
+			}
+			wait := overloadWait(hint)
+			dl, has := ctx.Deadline()
+			if time.Now().Add(wait).After(giveUpAt) || (has && time.Now().Add(wait).After(dl)) {
+				return seen.overloaded(spec, err)
+			}
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return seen.overloaded(spec, err)
+			case <-c.ctx.Done():
+				return ErrClosed
+			}
+			continue
+		}
 		if !retryable(err) {
 			return fromStatus(err)
 		}
@@ -501,6 +521,17 @@ func (a *attempts) giveUp(spec callSpec, cause error) error {
 		return &IndeterminateError{RequestID: spec.requestID, Err: fmt.Errorf("%s: %w", whatAnswered(why), a.errFor(cause))}
 	}
 	return fmt.Errorf("%w: %w", why, a.errFor(cause))
+}
+
+// overloaded is the error of a call whose last attempt was refused for
+// overload: ErrOverloaded, or *IndeterminateError when an earlier attempt
+// of a call that changes state may have taken effect.
+func (a *attempts) overloaded(spec callSpec, last error) error {
+	err := fromStatus(last)
+	if spec.requestID != "" && a.maybeSent {
+		return &IndeterminateError{RequestID: spec.requestID, Err: fmt.Errorf("%w (an earlier attempt may have arrived)", err)}
+	}
+	return err
 }
 
 // whatAnswered says in words what why (ErrNoLeader, ErrUnavailable) means.

@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"strings"
 	"time"
 
@@ -61,6 +62,12 @@ var (
 	// id: an Acquire is safe to retry with it (WithRequestID), and yields
 	// the same lease if the first attempt was granted.
 	ErrIndeterminate = errors.New("client: outcome unknown")
+	// ErrOverloaded: the leader refused the call for want of admission
+	// budget (ResourceExhausted, reason OVERLOADED) on every attempt
+	// within the caller's deadline or RetryFor, each time after waiting as
+	// long as it asked. Nothing was done. Renewals of held leases are
+	// preferred over new grants, so Acquire meets it first.
+	ErrOverloaded = errors.New("client: cluster overloaded")
 )
 
 // IndeterminateError says that the outcome of a call is unknown and which
@@ -146,9 +153,47 @@ func fromStatus(err error) error {
 			}
 		}
 		return fmt.Errorf("%w: %s", ErrNotFound, st.Message())
+	case codes.ResourceExhausted:
+		if _, ok := overloadHint(err); ok {
+			return fmt.Errorf("%w: %s", ErrOverloaded, st.Message())
+		}
 	}
 	return err
 }
+
+// overloadHint reports whether err is a leader's refusal for overload
+// (ResourceExhausted with an OVERLOADED ErrorInfo: nothing was proposed)
+// and how long it asked the caller to wait (its RetryInfo; 0 if none).
+func overloadHint(err error) (time.Duration, bool) {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.ResourceExhausted {
+		return 0, false
+	}
+	var (
+		wait time.Duration
+		over bool
+	)
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.RetryInfo:
+			wait = d.RetryDelay.AsDuration()
+		case *errdetails.ErrorInfo:
+			over = over || (d.Domain == api.ErrorDomain && d.Reason == api.ReasonOverloaded)
+		}
+	}
+	return wait, over
+}
+
+// overloadWait is how long to wait after an overload refusal that asked
+// for hint: at least hint (a floor when it named none), plus up to half as
+// much again at random, so refused callers do not return together.
+func overloadWait(hint time.Duration) time.Duration {
+	hint = max(hint, minOverloadWait)
+	return hint + time.Duration(mrand.Int64N(int64(hint/2)+1))
+}
+
+// minOverloadWait is the shortest wait after an overload refusal.
+const minOverloadWait = 50 * time.Millisecond
 
 // retryable reports whether err is worth trying on another node.
 func retryable(err error) bool {

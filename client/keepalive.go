@@ -37,7 +37,7 @@ type keeper struct {
 	// stalled is a test hook: while set, no renewal is sent.
 	stalled atomic.Bool
 
-	sent, confirmed, refused, streams atomic.Uint64
+	sent, confirmed, refused, deferred, streams atomic.Uint64
 	// lastRecv is the client clock reading of the stream's last answer (or
 	// of its opening).
 	lastRecv atomic.Int64
@@ -54,6 +54,11 @@ type Stats struct {
 	// RenewalsSent, RenewalsConfirmed and RenewalsRefused count keep-alive
 	// renewals.
 	RenewalsSent, RenewalsConfirmed, RenewalsRefused uint64
+	// RenewalsDeferred counts renewals the leader refused for overload
+	// (nothing proposed) and that were sent again after the wait it asked
+	// for, never later than half the time left to the lease's safe
+	// deadline.
+	RenewalsDeferred uint64
 	// Streams counts keep-alive streams opened (one, unless nodes failed).
 	Streams uint64
 }
@@ -64,7 +69,7 @@ func (c *Client) Stats() Stats {
 	k.mu.Lock()
 	n := len(k.leases)
 	k.mu.Unlock()
-	return Stats{Leases: n, RenewalsSent: k.sent.Load(), RenewalsConfirmed: k.confirmed.Load(), RenewalsRefused: k.refused.Load(), Streams: k.streams.Load()}
+	return Stats{Leases: n, RenewalsSent: k.sent.Load(), RenewalsConfirmed: k.confirmed.Load(), RenewalsRefused: k.refused.Load(), RenewalsDeferred: k.deferred.Load(), Streams: k.streams.Load()}
 }
 
 type pendingRenew struct {
@@ -345,7 +350,9 @@ func (k *keeper) receive(stream api.LeaseService_KeepAliveClient) error {
 			return err
 		}
 		k.lastRecv.Store(int64(k.c.clock.Now()))
-		if c := codes.Code(resp.Code); c != codes.OK && c != codes.NotFound {
+		if c := codes.Code(resp.Code); c == codes.ResourceExhausted {
+			// The leader answered, busy: not a reason to move the stream.
+		} else if c != codes.OK && c != codes.NotFound {
 			if failed++; failed >= maxFailedRenewals {
 				return status.Errorf(codes.Unavailable, "keep-alive: %d renewals in a row failed: %s", failed, resp.Message)
 			}
@@ -377,11 +384,36 @@ func (k *keeper) receive(stream api.LeaseService_KeepAliveClient) error {
 		case codes.NotFound:
 			k.refused.Add(1)
 			p.l.end(ErrLeaseLost)
+		case codes.ResourceExhausted:
+			k.deferred.Add(1)
+			k.deferRenewal(p.l, resp.RetryAfter.AsDuration())
 		default:
 			// Unavailable and the like: the renewal may be retried; the
 			// lease ends at its safe deadline unless one is confirmed.
 		}
 	}
+}
+
+// deferRenewal schedules the renewal of l that the leader refused for
+// overload again after the wait it asked for (jittered), but never later
+// than half the time left to l's safe deadline, so a busy leader is asked
+// again, and more often as the deadline nears, while the lease can still
+// be kept. A lease past its deadline ends as it always does.
+func (k *keeper) deferRenewal(l *Lease, hint time.Duration) {
+	l.mu.Lock()
+	safe := l.safeUntil
+	l.mu.Unlock()
+	k.mu.Lock()
+	if k.leases[l.id] != l {
+		k.mu.Unlock()
+		return
+	}
+	now := k.c.clock.Now()
+	wait := min(overloadWait(hint), (safe-now)/2)
+	l.nextRenew = now + max(wait, 10*time.Millisecond)
+	heap.Fix(&k.due, l.dueIdx)
+	k.mu.Unlock()
+	k.poke() // the sender may be asleep until a later renewal
 }
 
 // renewHeap orders leases by nextRenew; each lease knows its index.

@@ -199,3 +199,70 @@ func TestSilenceCountsFromTheOldestOutstandingRenewal(t *testing.T) {
 		t.Fatalf("stream ended, nothing outstanding: silent for %v", got)
 	}
 }
+
+// TestRenewalRefusedForOverloadIsRetriedBeforeTheSafeDeadline: a renewal
+// the leader refused for overload (ResourceExhausted with retry_after) is
+// neither a lost lease nor a failing node: the stream is kept, however
+// many come in a row, and the lease is due again after the wait asked for,
+// or sooner when its safe deadline is nearer than that.
+func TestRenewalRefusedForOverloadIsRetriedBeforeTheSafeDeadline(t *testing.T) {
+	clk := &fakeClock{}
+	c := &Client{clock: clk, cfg: Config{KeepAliveInterval: 2 * time.Second}}
+	k := newKeeper(c)
+	c.keeper = k
+	const n = 10
+	var leases []*Lease
+	for i := 0; i < n; i++ {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		t.Cleanup(func() { cancel(nil) })
+		safe := time.Hour
+		if i == 0 {
+			safe = 2*time.Second + 400*time.Millisecond // 400 ms left when refused
+		}
+		l := &Lease{c: c, id: ID{byte(i), 2}, ttl: 30 * time.Second, ctx: ctx, cancel: cancel, safeUntil: safe}
+		leases = append(leases, l)
+		k.add(l, 0)
+	}
+	clk.now = 2 * time.Second
+	st := &recordingStream{}
+	if _, _, err := k.sendDue(st); err != nil || len(st.sent) != n {
+		t.Fatalf("sent %d (%v), want %d", len(st.sent), err, n)
+	}
+	const hint = 300 * time.Millisecond
+	var resps []*api.KeepAliveResponse
+	for _, r := range st.sent {
+		resps = append(resps, &api.KeepAliveResponse{Seq: r.Seq, LeaseId: r.LeaseId,
+			Code: int32(codes.ResourceExhausted), Message: "cluster: overloaded", RetryAfter: durationpb.New(hint)})
+	}
+	if err := k.receive(&answerStream{resps: resps}); err != context.Canceled {
+		t.Fatalf("receive ended with %v, want the stream's own end: refusals for overload must not move the stream", err)
+	}
+	if k.deferred.Load() != n || k.refused.Load() != 0 {
+		t.Fatalf("deferred %d, refused %d; want %d, 0", k.deferred.Load(), k.refused.Load(), n)
+	}
+	for i, l := range leases {
+		if l.Err() != nil {
+			t.Fatalf("lease %d ended by an overload refusal: %v", i, l.Err())
+		}
+		wait := l.nextRenew - clk.now
+		switch {
+		case i == 0 && (wait <= 0 || wait > 200*time.Millisecond):
+			t.Fatalf("lease with 400 ms left: retried in %v, want within half of it", wait)
+		case i > 0 && (wait < hint || wait > hint*3/2):
+			t.Fatalf("lease %d retried in %v, want in [%v, %v]", i, wait, hint, hint*3/2)
+		}
+	}
+	clk.now += hint * 3 / 2
+	if got := len(k.sendDueOrFail(t).sent); got != n {
+		t.Fatalf("after the wait asked for: %d sent again, want %d", got, n)
+	}
+}
+
+func (k *keeper) sendDueOrFail(t *testing.T) *recordingStream {
+	t.Helper()
+	st := &recordingStream{}
+	if _, _, err := k.sendDue(st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}

@@ -84,6 +84,21 @@ type Config struct {
 	MaxBatch int
 	// ApplyTimeout bounds how long a command waits to enter the Raft log.
 	ApplyTimeout time.Duration
+	// MaxPending bounds the renewals and releases of held leases the
+	// leader has admitted and not yet answered (queued for the group
+	// commit or in Raft); past it they are refused with ResourceExhausted,
+	// reason OVERLOADED and a RetryInfo (nothing proposed). Default 4096:
+	// about four full batches, enough to keep Raft busy; a deeper queue
+	// only adds latency and work the cluster cannot finish (with 16384 a
+	// 2-core host asked for 4x its rate still changed leader;
+	// docs/PERFORMANCE.md, "Overload").
+	MaxPending int
+	// MaxPendingGrants is the same bound for new grants (Acquire), counted
+	// apart: a refused grant costs its caller nothing, a refused renewal
+	// can cost a live lease, so grants get the smaller budget and are
+	// refused first; their own budget keeps renewals from starving them.
+	// At most MaxPending. Default 1024.
+	MaxPendingGrants int
 
 	// Raft timing. See hashicorp/raft's Config for their meaning.
 	HeartbeatTimeout   time.Duration
@@ -235,6 +250,8 @@ func DefaultConfig() Config {
 		MaxExpirePerTick:   1024,
 		MaxBatch:           1024,
 		ApplyTimeout:       5 * time.Second,
+		MaxPending:         4096,
+		MaxPendingGrants:   1024,
 		HeartbeatTimeout:   500 * time.Millisecond,
 		ElectionTimeout:    500 * time.Millisecond,
 		LeaderLeaseTimeout: 250 * time.Millisecond,
@@ -293,6 +310,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = d.MaxBatch
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = d.MaxPending
+	}
+	if c.MaxPendingGrants == 0 {
+		c.MaxPendingGrants = min(d.MaxPendingGrants, c.MaxPending)
 	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = d.SnapshotThreshold
@@ -425,6 +448,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxExpirePerTick < 1 || c.MaxBatch < 1 {
 		bad("max expire per tick and max batch must be at least 1")
+	}
+	if c.MaxPendingGrants < 1 || c.MaxPendingGrants > c.MaxPending {
+		bad("max pending grants %d must lie in [1, max pending %d]", c.MaxPendingGrants, c.MaxPending)
 	}
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		bad("leader lease timeout %v must not exceed heartbeat timeout %v", c.LeaderLeaseTimeout, c.HeartbeatTimeout)

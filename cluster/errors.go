@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -38,7 +39,26 @@ var (
 	// documented maximums (waiters per resource, watchers per client,
 	// leases per identity); nothing was written (codes.ResourceExhausted).
 	ErrLimit = errors.New("cluster: limit reached")
+	// ErrOverloaded is returned when the leader's admission budget for a
+	// command's class is spent (Config.MaxPending, MaxPendingGrants):
+	// nothing was proposed; send it again after the *OverloadedError's
+	// RetryAfter (codes.ResourceExhausted, reason OVERLOADED, RetryInfo).
+	ErrOverloaded = errors.New("cluster: overloaded")
 )
+
+// OverloadedError is ErrOverloaded with the hint a caller should honour.
+type OverloadedError struct {
+	Pending, Limit int           // commands pending when refused, and the class's budget
+	RetryAfter     time.Duration // about how long the admitted queue takes to drain
+}
+
+func (e *OverloadedError) Error() string {
+	return fmt.Sprintf("%v: %d commands pending (limit %d for this kind); nothing was proposed, retry after %v",
+		ErrOverloaded, e.Pending, e.Limit, e.RetryAfter)
+}
+
+// Unwrap makes errors.Is(err, ErrOverloaded) true.
+func (e *OverloadedError) Unwrap() error { return ErrOverloaded }
 
 // NotLeaderError says that this node is not the leader and names the one
 // it knows, if any.
@@ -115,6 +135,7 @@ func toStatus(err error) error {
 		held  *fsm.HeldError
 		ended *fsm.EndedError
 		nl    *NotLeaderError
+		over  *OverloadedError
 	)
 	switch {
 	case errors.As(err, &field):
@@ -153,6 +174,14 @@ func toStatus(err error) error {
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, ErrPermissionDenied):
 		return status.Error(codes.PermissionDenied, err.Error())
+	case errors.As(err, &over):
+		st, derr := status.New(codes.ResourceExhausted, err.Error()).WithDetails(
+			&errdetails.RetryInfo{RetryDelay: durationpb.New(over.RetryAfter)},
+			&errdetails.ErrorInfo{Reason: api.ReasonOverloaded, Domain: api.ErrorDomain})
+		if derr != nil {
+			return status.Error(codes.ResourceExhausted, err.Error())
+		}
+		return st.Err()
 	case errors.Is(err, ErrLimit):
 		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

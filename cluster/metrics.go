@@ -28,6 +28,18 @@ type metrics struct {
 	batchCommands                           prometheus.Histogram
 	stateChecks                             *prometheus.CounterVec
 	forwardCut                              prometheus.Counter
+	admissionRefusals                       *prometheus.CounterVec
+	renewalsCoalesced                       prometheus.Counter
+}
+
+// admissionRefused counts a command refused for want of admission budget.
+func (m *metrics) admissionRefused(c admitClass) {
+	switch c {
+	case classGrant:
+		m.admissionRefusals.WithLabelValues("grant").Inc()
+	case classHeld:
+		m.admissionRefusals.WithLabelValues("held").Inc()
+	}
 }
 
 func newMetrics(n *Node) *metrics {
@@ -44,6 +56,20 @@ func newMetrics(n *Node) *metrics {
 	m.releases = counter("releases_total", "Leases released.")
 	m.expirations = counter("expirations_total", "Leases removed after expires_at + skew margin.")
 	m.forwardCut = counter("forward_hops_cut_total", "Follower: forwarded calls cut because the leader did not answer in time or raft's view of the leader moved.")
+	m.renewalsCoalesced = counter("renewals_coalesced_total", "Leader: renewals that rode on a renewal of the same lease already waiting for a batch, instead of adding a command (both callers get its outcome).")
+	m.admissionRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "leasefence", Name: "admission_refusals_total",
+		Help: "Leader: client commands refused with ResourceExhausted (reason OVERLOADED, nothing proposed) because too many of their class were pending, by class: held (renewals and releases, past --max-pending), grant (past --max-pending-grants).",
+	}, []string{"class"})
+	reg.MustRegister(m.admissionRefusals)
+	m.admissionRefusals.WithLabelValues("held")
+	m.admissionRefusals.WithLabelValues("grant")
+	for class, name := range map[admitClass]string{classHeld: "held", classGrant: "grant"} {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "leasefence", Name: "proposals_pending",
+			Help:        "Leader: client commands admitted and not yet answered, by class: held (renewals and releases, bounded by --max-pending), grant (bounded by --max-pending-grants).",
+			ConstLabels: prometheus.Labels{"class": name}},
+			func() float64 { return float64(n.adm.pending[class].Load()) }))
+	}
 	m.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "leasefence", Name: "refusals_total",
 		Help: "Commands refused by the state machine, by reason: held, not_found, invalid, request_id_reused, lease_ended (a replayed grant that has ended).",

@@ -69,6 +69,7 @@ type Node struct {
 	httpAddr  string
 	lead      atomic.Pointer[leaderState]
 	proposeCh chan *proposal
+	adm       *admission // propose.go
 	fwd       *forwarder
 	waiters   *waitQueues
 	leases    *leaseService
@@ -159,7 +160,8 @@ func start(ctx context.Context, cfg Config) (*Node, error) {
 		log:       cfg.Logger.Named("node").With("node-id", cfg.ID),
 		clock:     cfg.Clock,
 		hub:       newHub(cfg.WatchBuffer),
-		proposeCh: make(chan *proposal, 4*cfg.MaxBatch),
+		proposeCh: make(chan *proposal, cfg.MaxPending+cfg.MaxPendingGrants+4*cfg.MaxBatch), // admitted commands never wait to enter it
+		adm:       newAdmission(),
 		stopCh:    make(chan struct{}),
 	}
 	n.faultClock = fc

@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasefence/leasefence/fsm"
@@ -11,10 +13,22 @@ import (
 
 // proposal is one command waiting to be grouped into a Raft entry.
 type proposal struct {
-	ctx  context.Context
-	at   time.Time // arrival, for the propose latency metric
-	cmd  *fsmpb.Command
-	done chan proposalResult // buffered, receives exactly once
+	ctx   context.Context
+	at    time.Time // arrival, for the propose latency metric
+	cmd   *fsmpb.Command
+	class admitClass
+	done  chan struct{} // closed once res is set (by finish, exactly once)
+	res   proposalResult
+
+	// A renewal others may ride on (coalesce): key is its lease id. Its
+	// ctx is its own, cancelled when every caller waiting on it has left
+	// before it was sealed into a batch. waiters and sealed are guarded by
+	// admission.mu.
+	keyed   bool
+	key     [fsm.LeaseIDLen]byte
+	cancel  context.CancelFunc
+	waiters int
+	sealed  bool
 }
 
 type proposalResult struct {
@@ -23,27 +37,172 @@ type proposalResult struct {
 	err error
 }
 
+// admitClass is what a command may cost if refused, which decides the
+// budget it is admitted against.
+type admitClass int
+
+const (
+	// classInternal: the leader's own commands (time ticks); never refused.
+	classInternal admitClass = iota
+	// classHeld: renewals and releases of held leases. A refused renewal
+	// can cost a live lease: the larger budget, Config.MaxPending.
+	classHeld
+	// classGrant: new grants. A refused grant costs nothing: the smaller
+	// budget, Config.MaxPendingGrants. Its own, so renewals cannot starve
+	// grants for good either.
+	classGrant
+)
+
+func classOf(cmd *fsmpb.Command) admitClass {
+	switch cmd.Op.(type) {
+	case *fsmpb.Command_Acquire:
+		return classGrant
+	case *fsmpb.Command_Renew, *fsmpb.Command_Release:
+		return classHeld
+	}
+	return classInternal
+}
+
+// admission is the leader's bound on client work, and its index of the
+// renewals not yet sealed into a batch (so a second renewal of the same
+// lease rides on the first instead of adding a command).
+//
+// Invariant: pending[c] counts the client commands of class c admitted
+// and not yet finished; every one of them is in proposeCh, in a batch
+// being formed, or in Raft. proposeCh has room for both budgets plus the
+// leader's own commands, so an admitted command never waits to enter it.
+type admission struct {
+	pending [classGrant + 1]atomic.Int64
+	// latency is a moving average of arrival → answer (ns): about how long
+	// the queue takes to drain, the retry hint of a refusal.
+	latency atomic.Int64
+
+	mu       sync.Mutex
+	renewals map[[fsm.LeaseIDLen]byte]*proposal // unsealed keyed renewals
+}
+
+func newAdmission() *admission {
+	return &admission{renewals: map[[fsm.LeaseIDLen]byte]*proposal{}}
+}
+
+// Bounds of the retry hint sent with a refusal.
+const (
+	minRetryHint = 50 * time.Millisecond
+	maxRetryHint = 2 * time.Second
+)
+
+// admit counts a command of class in, unless its budget is spent.
+func (n *Node) admit(class admitClass) error {
+	limit := int64(n.cfg.MaxPending)
+	switch class {
+	case classInternal:
+		return nil
+	case classGrant:
+		limit = int64(n.cfg.MaxPendingGrants)
+	}
+	c := &n.adm.pending[class]
+	for {
+		cur := c.Load()
+		if cur >= limit {
+			n.metrics.admissionRefused(class)
+			return &OverloadedError{Pending: int(cur), Limit: int(limit), RetryAfter: n.retryHint()}
+		}
+		if c.CompareAndSwap(cur, cur+1) {
+			return nil
+		}
+	}
+}
+
+// retryHint is how long a refused caller should wait: about the time the
+// admitted queue takes to drain now.
+func (n *Node) retryHint() time.Duration {
+	return min(max(time.Duration(n.adm.latency.Load()), minRetryHint), maxRetryHint)
+}
+
+// finish answers p: once, for every caller waiting on it.
+func (n *Node) finish(p *proposal, r proposalResult) {
+	if p.keyed {
+		n.adm.mu.Lock()
+		if n.adm.renewals[p.key] == p {
+			delete(n.adm.renewals, p.key)
+		}
+		p.sealed = true
+		n.adm.mu.Unlock()
+		p.cancel()
+	}
+	if p.class != classInternal {
+		n.adm.pending[p.class].Add(-1)
+	}
+	p.res = r
+	close(p.done)
+}
+
 // propose hands cmd to the group-commit loop and waits for its outcome. It
 // returns the command's fsm.Result (whose Err is a domain refusal, if any)
 // or an error from the node: *NotLeaderError when this node cannot propose,
-// ErrIndeterminate when the outcome is unknown.
+// *OverloadedError when its admission budget for cmd's class is spent
+// (nothing proposed), ErrIndeterminate when the outcome is unknown.
+//
+// A renewal of a lease that already has a renewal waiting for a batch
+// rides on that one: both callers get its outcome. That is sound because
+// the ride is taken before the batch is sealed, and the batch's stamp is
+// read after sealing, so the stamp still follows every rider's arrival.
 func (n *Node) propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
 	if n.lead.Load() == nil {
 		return fsm.Result{}, n.notLeader()
 	}
-	p := &proposal{ctx: ctx, at: time.Now(), cmd: cmd, done: make(chan proposalResult, 1)}
-	select {
-	case n.proposeCh <- p:
-	case <-ctx.Done():
-		return fsm.Result{}, ctx.Err()
-	case <-n.stopCh:
-		return fsm.Result{}, ErrStopped
+	class := classOf(cmd)
+	p := &proposal{ctx: ctx, at: time.Now(), cmd: cmd, class: class, done: make(chan struct{})}
+	if r := cmd.GetRenew(); r != nil && len(r.LeaseId) == fsm.LeaseIDLen {
+		key := [fsm.LeaseIDLen]byte(r.LeaseId)
+		n.adm.mu.Lock()
+		q := n.adm.renewals[key]
+		if q != nil && q.waiters == 0 {
+			// Every caller of q left: it is cancelled and will be
+			// dropped unproposed. Take its place.
+			delete(n.adm.renewals, key)
+			q = nil
+		}
+		if q != nil {
+			q.waiters++
+			n.adm.mu.Unlock()
+			n.metrics.renewalsCoalesced.Inc()
+			return n.awaitProposal(ctx, q)
+		}
+		if err := n.admit(class); err != nil {
+			n.adm.mu.Unlock()
+			return fsm.Result{}, err
+		}
+		p.keyed, p.key, p.waiters = true, key, 1
+		p.ctx, p.cancel = context.WithCancel(context.Background())
+		n.adm.renewals[key] = p
+		n.adm.mu.Unlock()
+	} else if err := n.admit(class); err != nil {
+		return fsm.Result{}, err
 	}
 	select {
-	case r := <-p.done:
-		return r.res, r.err
+	case n.proposeCh <- p: // never blocks for an admitted command (see admission)
+	case <-n.stopCh:
+		n.finish(p, proposalResult{err: ErrStopped})
+		return fsm.Result{}, ErrStopped
+	}
+	return n.awaitProposal(ctx, p)
+}
+
+// awaitProposal waits for p's outcome on behalf of one caller.
+func (n *Node) awaitProposal(ctx context.Context, p *proposal) (fsm.Result, error) {
+	select {
+	case <-p.done:
+		return p.res.res, p.res.err
 	case <-ctx.Done():
-		// Handed to Raft: it may still commit.
+		if p.keyed {
+			n.adm.mu.Lock()
+			if p.waiters--; p.waiters == 0 && !p.sealed {
+				p.cancel() // nobody waits: the batch drops it unproposed
+			}
+			n.adm.mu.Unlock()
+		}
+		// Handed to Raft, or may still be: it may commit.
 		return fsm.Result{}, fmt.Errorf("%w: %v", ErrIndeterminate, ctx.Err())
 	case <-n.stopCh:
 		return fsm.Result{}, fmt.Errorf("%w: %v", ErrIndeterminate, ErrStopped)
@@ -66,7 +225,7 @@ func (n *Node) proposeLoop() {
 			for {
 				select {
 				case p := <-n.proposeCh:
-					p.done <- proposalResult{err: ErrStopped}
+					n.finish(p, proposalResult{err: ErrStopped})
 				default:
 					return
 				}
@@ -91,7 +250,7 @@ func (n *Node) proposeBatch(batch []*proposal) {
 	live := make([]*proposal, 0, len(batch))
 	for _, p := range batch {
 		if err := p.ctx.Err(); err != nil {
-			p.done <- proposalResult{err: err} // never proposed: a definite failure
+			n.finish(p, proposalResult{err: err}) // never proposed: a definite failure
 			continue
 		}
 		live = append(live, p)
@@ -99,9 +258,21 @@ func (n *Node) proposeBatch(batch []*proposal) {
 	if len(live) == 0 {
 		return
 	}
+	// Seal: from here no renewal rides on these any more, so the stamp
+	// read below follows the arrival of every caller they answer.
+	n.adm.mu.Lock()
+	for _, p := range live {
+		if p.keyed {
+			if n.adm.renewals[p.key] == p {
+				delete(n.adm.renewals, p.key)
+			}
+			p.sealed = true
+		}
+	}
+	n.adm.mu.Unlock()
 	fail := func(err error) {
 		for _, p := range live {
-			p.done <- proposalResult{err: err}
+			n.finish(p, proposalResult{err: err})
 		}
 	}
 	ls := n.lead.Load()
@@ -139,8 +310,13 @@ func (n *Node) proposeBatch(batch []*proposal) {
 			done := time.Now()
 			for i, p := range live {
 				n.metrics.proposeSeconds.Observe(done.Sub(p.at).Seconds())
-				p.done <- proposalResult{res: r.Results[i], now: r.Now}
+				n.finish(p, proposalResult{res: r.Results[i], now: r.Now})
 			}
+			// A moving average (1/8) of the batch's oldest wait: lossy
+			// under concurrent batches, which a hint can afford.
+			lat := int64(done.Sub(live[0].at))
+			old := n.adm.latency.Load()
+			n.adm.latency.Store(old + (lat-old)/8)
 		case error:
 			fail(fmt.Errorf("%w: %v", ErrFailed, r))
 		default:

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -547,6 +548,11 @@ func (s *leaseService) KeepAlive(stream grpc.BidiStreamingServer[api.KeepAliveRe
 			if err != nil {
 				st := status.Convert(err)
 				resp.Code, resp.Message = int32(st.Code()), st.Message()
+				for _, d := range st.Details() {
+					if ri, ok := d.(*errdetails.RetryInfo); ok {
+						resp.RetryAfter = ri.RetryDelay // overloaded: when to send it again
+					}
+				}
 			} else {
 				resp.Lease, resp.TtlRemaining = r.Lease, r.TtlRemaining
 			}

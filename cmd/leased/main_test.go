@@ -43,6 +43,7 @@ func TestFlagsEnvironmentAndValidation(t *testing.T) {
 		"tls cert without ca":               {"--bootstrap", "n1=127.0.0.1:7001", "--tls-cert", "n1.crt", "--tls-key", "n1.key"},
 		"peer identity not a uri":           {"--bootstrap", "n1=127.0.0.1:7001", "--peer-identity", "peer"},
 		"negative waiter limit":             {"--bootstrap", "n1=127.0.0.1:7001", "--max-waiters-per-resource", "-1"},
+		"grant budget above the renewals'":  {"--bootstrap", "n1=127.0.0.1:7001", "--max-pending", "100", "--max-pending-grants", "200"},
 		"memory limit not a size":           {"--bootstrap", "n1=127.0.0.1:7001", "--memory-limit", "lots"},
 		"memory limit zero":                 {"--bootstrap", "n1=127.0.0.1:7001", "--memory-limit", "0"},
 		"snapshot threshold max below it":   {"--bootstrap", "n1=127.0.0.1:7001", "--snapshot-threshold-max", "100"},
