@@ -254,7 +254,7 @@ func DefaultConfig() Config {
 		MaxPendingGrants:   1024,
 		HeartbeatTimeout:   500 * time.Millisecond,
 		ElectionTimeout:    500 * time.Millisecond,
-		LeaderLeaseTimeout: 250 * time.Millisecond,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
 		CommitTimeout:      20 * time.Millisecond,
 		SnapshotInterval:   30 * time.Second,
 		SnapshotThreshold:  16384,
