@@ -506,22 +506,7 @@ func (d *DockerNet) Stats() NetStats {
 			continue
 		}
 		for _, chain := range []string{"LFJ-PART", "LFJ-FLAKY"} {
-			out := nsOutput("nsenter", "-t", strconv.Itoa(pid), "-n", iptablesBin, "-L", chain, "-v", "-x", "-n")
-			for _, l := range strings.Split(out, "\n") {
-				f := strings.Fields(l)
-				if len(f) < 9 {
-					continue
-				}
-				pkts, err := strconv.ParseInt(f[0], 10, 64)
-				if err != nil {
-					continue
-				}
-				if chain == "LFJ-PART" {
-					s.Held[byIP[f[7]]+"->"+b] += pkts
-				} else {
-					s.Reset += pkts
-				}
-			}
+			s.addRuleCounters(chain, b, byIP, nsOutput("nsenter", "-t", strconv.Itoa(pid), "-n", iptablesBin, "-L", chain, "-v", "-x", "-n"))
 		}
 	}
 	return s

@@ -327,25 +327,31 @@ func (n *NSNet) Stats() NetStats {
 	}
 	for _, b := range n.ids {
 		for _, chain := range []string{"LFJ-PART", "LFJ-FLAKY"} {
-			out := nsOutput(ipBin, "netns", "exec", n.ns[b], iptablesBin, "-L", chain, "-v", "-x", "-n")
-			for _, l := range strings.Split(out, "\n") {
-				f := strings.Fields(l) // pkts bytes target prot opt in out source destination ...
-				if len(f) < 9 {
-					continue
-				}
-				pkts, err := strconv.ParseInt(f[0], 10, 64)
-				if err != nil {
-					continue
-				}
-				if chain == "LFJ-PART" {
-					s.Held[byIP[f[7]]+"->"+b] += pkts
-				} else {
-					s.Reset += pkts
-				}
-			}
+			s.addRuleCounters(chain, b, byIP, nsOutput(ipBin, "netns", "exec", n.ns[b], iptablesBin, "-L", chain, "-v", "-x", "-n"))
 		}
 	}
 	return s
+}
+
+// addRuleCounters adds the packet counters of `iptables -L chain -v -x -n`
+// in node b's namespace (out) to s: LFJ-PART's as packets held from the
+// source's node (byIP) to b, LFJ-FLAKY's as resets.
+func (s *NetStats) addRuleCounters(chain, b string, byIP map[string]string, out string) {
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l) // pkts bytes target prot opt in out source destination ...
+		if len(f) < 9 {
+			continue
+		}
+		pkts, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		if chain == "LFJ-PART" {
+			s.Held[byIP[f[7]]+"->"+b] += pkts
+		} else {
+			s.Reset += pkts
+		}
+	}
 }
 
 // Close implements Net: it deletes the namespaces (with their rules and
