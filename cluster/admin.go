@@ -132,16 +132,21 @@ func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.J
 	if err := ValidatePeerAddr(req.Addr); err != nil {
 		return nil, toStatus(err)
 	}
-	ctx, resp, local, err := adminAtLeader(ctx, s.n, func(ctx context.Context) {
-		if id := s.n.ClusterID(); id != "" {
-			// For the joining node's identity file; every member has the same.
-			_ = grpc.SetHeader(ctx, metadata.Pairs(clusterIDHeader, id))
-		}
-	}, func(ctx context.Context, c api.ClusterServiceClient) (*api.JoinResponse, error) {
-		return c.Join(ctx, req)
+	// The joining node writes the cluster id it hears into its identity
+	// file, and the transport then holds every peer to it: it must be the
+	// leader's, relayed by a follower that forwards the call.
+	var leaderMD metadata.MD
+	ctx, resp, local, err := adminAtLeader(ctx, s.n, nil, func(ctx context.Context, c api.ClusterServiceClient) (*api.JoinResponse, error) {
+		return c.Join(ctx, req, grpc.Header(&leaderMD))
 	})
 	if !local {
+		if id := clusterID(leaderMD); id != "" {
+			_ = grpc.SetHeader(ctx, metadata.Pairs(clusterIDHeader, id))
+		}
 		return resp, err
+	}
+	if id := s.n.ClusterID(); id != "" {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(clusterIDHeader, id))
 	}
 	servers, index, err := s.n.members()
 	if err != nil {

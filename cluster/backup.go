@@ -141,20 +141,23 @@ func readBackup(path string, data []byte) (*fsm.State, uint64, error) {
 // node of the new cluster is seeded from the same file, as with etcd's
 // snapshot restore.
 //
-// It returns the restore's seed: a digest of the file's bytes and the
-// bump, folded into the cluster id (clusterIDOf). Founding nodes given
-// another file or another bump get another cluster id, and the transport
-// refuses Raft RPCs between nodes of different ids, so they can never form
-// one cluster whose leader grants below a floor a resource has seen.
-func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotStore) (seed string, err error) {
+// Before anything else it stores the new cluster's id
+// (setFoundingClusterID), derived from the bootstrap list and a digest of
+// the file's bytes and the bump (clusterIDOf): founding nodes given another
+// file or another bump get another cluster id, and the transport refuses
+// Raft RPCs between nodes of different ids, so they can never form one
+// cluster whose leader grants below a floor a resource has seen. Stored
+// first, the id survives a start that stops before the identity file is
+// written.
+func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotStore) error {
 	cfg := n.cfg
 	data, err := os.ReadFile(cfg.RestoreFrom)
 	if err != nil {
-		return "", err
+		return err
 	}
 	st, index, err := readBackup(cfg.RestoreFrom, data)
 	if err != nil {
-		return "", err
+		return err
 	}
 	bump := cfg.BumpTokens
 	if bump == 0 && !cfg.AllowZeroBump {
@@ -162,9 +165,12 @@ func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotSt
 	}
 	floor, err := st.RaiseFloor(bump)
 	if err != nil {
-		return "", fmt.Errorf("cluster: restore from %s: %w (use a smaller --bump-tokens)", cfg.RestoreFrom, err)
+		return fmt.Errorf("cluster: restore from %s: %w (use a smaller --bump-tokens)", cfg.RestoreFrom, err)
 	}
-	seed = fmt.Sprintf("restore %x bump %d", sha256.Sum256(data), bump)
+	seed := fmt.Sprintf("restore %x bump %d", sha256.Sum256(data), bump)
+	if err := setFoundingClusterID(store, clusterIDOf(cfg.Bootstrap, seed)); err != nil {
+		return err
+	}
 	var servers []raft.Server
 	for id, addr := range cfg.Bootstrap {
 		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(addr)})
@@ -172,16 +178,16 @@ func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotSt
 	conf := raft.Configuration{Servers: servers}
 	sink, err := snaps.Create(raft.SnapshotVersionMax, 1, 1, conf, 1, n.tr)
 	if err != nil {
-		return "", fmt.Errorf("cluster: restore: %w", err)
+		return fmt.Errorf("cluster: restore: %w", err)
 	}
 	snap := &fsmSnapshot{index: 1, sn: st.Snapshot(), log: n.log}
 	if err := snap.Persist(sink); err != nil {
-		return "", fmt.Errorf("cluster: restore: %w", err)
+		return fmt.Errorf("cluster: restore: %w", err)
 	}
 	// The snapshot's term is 1: no vote may be cast in an older term.
 	if err := store.SetUint64([]byte("CurrentTerm"), 1); err != nil {
-		return "", fmt.Errorf("cluster: restore: %w", err)
+		return fmt.Errorf("cluster: restore: %w", err)
 	}
 	n.log.Info("restored from backup", "file", cfg.RestoreFrom, "backup-index", index, "bump", bump, "token-floor", floor, "leases", st.Len())
-	return seed, nil
+	return nil
 }

@@ -220,4 +220,17 @@ func TestFoundingNodesRestoredDifferentlyNeverFormOneCluster(t *testing.T) {
 	if nc.nodes[2].IsLeader() {
 		t.Fatal("the odd node leads")
 	}
+
+	// A founding node whose first start stopped after the seed but before
+	// it wrote its identity file (the file removed stands for that) keeps
+	// the restored cluster's id: it was recorded before the seed.
+	wantID := nc.nodes[1].ClusterID()
+	nc.stop(0)
+	if err := os.Remove(filepath.Join(nc.cfgs[0].DataDir, IdentityFile)); err != nil {
+		t.Fatal(err)
+	}
+	nc.start(0)
+	if got := nc.nodes[0].ClusterID(); got != wantID {
+		t.Fatalf("restarted before its identity file, the node has cluster id %q, not the restored cluster's %q", got, wantID)
+	}
 }

@@ -195,6 +195,57 @@ func TestIdentityIsWrittenForAnExistingDataDir(t *testing.T) {
 	}
 }
 
+// A data dir from before identity files (Raft state, no identity, no
+// recorded founding id) gets an empty cluster id, which the transport does
+// not check: not one derived from this start's --bootstrap, which the node
+// ignores (members may have been replaced since the founding).
+func TestDataDirFromBeforeIdentitiesGetsNoClusterID(t *testing.T) {
+	var buf lockedBuffer
+	n, cfg := oneNode(t, &buf, nil)
+	n.Close()
+	os.Remove(filepath.Join(cfg.DataDir, IdentityFile))
+	store, err := openLogStore(filepath.Join(cfg.DataDir, "raft.db"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setFoundingClusterID(store, ""); err != nil { // as a release without the record left it
+		t.Fatal(err)
+	}
+	store.Close()
+	cfg.Bootstrap = map[string]string{"n1": cfg.Listen, "n9": "127.0.0.1:1"}
+	n, err = Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if id := n.ClusterID(); id != "" {
+		t.Fatalf("cluster id %q derived for a data dir from before identity files", id)
+	}
+}
+
+// A node that joins through a follower writes the leader's cluster id, not
+// the id of the node that forwarded its Join.
+func TestJoinThroughAFollowerTakesTheLeadersClusterID(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	_, leader := tc.leader()
+	fi, f := tc.follower()
+	want := leader.ClusterID()
+	f.setClusterID("a-follower-of-another-mind")
+	addr := freeAddrs(t, 1)[0]
+	cfg := tc.cfgs[fi]
+	cfg.ID, cfg.Listen, cfg.DataDir, cfg.Bootstrap, cfg.Join = "n4", addr, t.TempDir(), nil, tc.cfgs[fi].Listen
+	cfg.Clock, cfg.Logger = nil, testLogger(t, "n4")
+	n4, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n4.Close()
+	eventually(t, 10*time.Second, "the joined node's identity", func() bool {
+		got, err := readIdentity(cfg.DataDir)
+		return err == nil && got != nil && got.NodeID == "n4" && got.ClusterID == want
+	})
+}
+
 // A node that joins writes its identity once it holds Raft state, with the
 // cluster id of the cluster it joined.
 func TestJoinedNodeWritesTheClusterIdentity(t *testing.T) {

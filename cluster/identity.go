@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
 
 // IdentityFile is the node identity file in the data dir. It is written
@@ -110,6 +112,30 @@ func clusterIDOf(bootstrap map[string]string, restoreSeed string) string {
 	}
 	sum := sha256.Sum256([]byte(what))
 	return hex.EncodeToString(sum[:8])
+}
+
+// foundingClusterIDKey is the stable-store key (raft.db) under which a
+// first start that bootstraps or restores records the cluster id before it
+// writes any Raft state, so that a start stopped before the identity file
+// is written still writes the right id the next time.
+var foundingClusterIDKey = []byte("LeasefenceFoundingClusterID")
+
+// setFoundingClusterID records id in store (foundingClusterIDKey).
+func setFoundingClusterID(store *raftboltdb.BoltStore, id string) error {
+	if err := store.Set(foundingClusterIDKey, []byte(id)); err != nil {
+		return fmt.Errorf("cluster: record the cluster id: %w", err)
+	}
+	return nil
+}
+
+// foundingClusterID returns the id setFoundingClusterID recorded, "" when
+// none was.
+func foundingClusterID(store *raftboltdb.BoltStore) (string, error) {
+	v, err := store.Get(foundingClusterIDKey)
+	if err != nil && !errors.Is(err, raftboltdb.ErrKeyNotFound) {
+		return "", fmt.Errorf("cluster: read the cluster id: %w", err)
+	}
+	return string(v), nil
 }
 
 // lostStateError is the refusal of a node whose identity file says it was

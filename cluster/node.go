@@ -365,12 +365,12 @@ func (n *Node) open(ctx context.Context) error {
 	})
 
 	rc := cfg.raftConfig() // raft.ValidateConfig passed in Validate
-	var restoreSeed string // set when this start restores a backup
+	hadState := existing   // before this start: not a first start
 	if cfg.RestoreFrom != "" {
 		if existing {
 			n.log.Warn("data dir has state; ignoring the backup to restore from", "file", cfg.RestoreFrom)
 		} else {
-			if restoreSeed, err = n.seedFromBackup(store, snaps); err != nil {
+			if err := n.seedFromBackup(store, snaps); err != nil {
 				return err
 			}
 			existing = true // the seeded snapshot holds the configuration
@@ -388,6 +388,9 @@ func (n *Node) open(ctx context.Context) error {
 	checked.onCorrupt.set(n.onFatal)
 	snaps.onCorrupt.set(n.onFatal)
 	if !existing && len(cfg.Bootstrap) > 0 {
+		if err := setFoundingClusterID(store, clusterIDOf(cfg.Bootstrap, "")); err != nil {
+			return err
+		}
 		var servers []raft.Server
 		for id, addr := range cfg.Bootstrap {
 			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(addr)})
@@ -397,9 +400,19 @@ func (n *Node) open(ctx context.Context) error {
 		}
 	}
 	if ident == nil && (existing || len(cfg.Bootstrap) > 0) {
-		// Bootstrapped or restored just now, or a data dir from before
-		// identity files: from here on a wipe is caught.
-		ident = &Identity{ClusterID: clusterIDOf(cfg.Bootstrap, restoreSeed), NodeID: cfg.ID, Created: time.Now().UTC()}
+		// Bootstrapped or restored by this start or by one that stopped
+		// before it wrote the file (the founding id was stored first), or
+		// a data dir from before identity files (its cluster id is
+		// unknown: empty, never derived from this start's flags, which it
+		// ignores): from here on a wipe is caught.
+		id, err := foundingClusterID(store)
+		if err != nil {
+			return err
+		}
+		if id == "" && !hadState {
+			id = clusterIDOf(cfg.Bootstrap, "")
+		}
+		ident = &Identity{ClusterID: id, NodeID: cfg.ID, Created: time.Now().UTC()}
 		if err := writeIdentity(cfg.DataDir, *ident); err != nil {
 			return err
 		}
