@@ -14,6 +14,7 @@ const (
 	BugWallClockTime      = "wall-clock-time"
 	BugLeaseIDByResource  = "lease-id-by-resource"
 	BugReleaseAckEarly    = "release-ack-before-commit"
+	BugRenewAckEarly      = "renew-ack-before-commit"
 	BugForwardNoTimeout   = "forward-no-timeout"
 	BugAddUnprobed        = "add-unprobed"
 	BugClusterIDUnchecked = "cluster-id-unchecked"

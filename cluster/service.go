@@ -317,6 +317,19 @@ func (s *leaseService) leaseOp(ctx context.Context, id []byte, cmd *fsmpb.Comman
 			return fsm.Result{Released: true, Lease: l}, nil
 		}
 	}
+	if ren := cmd.GetRenew(); ren != nil && planted(BugRenewAckEarly) {
+		var l fsm.Lease
+		var live bool
+		s.n.sm.read(func(st *fsm.State) {
+			l, live = st.LeaseByID([fsm.LeaseIDLen]byte(id))
+			live = live && st.Now() <= l.ExpiresAt
+			l.ExpiresAt = st.Now() + l.TTL
+		})
+		if live {
+			go func() { _, _ = s.n.propose(context.WithoutCancel(ctx), cmd) }() // the defect: nobody waits for the commit
+			return fsm.Result{Lease: l, Remaining: time.Duration(l.TTL)}, nil
+		}
+	}
 	res, err := s.n.propose(ctx, cmd)
 	if err == nil {
 		err = res.Err
