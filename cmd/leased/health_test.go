@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -112,6 +113,10 @@ func TestVersionFlagPrintsTheBuildAndExits(t *testing.T) {
 	}
 	if out.String() != buildinfo.Read().Text() {
 		t.Fatalf("leased --version %q is not buildinfo's %q", out.String(), buildinfo.Read().Text())
+	}
+	// A build from a checkout says the same version as the node's Status.
+	if v := buildinfo.From(&debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, true).Version; v != cluster.Version {
+		t.Fatalf("a checkout build says version %q, its nodes' Status %q", v, cluster.Version)
 	}
 	out.Reset()
 	if code := run([]string{"--print-config"}, &out, io.Discard); code != 0 || strings.Contains(out.String(), "version") {

@@ -9,6 +9,11 @@ import (
 	"runtime/debug"
 )
 
+// Dev is the version a build from a checkout reports: the release line in
+// development. cluster.Version, which a node's Status reports, is the same
+// (a test in cmd/leased holds them together).
+const Dev = "0.1.0-dev"
+
 // Info describes a build. Fields the binary does not carry read "unknown"
 // (a build without VCS stamping, -buildvcs=false, has no commit).
 type Info struct {
@@ -27,8 +32,13 @@ func From(bi *debug.BuildInfo, ok bool) Info {
 	if !ok || bi == nil {
 		return info
 	}
-	if bi.Main.Version != "" {
-		info.Version = bi.Main.Version
+	switch v := bi.Main.Version; v {
+	case "", "(devel)":
+		// Built from a checkout, not a tagged module version: say which
+		// release line, as a node's Status does (cluster.Version).
+		info.Version = Dev
+	default:
+		info.Version = v
 	}
 	if bi.GoVersion != "" {
 		info.Go = bi.GoVersion
