@@ -21,7 +21,7 @@ var PlantedBugs = map[string]string{
 	BugWallClockTime:      "the leader's cluster time is the wall clock (the fault clock's, when there is one), not its monotonic clock",
 	BugLeaseIDByResource:  "a lease id is derived from the resource, so a stale holder's renew and release act on the next holder's lease",
 	BugReleaseAckEarly:    "a release of a live lease is acknowledged once proposed, before Raft commits it",
-	BugRenewAckEarly:      "a renewal of a live lease is acknowledged once proposed, before Raft commits it",
+	BugRenewAckEarly:      "a renewal of a live lease is acknowledged at once and proposed 200 ms later, so a leader killed or cut off in between loses renewals it acknowledged",
 	BugForwardNoTimeout:   "a follower forwards a call to the leader it knows and waits out the caller's deadline when that leader is silent (no hop timeout, no re-route)",
 	BugAddUnprobed:        "the leader adds a member as a voter without probing it and without the quorum rule, so unreachable voters can cost the cluster its quorum",
 	BugClusterIDUnchecked: "Raft RPCs carry and check no cluster id, so a founding node restored with another backup or bump votes, replicates and can lead",

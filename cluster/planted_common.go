@@ -35,3 +35,8 @@ func resourceLeaseID(resource string) []byte {
 	sum := sha256.Sum256([]byte(resource))
 	return sum[:fsm.LeaseIDLen]
 }
+
+// renewAckLead is how far the planted renew-ack-before-commit answer runs
+// ahead of its proposal: a leader killed or cut off within it loses
+// renewals it acknowledged.
+const renewAckLead = 200 * time.Millisecond

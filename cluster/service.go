@@ -326,7 +326,10 @@ func (s *leaseService) leaseOp(ctx context.Context, id []byte, cmd *fsmpb.Comman
 			l.ExpiresAt = st.Now() + l.TTL
 		})
 		if live {
-			go func() { _, _ = s.n.propose(context.WithoutCancel(ctx), cmd) }() // the defect: nobody waits for the commit
+			go func() { // the defect: the answer runs ahead of the log, and nobody waits for the commit
+				time.Sleep(renewAckLead)
+				_, _ = s.n.propose(context.WithoutCancel(ctx), cmd)
+			}()
 			return fsm.Result{Lease: l, Remaining: time.Duration(l.TTL)}, nil
 		}
 	}

@@ -47,7 +47,7 @@ var PlantedBugs = []PlantedBug{
 		Nemeses: []string{"clock-bump"}, Time: 30 * time.Second, Catch: []string{NameSafeWindows, NameGrantIntervals, NameLinearizable}},
 	{Name: "release-ack-before-commit", In: "leased", What: "a release is acknowledged once proposed, before Raft commits it",
 		Nemeses: ComboNemeses, Time: 45 * time.Second, Catch: []string{NameLinearizable, NameDurable}},
-	{Name: "renew-ack-before-commit", In: "leased", What: "a renewal is acknowledged once proposed, before Raft commits it",
+	{Name: "renew-ack-before-commit", In: "leased", What: "a renewal is acknowledged at once and proposed 200 ms later, before Raft commits it",
 		Nemeses: []string{NemPartitionLeader, NemKillLeader}, Time: 45 * time.Second, Catch: []string{NameDurable, NameSafeWindows, NameGrantIntervals}},
 	{Name: "dedup-resource-only", In: "leased", What: "a request id's retry is compared by resource only, so it replays a lease across scopes, holders, ttls and wait",
 		Nemeses: nil, Time: 25 * time.Second, Catch: []string{NameRequestIDs}},
