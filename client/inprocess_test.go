@@ -2,61 +2,14 @@ package client_test
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/leasefence/leasefence/client"
 	"github.com/leasefence/leasefence/cluster"
+	"github.com/leasefence/leasefence/internal/testcluster"
 )
-
-// startNodes starts an n-node cluster in this process and waits for a
-// leader.
-func startNodes(tb testing.TB, n int) []*cluster.Node {
-	tb.Helper()
-	peers := map[string]string{}
-	var ids, addrs []string
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		ids, addrs = append(ids, fmt.Sprintf("n%d", i+1)), append(addrs, l.Addr().String())
-		peers[ids[i]] = addrs[i]
-		l.Close()
-	}
-	dir := tb.TempDir()
-	var nodes []*cluster.Node
-	for i := range ids {
-		cfg := cluster.DefaultConfig()
-		cfg.ID, cfg.Listen, cfg.DataDir, cfg.Bootstrap = ids[i], addrs[i], filepath.Join(dir, ids[i]), peers
-		cfg.Insecure = true
-		cfg.Logger = hclog.NewNullLogger()
-		nd, err := cluster.Start(cfg)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		tb.Cleanup(func() { nd.Close() })
-		nodes = append(nodes, nd)
-	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		for _, nd := range nodes {
-			if nd.IsLeader() {
-				return nodes
-			}
-		}
-		if time.Now().After(deadline) {
-			tb.Fatal("no leader")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 func inProcessClient(tb testing.TB, nd *cluster.Node, cfg client.Config) *client.Client {
 	tb.Helper()
@@ -77,7 +30,7 @@ func TestInProcessClientOnFollower(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-node cluster")
 	}
-	nodes := startNodes(t, 3)
+	nodes := testcluster.Nodes(t, 3)
 	var f *cluster.Node
 	for _, nd := range nodes {
 		if !nd.IsLeader() {
@@ -118,7 +71,7 @@ func TestInProcessClientFailsOver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-node cluster")
 	}
-	nodes := startNodes(t, 3)
+	nodes := testcluster.Nodes(t, 3)
 	own := nodes[0]
 	c := inProcessClient(t, own, client.Config{Endpoints: []string{nodes[1].Addr(), nodes[2].Addr()}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -146,7 +99,7 @@ func TestInProcessClientFailsOver(t *testing.T) {
 //
 //	go test -run '^$' -bench CycleInProcess -benchtime 2000x ./client/
 func BenchmarkCycleInProcess(b *testing.B) {
-	nd := startNodes(b, 1)[0]
+	nd := testcluster.Nodes(b, 1)[0]
 	tcp, err := client.New(client.Config{Endpoints: []string{nd.Addr()}})
 	if err != nil {
 		b.Fatal(err)

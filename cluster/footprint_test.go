@@ -3,7 +3,6 @@ package cluster_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,10 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/leasefence/leasefence/client"
 	"github.com/leasefence/leasefence/cluster"
+	"github.com/leasefence/leasefence/internal/testcluster"
 )
 
 // BenchmarkEmbeddedFootprint measures what embedded nodes cost their host
@@ -47,7 +45,7 @@ func footprint(b *testing.B, n int) {
 	runtime.GC()
 	time.Sleep(time.Second) // goroutines of an earlier round end
 	g0, rss0 := runtime.NumGoroutine(), vmRSS(b)
-	nodes := startNodes(b, n)
+	nodes := testcluster.Nodes(b, n)
 	time.Sleep(5 * time.Second)
 	g1, rss1 := runtime.NumGoroutine(), vmRSS(b)
 	var leader *cluster.Node
@@ -79,49 +77,6 @@ func footprint(b *testing.B, n int) {
 	b.ReportMetric(float64(rss1-rss0)/(1<<20), "idle-rss-MiB")
 	b.ReportMetric(float64(g2-g0), "1000-leases-goroutines")
 	b.ReportMetric(float64(rss2-rss0)/(1<<20), "1000-leases-rss-MiB")
-}
-
-// startNodes starts an n-node cluster in this process and waits for a
-// leader.
-func startNodes(tb testing.TB, n int) []*cluster.Node {
-	tb.Helper()
-	peers := map[string]string{}
-	var ids, addrs []string
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		ids, addrs = append(ids, fmt.Sprintf("n%d", i+1)), append(addrs, l.Addr().String())
-		peers[ids[i]] = addrs[i]
-		l.Close()
-	}
-	dir := tb.TempDir()
-	var nodes []*cluster.Node
-	for i := range ids {
-		cfg := cluster.DefaultConfig()
-		cfg.ID, cfg.Listen, cfg.DataDir, cfg.Bootstrap = ids[i], addrs[i], filepath.Join(dir, ids[i]), peers
-		cfg.Insecure = true
-		cfg.Logger = hclog.NewNullLogger()
-		nd, err := cluster.Start(cfg)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		tb.Cleanup(func() { nd.Close() })
-		nodes = append(nodes, nd)
-	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		for _, nd := range nodes {
-			if nd.IsLeader() {
-				return nodes
-			}
-		}
-		if time.Now().After(deadline) {
-			tb.Fatal("no leader")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // vmRSS is this process's resident set in bytes, after the runtime has

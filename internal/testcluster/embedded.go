@@ -1,9 +1,11 @@
 package testcluster
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -25,24 +27,47 @@ func StartEmbedded() (addr string, stop func()) {
 // on loopback, raft-boltdb in temporary dirs), waits for a leader, and
 // returns the nodes' addresses.
 func StartEmbeddedN(n int) (addrs []string, stop func()) {
+	_, addrs, stop, err := embedded(n)
+	if err != nil {
+		panic(err)
+	}
+	return addrs, stop
+}
+
+// Nodes starts an n-node cluster inside this process as StartEmbeddedN
+// does, for a test or benchmark that needs the nodes themselves (in-process
+// dialing, what a node costs its host); they are closed when tb ends.
+func Nodes(tb testing.TB, n int) []*cluster.Node {
+	tb.Helper()
+	nodes, _, stop, err := embedded(n)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(stop)
+	return nodes
+}
+
+// embedded starts n nodes n1..nN bootstrapped together on free loopback
+// addresses, data in one temporary dir that stop removes, and waits up to
+// 15 s for a leader. On error nothing is left running.
+func embedded(n int) (nodes []*cluster.Node, addrs []string, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "leasefence-embedded-")
 	if err != nil {
-		panic(err)
+		return nil, nil, nil, err
 	}
-	addrs, err = loopback.FreeAddrs(n)
-	if err != nil {
-		panic(err)
-	}
-	peers := map[string]string{}
-	for i, a := range addrs {
-		peers[fmt.Sprintf("n%d", i+1)] = a
-	}
-	var nodes []*cluster.Node
 	stop = func() {
 		for _, nd := range nodes {
 			nd.Close()
 		}
 		os.RemoveAll(dir)
+	}
+	if addrs, err = loopback.FreeAddrs(n); err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
+	peers := map[string]string{}
+	for i, a := range addrs {
+		peers[fmt.Sprintf("n%d", i+1)] = a
 	}
 	for i, a := range addrs {
 		cfg := cluster.DefaultConfig()
@@ -53,21 +78,17 @@ func StartEmbeddedN(n int) (addrs []string, stop func()) {
 		node, err := cluster.Start(cfg)
 		if err != nil {
 			stop()
-			panic(err)
+			return nil, nil, nil, err
 		}
 		nodes = append(nodes, node)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		for _, nd := range nodes {
 			if nd.IsLeader() {
-				return addrs, stop
+				return nodes, addrs, stop, nil
 			}
 		}
-		if time.Now().After(deadline) {
-			stop()
-			panic("embedded cluster elected no leader within 15s")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
+	stop()
+	return nil, nil, nil, errors.New("embedded cluster elected no leader within 15s")
 }
