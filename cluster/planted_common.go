@@ -1,10 +1,12 @@
 package cluster
 
 import (
+	"context"
 	"crypto/sha256"
 	"time"
 
 	"github.com/leasefence/leasefence/fsm"
+	"github.com/leasefence/leasefence/fsm/fsmpb"
 )
 
 // Names of the node's planted defects. Only a build with the plantedbugs
@@ -34,6 +36,42 @@ func wallNanos(c Clock) int64 {
 func resourceLeaseID(resource string) []byte {
 	sum := sha256.Sum256([]byte(resource))
 	return sum[:fsm.LeaseIDLen]
+}
+
+// ackEarly is the planted release-ack-before-commit and
+// renew-ack-before-commit defects: a release or renewal of a live lease is
+// answered from the local state as if done, and proposed afterwards (a
+// renewal renewAckLead later) with nobody waiting for the commit. ok is
+// false, and nothing happens, unless one of them is switched on and the
+// lease is live.
+func (s *leaseService) ackEarly(ctx context.Context, id []byte, cmd *fsmpb.Command) (res fsm.Result, ok bool) {
+	release := cmd.GetRelease() != nil && planted(BugReleaseAckEarly)
+	renew := cmd.GetRenew() != nil && planted(BugRenewAckEarly)
+	if !release && !renew {
+		return fsm.Result{}, false
+	}
+	var l fsm.Lease
+	var live bool
+	var now int64
+	s.n.sm.read(func(st *fsm.State) {
+		l, live = st.LeaseByID([fsm.LeaseIDLen]byte(id))
+		now = st.Now()
+	})
+	if !live || now > l.ExpiresAt {
+		return fsm.Result{}, false
+	}
+	var lead time.Duration
+	res = fsm.Result{Released: true, Lease: l}
+	if renew {
+		lead = renewAckLead
+		l.ExpiresAt = now + l.TTL
+		res = fsm.Result{Lease: l, Remaining: time.Duration(l.TTL)}
+	}
+	go func() {
+		time.Sleep(lead)
+		_, _ = s.n.propose(context.WithoutCancel(ctx), cmd)
+	}()
+	return res, true
 }
 
 // renewAckLead is how far the planted renew-ack-before-commit answer runs

@@ -305,33 +305,8 @@ func (s *leaseService) leaseOp(ctx context.Context, id []byte, cmd *fsmpb.Comman
 	if !local {
 		return fsm.Result{}, err
 	}
-	if rel := cmd.GetRelease(); rel != nil && planted(BugReleaseAckEarly) {
-		var l fsm.Lease
-		var live bool
-		s.n.sm.read(func(st *fsm.State) {
-			l, live = st.LeaseByID([fsm.LeaseIDLen]byte(id))
-			live = live && st.Now() <= l.ExpiresAt
-		})
-		if live {
-			go func() { _, _ = s.n.propose(context.WithoutCancel(ctx), cmd) }() // the defect: nobody waits for the commit
-			return fsm.Result{Released: true, Lease: l}, nil
-		}
-	}
-	if ren := cmd.GetRenew(); ren != nil && planted(BugRenewAckEarly) {
-		var l fsm.Lease
-		var live bool
-		s.n.sm.read(func(st *fsm.State) {
-			l, live = st.LeaseByID([fsm.LeaseIDLen]byte(id))
-			live = live && st.Now() <= l.ExpiresAt
-			l.ExpiresAt = st.Now() + l.TTL
-		})
-		if live {
-			go func() { // the defect: the answer runs ahead of the log, and nobody waits for the commit
-				time.Sleep(renewAckLead)
-				_, _ = s.n.propose(context.WithoutCancel(ctx), cmd)
-			}()
-			return fsm.Result{Lease: l, Remaining: time.Duration(l.TTL)}, nil
-		}
+	if res, ok := s.ackEarly(ctx, id, cmd); ok { // planted defects only
+		return res, nil
 	}
 	res, err := s.n.propose(ctx, cmd)
 	if err == nil {
