@@ -88,8 +88,7 @@ func (n *Node) members() ([]raft.Server, uint64, error) {
 
 // adminAtLeader is the prelude the administrative calls share (Join,
 // Remove, TransferLeadership, Snapshot), after each has checked its own
-// request: the caller must be an administrator (authorize, permAdmin);
-// authorized, when not nil, then runs with the caller's ctx; and a node
+// request: the caller must be an administrator (authorize, permAdmin); and a node
 // that does not lead forwards the call to the leader (route: it waits out
 // an election up to leaderPatience; the call is marked forwarded and
 // carries the caller's credentials) with forward, and relays the answer.
@@ -97,13 +96,10 @@ func (n *Node) members() ([]raft.Server, uint64, error) {
 // must serve the call itself; otherwise resp and err are the answer (a
 // refusal here is already a gRPC status; forward's error is relayed as
 // the leader gave it).
-func adminAtLeader[T any](ctx context.Context, n *Node, authorized func(context.Context), forward func(context.Context, api.ClusterServiceClient) (T, error)) (_ context.Context, resp T, local bool, err error) {
+func adminAtLeader[T any](ctx context.Context, n *Node, forward func(context.Context, api.ClusterServiceClient) (T, error)) (_ context.Context, resp T, local bool, err error) {
 	ctx, _, err = n.authorize(ctx, permAdmin, "")
 	if err != nil {
 		return ctx, resp, false, toStatus(err)
-	}
-	if authorized != nil {
-		authorized(ctx)
 	}
 	conn, err := n.route(ctx)
 	if err != nil {
@@ -136,7 +132,7 @@ func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.J
 	// file, and the transport then holds every peer to it: it must be the
 	// leader's, relayed by a follower that forwards the call.
 	var leaderMD metadata.MD
-	ctx, resp, local, err := adminAtLeader(ctx, s.n, nil, func(ctx context.Context, c api.ClusterServiceClient) (*api.JoinResponse, error) {
+	ctx, resp, local, err := adminAtLeader(ctx, s.n, func(ctx context.Context, c api.ClusterServiceClient) (*api.JoinResponse, error) {
 		return c.Join(ctx, req, grpc.Header(&leaderMD))
 	})
 	if !local {
@@ -189,7 +185,7 @@ func (s *clusterService) Remove(ctx context.Context, req *api.RemoveRequest) (*a
 	if req.Id == "" {
 		return nil, toStatus(&fsm.FieldError{Field: "id", Limit: "required"})
 	}
-	ctx, resp, local, err := adminAtLeader(ctx, s.n, nil, func(ctx context.Context, c api.ClusterServiceClient) (*api.RemoveResponse, error) {
+	ctx, resp, local, err := adminAtLeader(ctx, s.n, func(ctx context.Context, c api.ClusterServiceClient) (*api.RemoveResponse, error) {
 		return c.Remove(ctx, req)
 	})
 	if !local {
@@ -253,7 +249,7 @@ func (n *Node) answers(ctx context.Context, addr string) bool {
 
 // TransferLeadership implements api.ClusterServiceServer.
 func (s *clusterService) TransferLeadership(ctx context.Context, req *api.TransferLeadershipRequest) (*api.TransferLeadershipResponse, error) {
-	_, resp, local, err := adminAtLeader(ctx, s.n, nil, func(ctx context.Context, c api.ClusterServiceClient) (*api.TransferLeadershipResponse, error) {
+	_, resp, local, err := adminAtLeader(ctx, s.n, func(ctx context.Context, c api.ClusterServiceClient) (*api.TransferLeadershipResponse, error) {
 		return c.TransferLeadership(ctx, req)
 	})
 	if !local {

@@ -36,7 +36,7 @@ var ErrBadBackup = errors.New("cluster: bad backup file")
 // streamed in chunks, taken on the leader after a linearizable read so it
 // reflects every acknowledged write.
 func (s *clusterService) Snapshot(_ *api.SnapshotRequest, stream grpc.ServerStreamingServer[api.SnapshotChunk]) error {
-	ctx, _, local, err := adminAtLeader(stream.Context(), s.n, nil, func(ctx context.Context, c api.ClusterServiceClient) (struct{}, error) {
+	ctx, _, local, err := adminAtLeader(stream.Context(), s.n, func(ctx context.Context, c api.ClusterServiceClient) (struct{}, error) {
 		up, err := c.Snapshot(ctx, &api.SnapshotRequest{})
 		if err != nil {
 			return struct{}{}, err

@@ -84,9 +84,9 @@ type Node struct {
 	fatal     atomic.Pointer[error]
 
 	// clusterID is the cluster id of the node identity (identity.go),
-	// empty until the node has one; a leader hands it to joining nodes.
-	clusterID string
-	clusterMu sync.Mutex
+	// empty until the node has one; a leader hands it to joining nodes,
+	// and the transport reads it on every Raft RPC (no lock).
+	clusterID atomic.Pointer[string]
 	// corrupt is why this node's state differs from the majority's
 	// (statecheck.go); nil while it does not.
 	corrupt atomic.Pointer[string]
@@ -755,18 +755,15 @@ func clusterID(md metadata.MD) string {
 	return ""
 }
 
-func (n *Node) setClusterID(id string) {
-	n.clusterMu.Lock()
-	n.clusterID = id
-	n.clusterMu.Unlock()
-}
+func (n *Node) setClusterID(id string) { n.clusterID.Store(&id) }
 
 // ClusterID returns the cluster id of the node's identity file, empty
 // before the node has one (or for a data dir older than identity files).
 func (n *Node) ClusterID() string {
-	n.clusterMu.Lock()
-	defer n.clusterMu.Unlock()
-	return n.clusterID
+	if id := n.clusterID.Load(); id != nil {
+		return *id
+	}
+	return ""
 }
 
 // writeJoinIdentity writes the identity of a node admitted by Join once it

@@ -40,7 +40,6 @@ type statusPage struct {
 	Filter                    string
 	Leases                    []pageLease
 	Matched                   int
-	Shown                     int
 	Events                    []pageEvent
 	Clock                     [][2]string
 	Unsafe                    string
@@ -153,7 +152,6 @@ func (n *Node) buildStatusPage(ctx context.Context, filter string) (*statusPage,
 		p.Leases = append(p.Leases, pageLease{Resource: l.Resource, Scope: l.Scope, Holder: l.Holder,
 			ID: api.FormatLeaseID(l.ID[:]), Token: l.Token, TimeLeft: tl})
 	}
-	p.Shown = len(p.Leases)
 	for _, ev := range n.hub.recent(statusPageEvents) {
 		l := ev.GetLease()
 		p.Events = append(p.Events, pageEvent{
@@ -265,7 +263,7 @@ code{font:12px ui-monospace,monospace}.warn{background:#fff3cd;padding:.4em}
 
 <h2>Live leases</h2>
 <form method="get" action="/status"><label>resource prefix <input name="resource" value="{{.Filter}}" size="30"></label> <button type="submit">filter</button></form>
-<p class="note" id="lease-count">{{.Matched}} of {{.LiveLeases}} leases match{{if .Filter}} "{{.Filter}}"{{end}}{{if lt .Shown .Matched}}; the first {{.Shown}} shown{{end}}.</p>
+<p class="note" id="lease-count">{{.Matched}} of {{.LiveLeases}} leases match{{if .Filter}} "{{.Filter}}"{{end}}{{if lt (len .Leases) .Matched}}; the first {{len .Leases}} shown{{end}}.</p>
 <table id="leases"><tr><th>resource</th><th>scope</th><th class="num">token</th><th>holder</th><th>time left</th><th>lease id</th></tr>
 {{range .Leases}}<tr data-resource="{{.Resource}}"><td>{{.Resource}}</td><td>{{.Scope}}</td><td class="num">{{.Token}}</td><td>{{.Holder}}</td><td>{{.TimeLeft}}</td><td><code>{{.ID}}</code></td></tr>
 {{end}}</table>
