@@ -49,21 +49,14 @@ func TestDockerCreateArgsRunTheImageAsDeployed(t *testing.T) {
 	d := dockerNames{pid: 9}
 	got := dockerCreateArgs(d, "n2", "10.214.3.12", "leasefence:dev", "n1=10.214.3.11:7001,n2=10.214.3.12:7001",
 		[]string{"--tick", "250ms", "--note", "{id}"})
+	// No --entrypoint, --user, --listen or --data-dir: the image's own, as
+	// users deploy it.
 	want := []string{"create", "--name", "lfjd-9-n2", "--hostname", "n2", "--label", "leasefence.jepsen=9",
 		"--network", "lfjd-9", "--ip", "10.214.3.12", "-v", "lfjd-9-n2:/data", "leasefence:dev",
 		"--insecure", "--id", "n2", "--advertise", "10.214.3.12:7001", "--bootstrap", "n1=10.214.3.11:7001,n2=10.214.3.12:7001",
 		"--tick", "250ms", "--note", "n2"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("docker %s\nwant   %s", strings.Join(got, " "), strings.Join(want, " "))
-	}
-	// The image's entrypoint, user, listen address and data dir are its
-	// own: the harness must not override what users deploy.
-	for _, a := range got {
-		for _, bad := range []string{"--entrypoint", "--user", "--listen", "--data-dir", "--privileged"} {
-			if a == bad {
-				t.Errorf("create overrides the image with %s", bad)
-			}
-		}
 	}
 }
 

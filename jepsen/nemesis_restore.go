@@ -250,17 +250,12 @@ func (c *Cluster) backupFrom(ctx context.Context, cs api.ClusterServiceClient, p
 	}
 }
 
-// RestoreAll loses the whole cluster and starts a new one from backup:
+// restoreAll loses the whole cluster and starts a new one from backup:
 // it kills every node (SIGKILL), moves their data dirs under lostDir, and
 // starts every node again on its address with an empty data dir,
 // bootstrapping the same members with --restore backup (the default
-// bump). It waits up to 30 s for a leader.
-func (c *Cluster) RestoreAll(ctx context.Context, backup, lostDir string) error {
-	return c.restoreAll(ctx, backup, lostDir, "")
-}
-
-// restoreAll is RestoreAll; a non-empty odd names a node that gets
-// --bump-tokens mismatchBump and is started 2 s before the others
+// bump). It waits up to 30 s for a leader. A non-empty odd names a node
+// that gets --bump-tokens mismatchBump and is started 2 s before the others
 // (NemRestoreMismatch): with the cluster id check it is kept out and
 // cannot lead; without it, it usually wins the first election.
 func (c *Cluster) restoreAll(ctx context.Context, backup, lostDir, odd string) error {

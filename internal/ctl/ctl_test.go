@@ -336,7 +336,7 @@ func TestAcquireWaitHasNoDeadlineUnlessGivenAndInterruptCancels(t *testing.T) {
 	}
 }
 
-func TestLeaseIDMustBe32LowercaseHex(t *testing.T) {
+func TestLeaseIDIsBase64OrLegacyHex(t *testing.T) {
 	t.Parallel()
 	f := start(t, &fake{
 		onRenew: func(context.Context, *api.RenewRequest) (*api.RenewResponse, error) {
