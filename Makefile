@@ -92,7 +92,7 @@ bench-fence:
 # bench runs the FSM micro-benchmarks, then bench/etcd-compare.sh: a
 # three-node leasefence and a three-node etcd on loopback, the same
 # acquire/release cycle at 1 and 64 clients, and the ratios. Not part of
-# `make test`; see docs/PERFORMANCE.md (DURATION, ROUNDS, CLIENTS tune it).
+# `make test`; see docs/PERFORMANCE.md (DURATION, ROUNDS, ROWS, LONG tune it).
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./fsm/
 	./bench/etcd-compare.sh

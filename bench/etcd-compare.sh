@@ -2,19 +2,31 @@
 # etcd-compare.sh: leasefence against etcd, side by side, in one run on this
 # machine. Starts a three-node etcd and a three-node leasefence (three
 # `leased` processes) on loopback with default settings, data in one
-# temporary directory, and drives the equivalent cycle on each:
+# temporary directory, and drives the equivalent operations on each
+# (leasebench for leasefence, etcdbench for etcd; one measurement loop):
 #
-#   leasefence  Acquire + Release                       (leasebench)
-#   etcd        LeaseGrant + Txn(put if absent, with the lease) + LeaseRevoke
-#               (the Txn header's revision is the fencing token; etcdbench)
+#   row             leasefence                      etcd
+#   cycle-1         Acquire + Release, 1 client     LeaseGrant + Txn(put if absent,
+#   cycle-64        the same, 64 clients              with the lease) + LeaseRevoke;
+#                   (to the leader)                   the Txn's revision is the token
+#   spread-64       the same, 3 connections, one per node (followers forward)
+#   contended-64    64 clients on 4 shared resources: hand-overs/s, refusals apart
+#   renew-64        unary Renew of one's own lease  KeepAliveOnce
 #
-# at 1 and 64 concurrent clients (CLIENTS), both talking to their leader,
-# alternating the systems at each client count. It prints both tables and
-# the ratios leasefence/etcd. A tool for people, not part of `make test`.
+# ROUNDS rounds (default 3); within each round every row runs both systems
+# back to back, and which goes first alternates from row to row and from
+# round to round, so neither always meets a warmer or a cooler machine.
+# The report gives each system's median ops/s and the median leasefence/etcd
+# ratio with its range over the rounds. LONG=1 then adds the rows etcd has
+# no counterpart for: renewals through keep-alive streams over 100 000 live
+# leases (100 000/s asked) and the overload benchmark (bench/overload, 2x
+# the sustainable renewal rate). A tool for people, not part of `make test`;
+# run it with nothing else running.
 #
-#   bench/etcd-compare.sh                 # DURATION=10s WARMUP=2s CLIENTS=1,64
-#   DURATION=30s ROUNDS=3 bench/etcd-compare.sh
-#   KEEP=1 bench/etcd-compare.sh          # keep the work dir (logs, results)
+#   bench/etcd-compare.sh                     # ROUNDS=3 DURATION=10s WARMUP=2s
+#   ROWS=cycle-1,renew-64 bench/etcd-compare.sh
+#   KEEP=1 bench/etcd-compare.sh              # keep the work dir (logs, results)
+#   LONG=1 bench/etcd-compare.sh
 #
 # etcd comes from Debian's etcd-server package, installed when missing
 # (needs root). Ports: etcd 127.0.0.1:23791-23793 (peers 23801-23803),
@@ -25,8 +37,8 @@ cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-2s}
-CLIENTS=${CLIENTS:-1,64}
-ROUNDS=${ROUNDS:-1}
+ROUNDS=${ROUNDS:-3}
+ROWS=${ROWS:-cycle-1,cycle-64,spread-64,contended-64,renew-64}
 ETCD_PORT=${ETCD_PORT:-23791}
 ETCD_PEER_PORT=${ETCD_PEER_PORT:-23801}
 LF_PORT=${LF_PORT:-27001}
@@ -90,15 +102,52 @@ echo "etcd $(etcd --version | head -1 | awk '{print $3}') at $etcd_endpoints; le
 echo "machine: $(nproc) cpus, $(uname -sr), $($GO version | awk '{print $3}'); ${DURATION} per run after ${WARMUP} warm-up"
 
 common=(--duration "$DURATION" --warmup "$WARMUP" --json)
+# row_args ROW SYSTEM: the benchmark's flags for one row.
+row_args() {
+  local lead=(--leader-only)
+  [ "$2" = leasefence ] && lead=() # leasebench sends to the leader first by itself
+  case "$1" in
+    cycle-1) echo "${lead[*]} --workload acquire-release --concurrency 1" ;;
+    cycle-64) echo "${lead[*]} --workload acquire-release --concurrency 64" ;;
+    spread-64) echo "--spread --conns 3 --workload acquire-release --concurrency 64" ;;
+    contended-64) echo "${lead[*]} --workload contended --resources 4 --concurrency 64" ;;
+    renew-64) echo "${lead[*]} --workload renew-unary --ttl 60s --concurrency 64" ;;
+    *) echo "unknown row $1 (rows: cycle-1 cycle-64 spread-64 contended-64 renew-64)" >&2; return 1 ;;
+  esac
+}
+bench_one() { # SYSTEM ROW
+  local args
+  args=$(row_args "$2" "$1")
+  if [ "$1" = etcd ]; then
+    # shellcheck disable=SC2086
+    "$WORK/bin/etcdbench" --endpoints "$etcd_endpoints" $args "${common[@]}" >>"$WORK/etcd.jsonl" 2>>"$WORK/bench.log"
+  else
+    # shellcheck disable=SC2086
+    "$WORK/bin/leasebench" --endpoints "$lf_endpoints" $args "${common[@]}" >>"$WORK/leasefence.jsonl" 2>>"$WORK/bench.log"
+  fi
+}
+i=0
 for round in $(seq 1 "$ROUNDS"); do
-  for c in ${CLIENTS//,/ }; do
-    echo "round $round: $c clients"
-    "$WORK/bin/etcdbench" --endpoints "$etcd_endpoints" --leader-only --concurrency "$c" \
-      "${common[@]}" >>"$WORK/etcd.jsonl" 2>>"$WORK/bench.log"
-    "$WORK/bin/leasebench" --endpoints "$lf_endpoints" --workload acquire-release --concurrency "$c" \
-      "${common[@]}" >>"$WORK/leasefence.jsonl" 2>>"$WORK/bench.log"
+  for row in ${ROWS//,/ }; do
+    if [ $(((round + i) % 2)) -eq 0 ]; then order=(etcd leasefence); else order=(leasefence etcd); fi
+    i=$((i + 1))
+    echo "round $round: $row (${order[0]} first)"
+    for sys in "${order[@]}"; do bench_one "$sys" "$row"; done
   done
 done
 
 echo
 "$WORK/bin/etcdbench" report "$WORK/leasefence.jsonl" "$WORK/etcd.jsonl"
+
+if [ "${LONG:-0}" = 1 ]; then
+  echo
+  echo "renewals through keep-alive streams, 100 000 live leases, 100 000/s asked (leasefence only):"
+  "$WORK/bin/leasebench" --endpoints "$lf_endpoints" --workload renew --concurrency 4 --leases 100000 \
+    --ttl 60s --keepalive-interval 1s --duration "$DURATION" --warmup "$WARMUP" 2>>"$WORK/bench.log"
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  pids=()
+  echo
+  echo "overload (bench/overload; its own three leased processes):"
+  $GO test ./bench/overload -run '^$' -bench Overload -benchtime 1x -overload.bins "main=$WORK/bin/leased"
+fi

@@ -39,6 +39,7 @@ type config struct {
 	resources   int
 	anyAddr     bool
 	leaderOnly  bool
+	spread      bool
 	json        bool
 }
 
@@ -52,7 +53,7 @@ func main() {
 	}
 	var cfg config
 	fs := flag.NewFlagSet("etcdbench", flag.ContinueOnError)
-	workloads := fs.String("workload", "acquire-release", "comma-separated: acquire-release, contended")
+	workloads := fs.String("workload", "acquire-release", "comma-separated: acquire-release, contended, renew-unary")
 	conc := fs.String("concurrency", "1,64", "comma-separated worker counts")
 	endpoints := fs.String("endpoints", "127.0.0.1:2379", "comma-separated etcd client addresses")
 	fs.IntVar(&cfg.conns, "conns", 1, "etcd client instances (connections) the workers share")
@@ -63,6 +64,7 @@ func main() {
 	fs.IntVar(&cfg.resources, "resources", 8, "shared keys (contended)")
 	fs.BoolVar(&cfg.anyAddr, "allow-nonloopback", false, "permit endpoints that are not loopback addresses")
 	fs.BoolVar(&cfg.leaderOnly, "leader-only", false, "wait for a leader and send to its endpoint only")
+	fs.BoolVar(&cfg.spread, "spread", false, "pin the --conns clients to the endpoints in turn (calls through followers); results labelled \"(spread)\"")
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON object per result")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -99,6 +101,9 @@ func run(ctx context.Context, cfg config) error {
 			}
 		}
 	}
+	if cfg.leaderOnly && cfg.spread {
+		return errors.New("--leader-only and --spread exclude each other")
+	}
 	if cfg.leaderOnly {
 		leader, err := findLeader(ctx, cfg.endpoints)
 		if err != nil {
@@ -113,8 +118,12 @@ func run(ctx context.Context, cfg config) error {
 			c.Close()
 		}
 	}()
-	for range cfg.conns {
-		c, err := clientv3.New(clientv3.Config{Endpoints: cfg.endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	for i := range cfg.conns {
+		eps := cfg.endpoints
+		if cfg.spread {
+			eps = []string{cfg.endpoints[i%len(cfg.endpoints)]}
+		}
+		c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
 			return err
 		}
@@ -125,6 +134,14 @@ func run(ctx context.Context, cfg config) error {
 	for _, w := range cfg.workloads {
 		for _, n := range cfg.concurrency {
 			fmt.Fprintf(os.Stderr, "etcdbench: %s, %d clients, %v warm-up + %v\n", w, n, cfg.warmup, cfg.duration)
+			if w == "renew-unary" {
+				r, err := renewUnary(ctx, cfg, clients, n)
+				if err != nil {
+					return fmt.Errorf("%s at %d clients: %w", w, n, err)
+				}
+				results = append(results, r)
+				continue
+			}
 			keys := make([]string, n)
 			shared := w == "contended"
 			switch w {
@@ -152,12 +169,54 @@ func run(ctx context.Context, cfg config) error {
 			if err != nil {
 				return fmt.Errorf("%s at %d clients: %w", w, n, err)
 			}
-			r.System, r.Workload = "etcd", w
+			r.System, r.Workload = "etcd", label(w, cfg)
 			r.Notes = "one op = LeaseGrant + Txn(put if create_revision==0, with the lease) + LeaseRevoke (three Raft commits); token = header revision"
 			results = append(results, r)
 		}
 	}
 	return runner.Report(os.Stdout, results, cfg.json)
+}
+
+// label names a result's workload as leasebench does.
+func label(w string, cfg config) string {
+	if cfg.spread {
+		return w + " (spread)"
+	}
+	return w
+}
+
+// renewUnary measures KeepAliveOnce, the counterpart of leasefence's unary
+// Renew: each of n workers holds one lease of cfg.ttl and renews it again
+// and again.
+func renewUnary(ctx context.Context, cfg config, clients []*clientv3.Client, n int) (*runner.Result, error) {
+	ids := make([]clientv3.LeaseID, n)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for w, id := range ids {
+			if id != 0 {
+				_, _ = clients[w%len(clients)].Revoke(ctx, id)
+			}
+		}
+	}()
+	for w := range n {
+		g, err := clients[w%len(clients)].Grant(ctx, int64(cfg.ttl/time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("setup grant: %w", err)
+		}
+		ids[w] = g.ID
+	}
+	r, err := runner.Measure(ctx, runner.Phase{Concurrency: n, Warmup: cfg.warmup, Duration: cfg.duration, MaxOps: cfg.maxOps},
+		func(ctx context.Context, w int, _ int64) (runner.Sample, error) {
+			_, err := clients[w%len(clients)].KeepAliveOnce(ctx, ids[w])
+			return runner.Sample{}, err
+		})
+	if err != nil {
+		return nil, err
+	}
+	r.System, r.Workload = "etcd", label("renew-unary", cfg)
+	r.Notes = "one op = KeepAliveOnce of the worker's own lease (a leader-local renewal: etcd does not replicate lease renewals through Raft)"
+	return r, nil
 }
 
 // cycle grants a lease, puts key only if absent with the lease attached,

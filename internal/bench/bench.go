@@ -29,12 +29,13 @@ const (
 	AcquireRelease = "acquire-release"
 	Contended      = "contended"
 	Renew          = "renew"
+	RenewUnary     = "renew-unary"
 	Read           = "read"
 	Mixed          = "mixed"
 )
 
 // Workloads lists every workload, in the order "all" runs them.
-var Workloads = []string{AcquireRelease, Contended, Renew, Read, Mixed}
+var Workloads = []string{AcquireRelease, Contended, Renew, RenewUnary, Read, Mixed}
 
 // Config configures a run. Zero values take the defaults of DefaultConfig.
 type Config struct {
@@ -63,6 +64,11 @@ type Config struct {
 	KeepAliveInterval time.Duration
 	// Endpoints of a running cluster; ignored when LocalCluster > 0.
 	Endpoints []string
+	// Spread starts the Conns clients at the endpoints in turn (client i
+	// at endpoint i mod len), so calls arrive at every node and followers
+	// forward theirs, instead of every client starting at the leader.
+	// Results are labelled with the workload and " (spread)".
+	Spread bool
 	// LocalCluster, when > 0, starts a cluster of that many nodes inside
 	// this process (loopback gRPC, raft-boltdb under DataDir) for the run.
 	LocalCluster int
@@ -187,12 +193,14 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer lc.Close()
 		endpoints = lc.Endpoints()
-	} else {
-		var err error
-		if endpoints, err = LeaderFirst(ctx, endpoints); err != nil {
-			return err
-		}
-		fmt.Fprintf(cfg.Log, "leasebench: leader at %s\n", endpoints[0])
+	}
+	leader, err := LeaderFirst(ctx, endpoints)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cfg.Log, "leasebench: leader at %s\n", leader[0])
+	if !cfg.Spread {
+		endpoints = leader
 	}
 	if cfg.CPUProfile != "" {
 		f, err := os.Create(cfg.CPUProfile)
@@ -216,6 +224,9 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			r.System = "leasefence"
 			r.Workload = w
+			if cfg.Spread {
+				r.Workload += " (spread)"
+			}
 			results = append(results, r)
 		}
 	}

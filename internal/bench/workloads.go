@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/client"
 	"github.com/leasefence/leasefence/internal/bench/runner"
 )
@@ -23,10 +28,18 @@ type pool struct {
 	clients []*client.Client
 }
 
+// newPool makes n clients. Each starts at endpoints[0], or, with
+// cfg.Spread, client i at endpoints[i mod len] (the others follow it, for
+// failover).
 func newPool(cfg Config, endpoints []string, n int) (*pool, error) {
 	p := &pool{}
-	for range n {
-		c, err := client.New(client.Config{Endpoints: endpoints, KeepAliveInterval: cfg.KeepAliveInterval})
+	for i := range n {
+		eps := endpoints
+		if cfg.Spread {
+			k := i % len(endpoints)
+			eps = append(slices.Clone(endpoints[k:]), endpoints[:k]...)
+		}
+		c, err := client.New(client.Config{Endpoints: eps, KeepAliveInterval: cfg.KeepAliveInterval})
 		if err != nil {
 			p.close()
 			return nil, err
@@ -116,8 +129,11 @@ func names(prefix string, n int) []string {
 
 func runWorkload(ctx context.Context, cfg Config, endpoints []string, prefix, workload string, n int) (*runner.Result, error) {
 	phase := runner.Phase{Concurrency: n, Warmup: cfg.Warmup, Duration: cfg.Duration, MaxOps: cfg.MaxOps}
-	if workload == Renew {
+	switch workload {
+	case Renew:
 		return runRenew(ctx, cfg, endpoints, prefix, n)
+	case RenewUnary:
+		return runRenewUnary(ctx, cfg, endpoints, prefix, n)
 	}
 	p, err := newPool(cfg, endpoints, min(cfg.Conns, n))
 	if err != nil {
@@ -278,5 +294,56 @@ func runRenew(ctx context.Context, cfg Config, endpoints []string, prefix string
 		Notes: "one op = a keep-alive renewal confirmed by the cluster (client.Stats); no per-renewal latency is recorded",
 	}
 	r.RefusedPerSec = float64(r.Refused) / el
+	return r, nil
+}
+
+// runRenewUnary measures unary Renew calls, etcd's KeepAliveOnce's
+// counterpart: each of n workers holds one lease acquired through the API
+// (no keep-alive stream: the lease lives by these calls alone) and renews
+// it again and again. Every renewal is a Raft commit (batched).
+func runRenewUnary(ctx context.Context, cfg Config, endpoints []string, prefix string, n int) (*runner.Result, error) {
+	p, err := newPool(cfg, endpoints, min(cfg.Conns, n))
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	ids := make([][]byte, n)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+		defer cancel()
+		for w, id := range ids {
+			if id != nil {
+				_ = p.of(w).Invoke(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
+					_, err := api.NewLeaseServiceClient(conn).Release(ctx, &api.ReleaseRequest{LeaseId: id})
+					return err
+				})
+			}
+		}
+	}()
+	own := names(prefix+"own/", n)
+	for w := range n {
+		req := &api.AcquireRequest{Resource: own[w], Holder: "leasebench", Ttl: durationpb.New(cfg.TTL), RequestId: client.NewRequestID()}
+		err := p.of(w).Invoke(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
+			resp, err := api.NewLeaseServiceClient(conn).Acquire(ctx, req)
+			if err == nil {
+				ids[w] = resp.GetLease().GetId()
+			}
+			return err
+		}, client.Mutation())
+		if err != nil {
+			return nil, fmt.Errorf("setup acquire %s: %w", own[w], err)
+		}
+	}
+	phase := runner.Phase{Concurrency: n, Warmup: cfg.Warmup, Duration: cfg.Duration, MaxOps: cfg.MaxOps}
+	r, err := runner.Measure(ctx, phase, func(ctx context.Context, w int, _ int64) (runner.Sample, error) {
+		return runner.Sample{}, p.of(w).Invoke(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
+			_, err := api.NewLeaseServiceClient(conn).Renew(ctx, &api.RenewRequest{LeaseId: ids[w]})
+			return err
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.Notes = "one op = a unary Renew of the worker's own lease, which lives by these calls alone (one Raft commit, batched)"
 	return r, nil
 }

@@ -115,6 +115,31 @@ func TestReportJSONRoundTripsAndCompareGivesRatios(t *testing.T) {
 	}
 }
 
+func TestCompareTakesTheMedianPairOfRoundsAndItsRange(t *testing.T) {
+	var rs []*Result
+	for i, ops := range [][2]float64{{3000, 1000}, {9000, 1000}, {4000, 1000}} {
+		lat := Latency{Count: 1, P50: 1, P99: 1, P999: 1}
+		// The systems alternate which goes first; Compare pairs by order
+		// within each system, not by position in the file.
+		a := &Result{System: "leasefence", Workload: "contended", Clients: 64, OpsPerSec: ops[0], Latency: lat}
+		b := &Result{System: "etcd", Workload: "contended", Clients: 64, OpsPerSec: ops[1], Latency: lat}
+		if i%2 == 1 {
+			a, b = b, a
+		}
+		rs = append(rs, a, b)
+	}
+	var buf bytes.Buffer
+	if err := Compare(&buf, rs, "leasefence", "etcd"); err != nil {
+		t.Fatal(err)
+	}
+	// Ratios 3, 9, 4: the median is 4, not the mean 5.33; range 3–9.
+	for _, want := range []string{"4.00x", "3.00–9.00", " 3 "} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("compare lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
+
 func TestCheckLoopbackRefusesOtherHosts(t *testing.T) {
 	for addr, ok := range map[string]bool{
 		"127.0.0.1:7001": true, "[::1]:7001": true, "localhost:1": true,
