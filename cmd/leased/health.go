@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"flag"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/leasefence/leasefence/client"
 	"github.com/leasefence/leasefence/internal/flagenv"
 )
 
@@ -85,22 +85,17 @@ func health(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// probeTLS is the client side of mutual TLS for the probe.
+// probeTLS is the client side of mutual TLS for the probe: the client
+// library's TLS settings, all three files required (a node with TLS asks
+// every caller for a certificate).
 func probeTLS(certFile, keyFile, caFile, serverName string) (*tls.Config, error) {
 	if certFile == "" || keyFile == "" || caFile == "" {
 		return nil, fmt.Errorf("--tls-cert, --tls-key and --tls-ca go together")
 	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	tc, err := client.LoadTLS(certFile, keyFile, caFile)
 	if err != nil {
 		return nil, err
 	}
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
-	}
-	return &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: serverName}, nil
+	tc.ServerName = serverName
+	return tc, nil
 }

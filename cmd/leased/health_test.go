@@ -15,6 +15,10 @@ import (
 
 	"github.com/leasefence/leasefence/cluster"
 	"github.com/leasefence/leasefence/internal/buildinfo"
+	"github.com/leasefence/leasefence/internal/certgen"
+	"github.com/leasefence/leasefence/internal/loopback"
+	"github.com/leasefence/leasefence/internal/testcluster"
+	"github.com/leasefence/leasefence/transport"
 )
 
 func TestReflectionAndStatusPageAreOnWithInsecureOffWithTLSUnlessGiven(t *testing.T) {
@@ -59,37 +63,8 @@ func TestReflectionAndStatusPageAreOnWithInsecureOffWithTLSUnlessGiven(t *testin
 // leased health against a real single-node cluster: SERVING (exit 0) once it
 // leads, exit 1 where nothing answers, exit 2 on bad usage.
 func TestHealthSubcommandChecksARealNode(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
-	cfg := cluster.DefaultConfig()
-	cfg.ID, cfg.Listen, cfg.DataDir, cfg.Insecure = "n1", addr, t.TempDir(), true
-	cfg.Bootstrap = map[string]string{"n1": addr}
-	cfg.Logger = hclog.NewNullLogger()
-	node, err := cluster.Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node.Close()
-	var out, errb bytes.Buffer
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		out.Reset()
-		errb.Reset()
-		if code := run([]string{"health", "--addr", addr}, &out, &errb); code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("leased health never succeeded: %s%s", out.String(), errb.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if want := addr + ": SERVING\n"; out.String() != want {
-		t.Fatalf("stdout %q, want %q", out.String(), want)
-	}
+	addr := testcluster.Nodes(t, 1)[0].Addr()
+	waitServing(t, addr)
 	// Nothing listens on a port just closed.
 	l2, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead := l2.Addr().String()
@@ -99,6 +74,87 @@ func TestHealthSubcommandChecksARealNode(t *testing.T) {
 	}
 	if code := run([]string{"health", "--addr", addr, "--tls-cert", "x.crt"}, io.Discard, io.Discard); code != 2 {
 		t.Fatalf("health with half the TLS flags: exit %d, want 2", code)
+	}
+}
+
+// leased health against a node with mutual TLS, as the probe in the node's
+// own container runs it: with the node's certificate and CA it is SERVING;
+// with a certificate of another CA, or without one, it fails (exit 1).
+func TestHealthSubcommandSpeaksMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := certgen.NewCA("test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile, _, err := ca.Write(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Peer("n1", transport.DefaultPeerIdentity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, err := leaf.Write(dir, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, err := loopback.FreeAddrs(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := addrs[0]
+	cfg := cluster.DefaultConfig()
+	cfg.ID, cfg.Listen, cfg.DataDir = "n1", addr, t.TempDir()
+	cfg.TLS = transport.TLSFiles{CertFile: certFile, KeyFile: keyFile, CAFile: caFile}
+	cfg.Bootstrap = map[string]string{"n1": addr}
+	cfg.Logger = hclog.NewNullLogger()
+	node, err := cluster.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	waitServing(t, addr, "--tls-cert", certFile, "--tls-key", keyFile, "--tls-ca", caFile, "--server-name", "localhost")
+
+	other, err := certgen.NewCA("other CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := other.Client("stranger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sCert, sKey, err := stranger.Write(dir, "stranger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	if code := run([]string{"health", "--addr", addr, "--timeout", "2s", "--tls-cert", sCert, "--tls-key", sKey, "--tls-ca", caFile, "--server-name", "localhost"}, io.Discard, &errb); code != 1 {
+		t.Fatalf("health with another CA's certificate: exit %d, want 1 (%s)", code, errb.String())
+	}
+	if code := run([]string{"health", "--addr", addr, "--timeout", "2s"}, io.Discard, io.Discard); code != 1 {
+		t.Fatalf("health without TLS against a TLS node: exit %d, want 1", code)
+	}
+}
+
+// waitServing runs leased health against addr, with extra flags, until it
+// answers SERVING (exit 0), for up to 20 s.
+func waitServing(t *testing.T, addr string, extra ...string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out.Reset()
+		errb.Reset()
+		if code := run(append([]string{"health", "--addr", addr}, extra...), &out, &errb); code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("leased health never succeeded: %s%s", out.String(), errb.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if want := addr + ": SERVING\n"; out.String() != want {
+		t.Fatalf("stdout %q, want %q", out.String(), want)
 	}
 }
 
