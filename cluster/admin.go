@@ -160,7 +160,7 @@ func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.J
 	}
 	// The planted add-unprobed adds as before issue 14 §3: no probe, no
 	// quorum rule.
-	if !planted(BugAddUnprobed) {
+	if !s.n.planted(BugAddUnprobed) {
 		if err := s.n.checkAdd(ctx, req.Id, req.Addr, req.Nonvoter, servers); err != nil {
 			s.n.log.Warn("member add refused", "member-id", req.Id, "member-addr", req.Addr, "error", err)
 			return nil, err
@@ -297,12 +297,12 @@ func (n *Node) unsafeFeatures() []string {
 	if n.cfg.Pprof {
 		out = append(out, "pprof")
 	}
-	if len(n.cfg.UnsafePeerRoutes) > 0 {
+	if len(n.cfg.Unsafe.PeerRoutes) > 0 {
 		out = append(out, "peer-route")
 	}
 	if n.faultClock != nil {
 		out = append(out, "fault-clock")
 	}
-	out = append(out, plantedList...)
+	out = append(out, n.cfg.Testing.plantedList()...)
 	return out
 }

@@ -114,8 +114,9 @@ func ReadBackup(path string) (*fsm.State, uint64, error) {
 	return readBackup(path, data)
 }
 
-// readBackup is ReadBackup of the bytes data read from path.
-func readBackup(path string, data []byte) (*fsm.State, uint64, error) {
+// readBackup is ReadBackup of the bytes data read from path; opts build
+// the state (a node's seed: its fsm.TestingKnobs).
+func readBackup(path string, data []byte, opts ...fsm.Option) (*fsm.State, uint64, error) {
 	if len(data) < len(backupMagic)+8+sha256.Size || !bytes.HasPrefix(data, backupMagic) {
 		return nil, 0, fmt.Errorf("%w: %s is not a leasefence backup", ErrBadBackup, path)
 	}
@@ -124,7 +125,7 @@ func readBackup(path string, data []byte) (*fsm.State, uint64, error) {
 		return nil, 0, fmt.Errorf("%w: %s fails its checksum (truncated or altered)", ErrBadBackup, path)
 	}
 	index := binary.BigEndian.Uint64(body[len(backupMagic):])
-	st, err := fsm.Restore(bytes.NewReader(body[len(backupMagic)+8:]))
+	st, err := fsm.Restore(bytes.NewReader(body[len(backupMagic)+8:]), opts...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: %v", ErrBadBackup, err)
 	}
@@ -155,7 +156,7 @@ func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotSt
 	if err != nil {
 		return err
 	}
-	st, index, err := readBackup(cfg.RestoreFrom, data)
+	st, index, err := readBackup(cfg.RestoreFrom, data, n.fsmOptions()...)
 	if err != nil {
 		return err
 	}

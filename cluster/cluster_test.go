@@ -286,7 +286,7 @@ func TestUnsafeFeaturesNeedTheirFlagAndAreReported(t *testing.T) {
 			c.Pprof = true
 		}
 		if c.ID == "n2" {
-			c.UnsafePeerRoutes = map[string]string{"127.0.0.1:1": "127.0.0.1:2"} // no member: harmless
+			c.Unsafe.PeerRoutes = map[string]string{"127.0.0.1:1": "127.0.0.1:2"} // no member: harmless
 		}
 	})
 	ctx := ctxT(t)

@@ -161,15 +161,6 @@ type Config struct {
 	// --insecure (--grpc-reflection).
 	GRPCReflection bool
 
-	// UnsafePeerRoutes is for fault injection only (leased
-	// --unsafe-peer-route, used by jepsen's proxy mode): when this node
-	// dials peer address A (Raft transport, forwarding to the leader,
-	// joining), it dials UnsafePeerRoutes[A] instead. Whoever owns the
-	// substitute address sees and can delay or cut this node's traffic to
-	// A. Reported in Status.unsafe as "peer-route". Keys and values are
-	// host:port.
-	UnsafePeerRoutes map[string]string
-
 	// WatchBuffer is how many recent events each node keeps so that
 	// watchers can resume from a position.
 	WatchBuffer int
@@ -211,12 +202,6 @@ type Config struct {
 	// Clock is the node's monotonic clock; nil means the process's own.
 	// Tests inject one to step or skew it.
 	Clock Clock
-	// FaultClockFile, when set, makes the node's clock an unsafe
-	// FaultClock controlled by this JSON file (polled every
-	// FaultClockPoll; see FaultClockControl), for fault injection by the
-	// jepsen harness only. Status then lists "fault-clock" as unsafe and
-	// reports the clock's rate and wall offset. Excludes Clock.
-	FaultClockFile string
 	// Logger receives the node's logs (and raft's). nil means hclog's
 	// default at Info.
 	Logger hclog.Logger
@@ -235,6 +220,35 @@ type Config struct {
 	// (transport.Limits; servers.go): zero fields become
 	// transport.DefaultLimits.
 	Limits transport.Limits
+
+	// Unsafe holds the fault-injection settings, which exist in every
+	// build (leased's hidden --unsafe-* flags): each weakens the node, is
+	// logged at start and reported in Status.unsafe.
+	Unsafe UnsafeSettings
+	// Testing holds the node's test switches (TestingKnobs): planted
+	// defects in a build with the plantedbugs tag, nothing in a release
+	// build, where the type is empty. Validate refuses an unknown planted
+	// bug. Status lists each one switched on as unsafe "planted-bug:NAME".
+	Testing TestingKnobs
+}
+
+// UnsafeSettings are a node's fault-injection settings (Config.Unsafe),
+// for the jepsen harness and tests only; the zero value is a safe node.
+type UnsafeSettings struct {
+	// FaultClockFile, when set, makes the node's clock an unsafe
+	// FaultClock controlled by this JSON file (polled every
+	// FaultClockPoll; see FaultClockControl; leased
+	// --unsafe-fault-clock). Status then lists "fault-clock" as unsafe
+	// and reports the clock's rate and wall offset. Excludes
+	// Config.Clock.
+	FaultClockFile string
+	// PeerRoutes (leased --unsafe-peer-route, used by jepsen's proxy
+	// mode): when this node dials peer address A (Raft transport,
+	// forwarding to the leader, joining), it dials PeerRoutes[A] instead.
+	// Whoever owns the substitute address sees and can delay or cut this
+	// node's traffic to A. Reported in Status.unsafe as "peer-route". Keys
+	// and values are host:port.
+	PeerRoutes map[string]string
 }
 
 // DefaultConfig returns a Config with every tunable at its documented
@@ -343,7 +357,7 @@ func (c Config) withDefaults() Config {
 	}
 	setDur(&c.StateCheckPoll, d.StateCheckPoll)
 	c.Limits = c.Limits.WithDefaults()
-	if c.Clock == nil && c.FaultClockFile == "" { // Start sets the fault clock
+	if c.Clock == nil && c.Unsafe.FaultClockFile == "" { // Start sets the fault clock
 		c.Clock = SystemClock()
 	}
 	if c.Logger == nil {
@@ -365,7 +379,8 @@ func (c Config) withDefaults() Config {
 // its maximum against it), the bootstrap list against the id and its
 // addresses against each other, a restore against the bootstrap list,
 // pprof against the metrics address, a policy against a policy file, a
-// fault clock file against a Clock, and the TLS files against each other
+// fault clock file against a Clock, planted bugs against the names this
+// build knows, and the TLS files against each other
 // and against Insecure (one of the two is required). When all that holds,
 // the raft configuration Start would build must pass raft.ValidateConfig
 // (its minimum timeouts, e.g. heartbeat and election at least 5ms).
@@ -461,7 +476,7 @@ func (c Config) Validate() error {
 	if c.Pprof && c.MetricsListen == "" {
 		bad("pprof needs a metrics listen address")
 	}
-	for from, via := range c.UnsafePeerRoutes {
+	for from, via := range c.Unsafe.PeerRoutes {
 		_, _, err1 := net.SplitHostPort(from)
 		_, _, err2 := net.SplitHostPort(via)
 		if err1 != nil || err2 != nil {
@@ -492,8 +507,11 @@ func (c Config) Validate() error {
 	if c.Policy != nil && c.PolicyFile != "" {
 		bad("give a policy or a policy file, not both")
 	}
-	if c.FaultClockFile != "" && c.Clock != nil {
+	if c.Unsafe.FaultClockFile != "" && c.Clock != nil {
 		bad("a fault clock file and a Clock exclude each other")
+	}
+	if err := c.Testing.validate(); err != nil {
+		bad("testing knobs: %v", err)
 	}
 	if err := c.Limits.WithDefaults().Check(); err != nil {
 		errs = append(errs, err)

@@ -116,13 +116,13 @@ func TestValidateRefusesEachBrokenRule(t *testing.T) {
 		{"raft: commit timeout too low", func(c *Config) { c.CommitTimeout = time.Microsecond }, "CommitTimeout is too low"},
 		{"raft: snapshot interval too low", func(c *Config) { c.SnapshotInterval = time.Millisecond }, "SnapshotInterval is too low"},
 		{"pprof without metrics", func(c *Config) { c.Pprof = true }, "pprof needs a metrics listen address"},
-		{"bad peer route", func(c *Config) { c.UnsafePeerRoutes = map[string]string{"a": "127.0.0.1:1"} }, "peer route"},
+		{"bad peer route", func(c *Config) { c.Unsafe.PeerRoutes = map[string]string{"a": "127.0.0.1:1"} }, "peer route"},
 		{"small watch buffer", func(c *Config) { c.WatchBuffer = 8 }, "watch buffer 8"},
 		{"no waiters", func(c *Config) { c.MaxWaitersPerResource = 0 }, "max waiters per resource"},
 		{"short refusal keep", func(c *Config) { c.RefusalKeep = time.Second }, "refusal keep"},
 		{"no refusals", func(c *Config) { c.MaxRefusals = 0 }, "max refusals"},
 		{"policy and policy file", func(c *Config) { c.Policy, c.PolicyFile = &Policy{}, "policy.json" }, "not both"},
-		{"fault clock file and a Clock", func(c *Config) { c.FaultClockFile, c.Clock = "clock.json", SystemClock() }, "a fault clock file and a Clock exclude each other"},
+		{"fault clock file and a Clock", func(c *Config) { c.Unsafe.FaultClockFile, c.Clock = "clock.json", SystemClock() }, "a fault clock file and a Clock exclude each other"},
 		{"bad limits", func(c *Config) { c.Limits.MaxConnections = -1 }, "max connections"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -140,7 +140,7 @@ func TestValidateRefusesEachBrokenRule(t *testing.T) {
 // the clock to Start, which makes it the fault clock.
 func TestFaultClockFileAloneIsValid(t *testing.T) {
 	c := validConfig()
-	c.FaultClockFile = "clock.json"
+	c.Unsafe.FaultClockFile = "clock.json"
 	if err := c.withDefaults().Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -138,7 +138,7 @@ func (n *Node) checkStores(store raft.LogStore, snaps raft.SnapshotStore) (*chec
 		return nil, nil, err
 	}
 	path := logStorePath(n.cfg.DataDir, n.cfg.LogStore)
-	checked, err := newCheckedLogStore(store, path, n.cfg.ID, n.log)
+	checked, err := newCheckedLogStore(store, path, n.cfg.ID, n.log, n.fsmOptions()...)
 	if err != nil {
 		n.log.Error("refusing to start", "error", err)
 		return nil, nil, err

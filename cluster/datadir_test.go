@@ -409,7 +409,7 @@ func TestCorruptNewestSnapshotWithoutLogIsRefused(t *testing.T) {
 func TestUnsafeSettingsWarnAtStart(t *testing.T) {
 	var buf lockedBuffer
 	n, _ := oneNode(t, &buf, func(c *Config) {
-		c.UnsafePeerRoutes = map[string]string{"127.0.0.1:1": "127.0.0.1:2"}
+		c.Unsafe.PeerRoutes = map[string]string{"127.0.0.1:1": "127.0.0.1:2"}
 	})
 	n.Close()
 	out := buf.String()

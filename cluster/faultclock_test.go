@@ -128,7 +128,7 @@ func TestFaultClockIsUnsafeAndReportedInStatus(t *testing.T) {
 	tc := newTestCluster(t, 3, func(c *Config) {
 		if c.ID == "n2" {
 			c.Clock = nil
-			c.FaultClockFile = ctl
+			c.Unsafe.FaultClockFile = ctl
 		}
 	})
 	ctx := ctxT(t)
@@ -167,7 +167,7 @@ func TestFaultClockIsUnsafeAndReportedInStatus(t *testing.T) {
 	if tc.nodes[1].Err() != nil {
 		t.Fatalf("the node failed: %v", tc.nodes[1].Err())
 	}
-	if _, err := Start(Config{ID: "x", DataDir: t.TempDir(), FaultClockFile: ctl, Clock: NewManualClock()}); err == nil {
+	if _, err := Start(Config{ID: "x", DataDir: t.TempDir(), Unsafe: UnsafeSettings{FaultClockFile: ctl}, Clock: NewManualClock()}); err == nil {
 		t.Fatal("a fault clock file with an explicit Clock was accepted")
 	}
 }

@@ -18,7 +18,7 @@ const forwardedKey = "leasefence-forwarded"
 
 // forwarder keeps one client connection per peer address, and the hops in
 // flight so that they can be cut when raft's view of the leader moves.
-// routes (Config.UnsafePeerRoutes, fault injection only) substitutes the
+// routes (Config.Unsafe.PeerRoutes, fault injection only) substitutes the
 // address dialled for a peer's.
 //
 // gRPC keepalive pings are no help here: grpc-go raises a client's ping
@@ -220,7 +220,7 @@ func forward[T any](ctx context.Context, n *Node, o fwdOpts, call func(context.C
 		if err != nil || conn == nil {
 			return resp, conn == nil && err == nil, err
 		}
-		if planted(BugForwardNoTimeout) {
+		if n.planted(BugForwardNoTimeout) {
 			resp, err = call(markForwarded(ctx), conn) // the old forwarding
 			return resp, false, err
 		}

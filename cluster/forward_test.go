@@ -84,7 +84,7 @@ func TestForwardingHopToUnansweringLeaderEndsIndeterminateBeforeTheDeadline(t *t
 		t.Fatal(err)
 	}
 	tc.stop(fi)
-	tc.cfgs[fi].UnsafePeerRoutes = map[string]string{ln.Addr(): blackHole(t)}
+	tc.cfgs[fi].Unsafe.PeerRoutes = map[string]string{ln.Addr(): blackHole(t)}
 	tc.start(fi)
 	fc := tc.client(fi)
 	eventually(t, 10*time.Second, "the restarted follower to know the leader", func() bool {

@@ -100,13 +100,16 @@ type checkedLogStore struct {
 	node      string
 	log       hclog.Logger
 	onCorrupt corruptHandler
+	// opts are the node's entry-check options (fsm.VerifyEntry).
+	opts []fsm.Option
 }
 
 // newCheckedLogStore verifies every entry in store (the trailing logs the
 // file holds, read once at open) and returns the checking store. A
-// corrupt entry is a *CorruptLogError: the node must not start.
-func newCheckedLogStore(store raft.LogStore, path, node string, log hclog.Logger) (*checkedLogStore, error) {
-	s := &checkedLogStore{LogStore: store, path: path, node: node, log: log}
+// corrupt entry is a *CorruptLogError: the node must not start. opts are
+// the node's (fsm.WithTestingKnobs).
+func newCheckedLogStore(store raft.LogStore, path, node string, log hclog.Logger, opts ...fsm.Option) (*checkedLogStore, error) {
+	s := &checkedLogStore{LogStore: store, path: path, node: node, log: log, opts: opts}
 	first, err := store.FirstIndex()
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %s: first index: %w", path, err)
@@ -126,7 +129,7 @@ func newCheckedLogStore(store raft.LogStore, path, node string, log hclog.Logger
 		} else if err != nil {
 			return nil, &CorruptLogError{Node: node, Path: path, Index: i, Err: err}
 		}
-		if err := checkLog(i, &l); err != nil {
+		if err := checkLog(i, &l, opts); err != nil {
 			return nil, &CorruptLogError{Node: node, Path: path, Index: i, Err: err}
 		}
 	}
@@ -134,14 +137,14 @@ func newCheckedLogStore(store raft.LogStore, path, node string, log hclog.Logger
 }
 
 // checkLog verifies one entry read for index.
-func checkLog(index uint64, l *raft.Log) error {
+func checkLog(index uint64, l *raft.Log, opts []fsm.Option) error {
 	if l.Index != index {
 		return fmt.Errorf("entry read for index %d says index %d", index, l.Index)
 	}
 	if l.Type != raft.LogCommand {
 		return nil
 	}
-	return fsm.VerifyEntry(l.Data)
+	return fsm.VerifyEntry(l.Data, opts...)
 }
 
 // GetLog implements raft.LogStore (see checkedLogStore).
@@ -149,7 +152,7 @@ func (s *checkedLogStore) GetLog(index uint64, l *raft.Log) error {
 	if err := s.LogStore.GetLog(index, l); err != nil {
 		return err
 	}
-	if err := checkLog(index, l); err != nil {
+	if err := checkLog(index, l, s.opts); err != nil {
 		cerr := &CorruptLogError{Node: s.node, Path: s.path, Index: index, Err: err}
 		s.log.Error("corrupt log entry read from disk; stopping the node", "path", s.path, "index", index, "error", cerr)
 		s.onCorrupt.report(cerr)
@@ -178,7 +181,7 @@ func (s *checkedLogStore) StoreLogs(logs []*raft.Log) error {
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		if err := fsm.VerifyEntry(l.Data); err != nil {
+		if err := fsm.VerifyEntry(l.Data, s.opts...); err != nil {
 			s.log.Error("refusing to store a log entry that fails its checksum (the sender's log or the wire corrupted it)", "index", l.Index, "term", l.Term, "error", err)
 			return fmt.Errorf("cluster: log entry %d: %w", l.Index, err)
 		}

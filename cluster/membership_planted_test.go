@@ -13,9 +13,7 @@ import (
 // issue 14 §3), so the harness's membership-keeps-quorum checker has
 // something to catch. Run with: go test -tags plantedbugs -run Planted ./cluster/
 func TestPlantedAddUnprobedAddsAnUnreachableVoter(t *testing.T) {
-	plantedOn[BugAddUnprobed] = true
-	t.Cleanup(func() { delete(plantedOn, BugAddUnprobed) }) // after the cluster has stopped
-	tc := newTestCluster(t, 3, nil)
+	tc := newTestCluster(t, 3, func(c *Config) { c.Testing.PlantedBugs = []string{BugAddUnprobed} })
 	_, leader := tc.leader()
 	addr := freeAddrs(t, 1)[0]
 	if _, err := leader.admin.Join(ctxT(t), &api.JoinRequest{Id: "x1", Addr: addr}); err != nil {

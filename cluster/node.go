@@ -42,7 +42,7 @@ type Node struct {
 	cfg   Config
 	log   hclog.Logger
 	clock Clock
-	// faultClock is clock when Config.FaultClockFile is set (unsafe).
+	// faultClock is clock when Config.Unsafe.FaultClockFile is set (unsafe).
 	faultClock *FaultClock
 
 	raft  *raft.Raft
@@ -102,10 +102,12 @@ type leaderState struct {
 	monoBase time.Duration
 	ctx      context.Context
 	cancel   context.CancelFunc
+	// wallClock is the planted wall-clock-time defect (Config.Testing).
+	wallClock bool
 }
 
 func (ls *leaderState) now(c Clock) int64 {
-	if planted(BugWallClockTime) {
+	if ls.wallClock {
 		return wallNanos(c)
 	}
 	return ls.base + int64(c.Now()-ls.monoBase)
@@ -140,15 +142,15 @@ func start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("cluster: invalid config: %w", err)
 	}
 	var fc *FaultClock
-	if cfg.FaultClockFile != "" {
-		fc = NewFaultClock(cfg.FaultClockFile, cfg.Logger.Named("fault-clock"))
+	if cfg.Unsafe.FaultClockFile != "" {
+		fc = NewFaultClock(cfg.Unsafe.FaultClockFile, cfg.Logger.Named("fault-clock"))
 		fc.Poll() // a control file present at start applies from the start
 		cfg.Clock = fc
-		cfg.Logger.Warn("UNSAFE: fault-injection clock enabled", "control-file", cfg.FaultClockFile)
+		cfg.Logger.Warn("UNSAFE: fault-injection clock enabled", "control-file", cfg.Unsafe.FaultClockFile)
 	}
-	if len(cfg.UnsafePeerRoutes) > 0 {
+	if len(cfg.Unsafe.PeerRoutes) > 0 {
 		cfg.Logger.Warn("UNSAFE: peer routes enabled (fault injection only): this node's traffic to these peers goes through whoever owns the substitute addresses",
-			"routes", FormatPeers(cfg.UnsafePeerRoutes))
+			"routes", FormatPeers(cfg.Unsafe.PeerRoutes))
 	}
 	if !cfg.TLS.Enabled() {
 		cfg.Logger.Warn("serving plaintext gRPC without TLS (development only): anyone who reaches the port can take, renew and release every lease, "+
@@ -165,7 +167,7 @@ func start(ctx context.Context, cfg Config) (*Node, error) {
 		stopCh:    make(chan struct{}),
 	}
 	n.faultClock = fc
-	n.sm = newStateMachine(n.hub, cfg.Logger.Named("fsm"), n.onFatal)
+	n.sm = newStateMachine(n.hub, cfg.Logger.Named("fsm"), n.onFatal, n.fsmOptions()...)
 	n.waiters = newWaitQueues()
 	n.watchers = newClientWatchers()
 	policy, err := cfg.loadPolicy()
@@ -326,7 +328,7 @@ func (n *Node) open(ctx context.Context) error {
 		streamInts = append(streamInts, ps)
 	}
 	var routes map[raft.ServerAddress]string
-	for from, via := range cfg.UnsafePeerRoutes {
+	for from, via := range cfg.Unsafe.PeerRoutes {
 		if routes == nil {
 			routes = map[raft.ServerAddress]string{}
 		}
@@ -342,7 +344,7 @@ func (n *Node) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.fwd = newForwarder(dial, cfg.UnsafePeerRoutes)
+	n.fwd = newForwarder(dial, cfg.Unsafe.PeerRoutes)
 	n.leases = &leaseService{n: n}
 	n.admin = &clusterService{n: n}
 	n.server = newServers(n.lis, srvTLS, cfg, n.log,
@@ -649,7 +651,7 @@ func (n *Node) leaderLoop() {
 			var base int64
 			n.sm.read(func(st *fsm.State) { base = st.Now() })
 			ctx, cancel := context.WithCancel(context.Background())
-			ls := &leaderState{term: term, base: base, monoBase: n.clock.Now(), ctx: ctx, cancel: cancel}
+			ls := &leaderState{term: term, base: base, monoBase: n.clock.Now(), ctx: ctx, cancel: cancel, wallClock: n.planted(BugWallClockTime)}
 			n.lead.Store(ls)
 			n.log.Info("leading", "term", term, "cluster-time", time.Duration(base))
 			n.wg.Add(1)
@@ -738,7 +740,7 @@ func (n *Node) joinLoop() {
 // peerClusterID is the transport's source of the cluster id sent with and
 // checked on every Raft RPC (transport.Config.ClusterID).
 func (n *Node) peerClusterID() func() string {
-	if planted(BugClusterIDUnchecked) {
+	if n.planted(BugClusterIDUnchecked) {
 		return nil
 	}
 	return n.ClusterID

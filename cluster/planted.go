@@ -13,7 +13,8 @@ import (
 
 // This file exists only in builds with the plantedbugs tag: the fault
 // harness (jepsen/) switches on deliberate defects to prove its checkers
-// can fail. A release build has planted_off.go instead.
+// can fail. A release build has planted_off.go instead, where TestingKnobs
+// is empty and every planted branch compiles away.
 
 // PlantedBugs lists the node's planted defects and what each breaks.
 var PlantedBugs = map[string]string{
@@ -27,33 +28,68 @@ var PlantedBugs = map[string]string{
 	BugClusterIDUnchecked: "Raft RPCs carry and check no cluster id, so a founding node restored with another backup or bump votes, replicates and can lead",
 }
 
-var plantedOn = map[string]bool{}
-
-// PlantBugs switches on the named defects, the node's and the FSM's, and
-// returns the names neither knows. Call it before Start.
-func PlantBugs(names []string) (unknown []string) {
-	for _, n := range fsm.PlantBugs(names) {
-		if _, ok := PlantedBugs[n]; !ok {
-			unknown = append(unknown, n)
-			continue
-		}
-		plantedOn[n] = true
-	}
-	for _, n := range names {
-		if n = strings.TrimSpace(n); n != "" && !slices.Contains(unknown, n) {
-			plantedList = append(plantedList, "planted-bug:"+n)
-		}
-	}
-	sort.Strings(plantedList)
-	return unknown
+// TestingKnobs are per-node test switches (Config.Testing), compiled in
+// only with the plantedbugs tag: two nodes in one process may differ.
+// Status lists every defect switched on as unsafe "planted-bug:NAME".
+type TestingKnobs struct {
+	// PlantedBugs names the node's defects (keys of PlantedBugs) this
+	// node has. Config.Validate refuses a name it does not know.
+	PlantedBugs []string
+	// FSM are the knobs of this node's state machine (fsm.PlantedBugs),
+	// given to every fsm.State the node builds and to its log store's
+	// entry checks. Give every replica the same.
+	FSM fsm.TestingKnobs
 }
 
-// plantedList names every defect switched on, for Status's unsafe list.
-var plantedList []string
+// PlantedKnobs sorts names into the knobs of the node (names in
+// PlantedBugs) and of its FSM (names in fsm.PlantedBugs), and returns the
+// names neither knows. Blank names are skipped.
+func PlantedKnobs(names []string) (k TestingKnobs, unknown []string) {
+	for _, n := range names {
+		switch n = strings.TrimSpace(n); {
+		case n == "":
+		case fsm.PlantedBugs[n] != "":
+			k.FSM.PlantedBugs = append(k.FSM.PlantedBugs, n)
+		case PlantedBugs[n] != "":
+			k.PlantedBugs = append(k.PlantedBugs, n)
+		default:
+			unknown = append(unknown, n)
+		}
+	}
+	return k, unknown
+}
 
-func planted(name string) bool {
+// validate refuses names neither this package nor fsm knows.
+func (k *TestingKnobs) validate() error {
+	var unknown []string
+	for _, n := range k.PlantedBugs {
+		if _, ok := PlantedBugs[n]; !ok {
+			unknown = append(unknown, n)
+		}
+	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("unknown planted bugs %s", strings.Join(unknown, ","))
+	}
+	return k.FSM.Validate()
+}
+
+func (k *TestingKnobs) planted(name string) bool {
 	if _, ok := PlantedBugs[name]; !ok {
 		panic(fmt.Sprintf("cluster: no planted bug %q", name)) // a typo in this package
 	}
-	return plantedOn[name]
+	return slices.Contains(k.PlantedBugs, name)
+}
+
+// fsmKnobs are the knobs the node gives its state machine.
+func (k *TestingKnobs) fsmKnobs() fsm.TestingKnobs { return k.FSM }
+
+// plantedList names every defect switched on, the node's and the FSM's,
+// sorted, for Status's unsafe list.
+func (k *TestingKnobs) plantedList() []string {
+	var out []string
+	for _, n := range slices.Concat(k.PlantedBugs, k.FSM.PlantedBugs) {
+		out = append(out, "planted-bug:"+n)
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
 }

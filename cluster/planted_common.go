@@ -10,7 +10,8 @@ import (
 )
 
 // Names of the node's planted defects. Only a build with the plantedbugs
-// tag can switch them on (planted.go); see jepsen/README.md, "Planted bugs".
+// tag can switch them on, per node, through Config.Testing (planted.go);
+// see jepsen/README.md, "Planted bugs".
 const (
 	BugLocalReads         = "local-reads"
 	BugWallClockTime      = "wall-clock-time"
@@ -21,6 +22,16 @@ const (
 	BugAddUnprobed        = "add-unprobed"
 	BugClusterIDUnchecked = "cluster-id-unchecked"
 )
+
+// planted reports whether this node's knobs (Config.Testing) switch the
+// defect name on: never in a release build.
+func (n *Node) planted(name string) bool { return n.cfg.Testing.planted(name) }
+
+// fsmOptions are the options of every fsm.State this node builds and of
+// its log store's entry checks: the FSM's knobs.
+func (n *Node) fsmOptions() []fsm.Option {
+	return []fsm.Option{fsm.WithTestingKnobs(n.cfg.Testing.fsmKnobs())}
+}
 
 // wallNanos is the wall clock's reading: the fault clock's when c has one,
 // else the system's. Only the planted wall-clock-time defect reads it.
@@ -45,8 +56,8 @@ func resourceLeaseID(resource string) []byte {
 // false, and nothing happens, unless one of them is switched on and the
 // lease is live.
 func (s *leaseService) ackEarly(ctx context.Context, id []byte, cmd *fsmpb.Command) (res fsm.Result, ok bool) {
-	release := cmd.GetRelease() != nil && planted(BugReleaseAckEarly)
-	renew := cmd.GetRenew() != nil && planted(BugRenewAckEarly)
+	release := cmd.GetRelease() != nil && s.n.planted(BugReleaseAckEarly)
+	renew := cmd.GetRenew() != nil && s.n.planted(BugRenewAckEarly)
 	if !release && !renew {
 		return fsm.Result{}, false
 	}

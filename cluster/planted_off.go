@@ -2,9 +2,18 @@
 
 package cluster
 
-// planted is false in every build without the plantedbugs tag, so each
+import "github.com/leasefence/leasefence/fsm"
+
+// TestingKnobs are per-node test switches (Config.Testing). In a build
+// without the plantedbugs tag there are none: the type is empty and every
 // planted branch compiles away.
-func planted(string) bool { return false }
+type TestingKnobs struct{}
+
+func (*TestingKnobs) validate() error { return nil }
+
+func (*TestingKnobs) planted(string) bool { return false }
+
+func (*TestingKnobs) fsmKnobs() fsm.TestingKnobs { return fsm.TestingKnobs{} }
 
 // plantedList is empty: no defect can be switched on.
-var plantedList []string
+func (*TestingKnobs) plantedList() []string { return nil }

@@ -17,11 +17,9 @@ import (
 // first outcome is final, and proposing it again every millisecond would
 // only spin. Run with: go test -tags plantedbugs -run Planted ./cluster/
 func TestPlantedDedupResourceOnlyWaitingRetryDoesNotSpin(t *testing.T) {
-	if unknown := fsm.PlantBugs([]string{fsm.BugDedupResourceOnly}); len(unknown) > 0 {
-		t.Fatal(unknown)
-	}
-	t.Cleanup(fsm.ResetPlantedBugs) // after the cluster has stopped
-	err, spent := waitingRetryOfARefusedRequestID(t)
+	err, spent := waitingRetryOfARefusedRequestID(t, func(c *Config) {
+		c.Testing.FSM.PlantedBugs = []string{fsm.BugDedupResourceOnly}
+	})
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("waiting retry meeting a replayed refusal: want it at once (FailedPrecondition), got %v", err)
 	}

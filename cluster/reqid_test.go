@@ -106,7 +106,7 @@ func TestRequestIDNamesOneRequestAndAnEndedReplaySaysSo(t *testing.T) {
 // another request: refused at once, not proposed again every millisecond
 // until its deadline (issue 13 §5). Counted in entries applied.
 func TestWaitingRetryOfARefusedRequestIDDoesNotSpin(t *testing.T) {
-	err, spent := waitingRetryOfARefusedRequestID(t)
+	err, spent := waitingRetryOfARefusedRequestID(t, nil)
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("waiting retry of a refused request id: want InvalidArgument, got %v", err)
 	}
@@ -119,10 +119,10 @@ func TestWaitingRetryOfARefusedRequestIDDoesNotSpin(t *testing.T) {
 // waitingRetryOfARefusedRequestID acquires x, is refused under request id
 // "polled" without wait, releases x, then retries "polled" with wait for at
 // most 1 s on the leader: the retry's error and the entries the leader
-// applied meanwhile.
-func waitingRetryOfARefusedRequestID(t *testing.T) (error, uint64) {
+// applied meanwhile. tweak (nil: none) changes every node's Config.
+func waitingRetryOfARefusedRequestID(t *testing.T, tweak func(*Config)) (error, uint64) {
 	t.Helper()
-	tc := newTestCluster(t, 3, nil)
+	tc := newTestCluster(t, 3, tweak)
 	li, leader := tc.leader()
 	c := tc.client(li)
 	ctx := ctxT(t)

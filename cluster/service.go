@@ -91,7 +91,7 @@ func (s *leaseService) Acquire(ctx context.Context, req *api.AcquireRequest) (*a
 		LeaseId:   newLeaseID(),
 		Wait:      req.Wait,
 	}}}
-	if planted(BugLeaseIDByResource) {
+	if s.n.planted(BugLeaseIDByResource) {
 		cmd.GetAcquire().LeaseId = resourceLeaseID(req.Resource)
 	}
 	var res fsm.Result
@@ -326,7 +326,7 @@ func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if !req.Stale && !planted(BugLocalReads) {
+	if !req.Stale && !s.n.planted(BugLocalReads) {
 		resp, local, err := forward(ctx, s.n, fwdOpts{resend: true}, func(ctx context.Context, conn *grpc.ClientConn) (*api.GetResponse, error) {
 			return api.NewLeaseServiceClient(conn).Get(ctx, req)
 		})

@@ -50,10 +50,12 @@ type stateMachine struct {
 	// checks takes the state checkpoints replicas compare (statecheck.go);
 	// set before raft starts.
 	checks *stateCheckpoints
+	// opts build every fsm.State: the first, and each one restored.
+	opts []fsm.Option
 }
 
-func newStateMachine(h *hub, log hclog.Logger, onFatal func(error)) *stateMachine {
-	return &stateMachine{st: fsm.New(), hub: h, log: log, appliedCh: make(chan struct{}), onFatal: onFatal}
+func newStateMachine(h *hub, log hclog.Logger, onFatal func(error), opts ...fsm.Option) *stateMachine {
+	return &stateMachine{st: fsm.New(opts...), opts: opts, hub: h, log: log, appliedCh: make(chan struct{}), onFatal: onFatal}
 }
 
 // Apply implements raft.FSM. It returns *fsm.Applied, or an error when the
@@ -174,7 +176,7 @@ func (m *stateMachine) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	index := binary.BigEndian.Uint64(hdr[:])
-	st, err := fsm.Restore(rc)
+	st, err := fsm.Restore(rc, m.opts...)
 	if err != nil {
 		m.log.Error("snapshot restore failed", "error", err)
 		return err

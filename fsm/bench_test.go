@@ -75,7 +75,7 @@ func BenchmarkDecodeEntry(b *testing.B) {
 	b.SetBytes(int64(len(enc)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := decodeEntry(enc); err != nil {
+		if _, err := decodeEntry(enc, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -83,24 +83,27 @@ func EncodeBatch(b *fsmpb.Batch) ([]byte, error) {
 // entry whose bytes do not match, or one too short to hold its checksum,
 // and nil for every other entry: an entry type without a checksum
 // (EntryBatch, an ignorable type) cannot be verified here, and an unknown
-// or empty one is Apply's to refuse. It never panics.
-func VerifyEntry(data []byte) error {
+// or empty one is Apply's to refuse. It never panics. opts are the node's
+// (WithTestingKnobs), so that a planted skip-entry-checksum skips this
+// check as it skips Apply's.
+func VerifyEntry(data []byte, opts ...Option) error {
 	if len(data) == 0 || EntryType(data[0]) != EntryBatchChecked {
 		return nil
 	}
-	_, err := checkedBody(data)
+	o := applyOptions(opts)
+	_, err := checkedBody(data, &o.knobs)
 	return err
 }
 
 // checkedBody returns the body of an EntryBatchChecked entry after
-// verifying its checksum.
-func checkedBody(data []byte) ([]byte, error) {
+// verifying its checksum (unless k plants BugSkipEntryChecksum).
+func checkedBody(data []byte, k *TestingKnobs) ([]byte, error) {
 	if len(data) < 1+checksumLen {
 		return nil, fmt.Errorf("%w: entry of %d bytes cannot hold its checksum", ErrChecksum, len(data))
 	}
 	want := binary.BigEndian.Uint32(data[1:])
 	body := data[1+checksumLen:]
-	if planted(BugSkipEntryChecksum) {
+	if k.planted(BugSkipEntryChecksum) {
 		return body, nil
 	}
 	if got := entryChecksum(EntryType(data[0]), body); got != want {
@@ -112,12 +115,13 @@ func checkedBody(data []byte) ([]byte, error) {
 // DecodeEntry parses log entry bytes without applying them, for tools that
 // read a log offline (leased dump-log). It returns (nil, nil) for an
 // unknown ignorable entry and the same errors Apply would.
-func DecodeEntry(data []byte) (*fsmpb.Batch, error) { return decodeEntry(data) }
+func DecodeEntry(data []byte) (*fsmpb.Batch, error) { return decodeEntry(data, nil) }
 
 // decodeEntry parses entry bytes. It returns (nil, nil) for an unknown
 // ignorable entry, and ErrCorruptEntry (ErrChecksum included) or
 // ErrUnknownEntry (wrapped) for anything it cannot apply safely.
-func decodeEntry(data []byte) (*fsmpb.Batch, error) {
+// k is the caller's test switches (nil: none).
+func decodeEntry(data []byte, k *TestingKnobs) (*fsmpb.Batch, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty entry", ErrCorruptEntry)
 	}
@@ -128,7 +132,7 @@ func decodeEntry(data []byte) (*fsmpb.Batch, error) {
 		body = data[1:]
 	case EntryBatchChecked:
 		var err error
-		if body, err = checkedBody(data); err != nil {
+		if body, err = checkedBody(data, k); err != nil {
 			return nil, err
 		}
 	default:

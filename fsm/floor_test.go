@@ -86,10 +86,11 @@ func applyGrants(rt *rapid.T, s *State, raw []byte) []Lease {
 // above all grants after it is covered too), and more
 // history. It returns a description of the first token granted after the
 // restore that does not beat every token granted before the loss (in its
-// scope, or in any scope), or "" when there is none.
-func checkRestoreBeatsLostTokens(rt *rapid.T) string {
+// scope, or in any scope), or "" when there is none. Both states are
+// built with opts.
+func checkRestoreBeatsLostTokens(rt *rapid.T, opts ...Option) string {
 	h := &restoreHistory{}
-	s := New()
+	s := New(opts...)
 	lost := map[string]uint64{} // scope -> highest token granted before the loss
 	var lostMax uint64
 	grant := func(ls []Lease) {
@@ -113,7 +114,7 @@ func checkRestoreBeatsLostTokens(rt *rapid.T) string {
 		grant(ls)
 	}
 
-	r, err := Restore(bytes.NewReader(backup))
+	r, err := Restore(bytes.NewReader(backup), opts...)
 	if err != nil {
 		rt.Fatal(err)
 	}

@@ -4,13 +4,14 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
 // This file exists only in builds with the plantedbugs tag: the fault
 // harness (jepsen/) switches on deliberate defects to prove its checkers
-// can fail. A release build has planted_off.go instead, where planted is a
-// constant false and every planted branch compiles away.
+// can fail. A release build has planted_off.go instead, where TestingKnobs
+// is empty and every planted branch compiles away.
 
 // PlantedBugs lists the FSM's planted defects and what each breaks.
 var PlantedBugs = map[string]string{
@@ -22,30 +23,34 @@ var PlantedBugs = map[string]string{
 	BugSkipEntryChecksum:       "log entry checksums are not verified: not by Apply, not by the node's log store",
 }
 
-var plantedOn = map[string]bool{}
+// TestingKnobs are per-State test switches (WithTestingKnobs), compiled in
+// only with the plantedbugs tag: two States in one process may differ.
+// Every replica of a cluster must be given the same knobs: a planted bug
+// is still deterministic.
+type TestingKnobs struct {
+	// PlantedBugs names the defects (keys of PlantedBugs) this State has.
+	// A name this package does not know switches nothing on; Validate
+	// refuses it.
+	PlantedBugs []string
+}
 
-// PlantBugs switches on the named defects this package knows and returns
-// the names it does not know. Call it before the first Apply, on every
-// replica alike: a planted bug is still deterministic.
-func PlantBugs(names []string) (unknown []string) {
-	for _, n := range names {
-		n = strings.TrimSpace(n)
-		if _, ok := PlantedBugs[n]; ok {
-			plantedOn[n] = true
-		} else if n != "" {
+// Validate refuses names this package does not know.
+func (k *TestingKnobs) Validate() error {
+	var unknown []string
+	for _, n := range k.PlantedBugs {
+		if _, ok := PlantedBugs[n]; !ok {
 			unknown = append(unknown, n)
 		}
 	}
-	return unknown
+	if len(unknown) > 0 {
+		return fmt.Errorf("fsm: unknown planted bugs %s", strings.Join(unknown, ","))
+	}
+	return nil
 }
 
-func planted(name string) bool {
+func (k *TestingKnobs) planted(name string) bool {
 	if _, ok := PlantedBugs[name]; !ok {
 		panic(fmt.Sprintf("fsm: no planted bug %q", name)) // a typo in this package
 	}
-	return plantedOn[name]
+	return k != nil && slices.Contains(k.PlantedBugs, name)
 }
-
-// ResetPlantedBugs switches every planted defect off again, for a test
-// that planted one. Call it only while no State is applying entries.
-func ResetPlantedBugs() { clear(plantedOn) }

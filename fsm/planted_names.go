@@ -1,7 +1,8 @@
 package fsm
 
 // Names of the FSM's planted defects. Only a build with the plantedbugs tag
-// can switch them on (planted.go); see jepsen/README.md, "Planted bugs".
+// can switch them on, per State, through WithTestingKnobs (planted.go); see
+// jepsen/README.md, "Planted bugs".
 const (
 	BugGrantNoMargin         = "grant-no-margin"
 	BugRenewAfterExpiry      = "renew-after-expiry"

@@ -3,33 +3,79 @@
 package fsm
 
 import (
+	"bytes"
+	"errors"
 	"testing"
 
 	"pgregory.net/rapid"
 )
 
-// plantFor switches bug on for the rest of t (planted defects are
-// process-wide: tests that plant one must not run in parallel).
-func plantFor(t *testing.T, bug string) {
+// planting returns the option that builds a State with bugs, failing t on
+// a name this package does not know.
+func planting(t testing.TB, bugs ...string) Option {
 	t.Helper()
-	if unknown := PlantBugs([]string{bug}); len(unknown) > 0 {
-		t.Fatalf("unknown planted bug %v", unknown)
+	k := TestingKnobs{PlantedBugs: bugs}
+	if err := k.Validate(); err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { delete(plantedOn, bug) })
+	return WithTestingKnobs(k)
+}
+
+func TestKnobsRefuseAnUnknownPlantedBug(t *testing.T) {
+	k := TestingKnobs{PlantedBugs: []string{BugGrantNoMargin, "no-such-bug"}}
+	if err := k.Validate(); err == nil {
+		t.Fatal("unknown planted bug accepted")
+	}
+}
+
+// Planted bugs belong to the State built with them: a State in the same
+// process built without them keeps the margin, and the one with them does
+// not.
+func TestPlantedBugIsPerState(t *testing.T) {
+	planted, plain := New(planting(t, BugGrantNoMargin)), New()
+	for _, s := range []*State{planted, plain} {
+		apply(t, s, 1*sec, acquireCmd("r", 10*sec, 1, ""))
+		// Past expires_at (11 s), inside the skew margin.
+		r := apply(t, s, 11*sec+testMargin, acquireCmd("r", 10*sec, 2, ""))
+		if got, want := r.Err == nil, s == planted; got != want {
+			t.Errorf("planted %v: second grant inside the margin granted %v (%+v)", s == planted, got, r)
+		}
+	}
+}
+
+// A planted skip-entry-checksum skips the check of VerifyEntry and Apply
+// given it, and of no other.
+func TestPlantedSkipEntryChecksumIsPerStateAndCheck(t *testing.T) {
+	good := entry(t, 1*sec, acquireCmd("db/39", 10*sec, 2, ""))
+	bad := bytes.Clone(good)
+	bad[bytes.Index(good, []byte("db/39"))+1] = 'X'
+	bug := planting(t, BugSkipEntryChecksum)
+	if err := VerifyEntry(bad, bug); err != nil {
+		t.Errorf("planted VerifyEntry: %v", err)
+	}
+	if err := VerifyEntry(bad); !errors.Is(err, ErrChecksum) {
+		t.Errorf("VerifyEntry without knobs: want ErrChecksum, got %v", err)
+	}
+	if _, err := New(bug).Apply(bad); err != nil {
+		t.Errorf("planted Apply: %v", err)
+	}
+	if _, err := New().Apply(bad); !errors.Is(err, ErrChecksum) {
+		t.Errorf("Apply without knobs: want ErrChecksum, got %v", err)
+	}
 }
 
 // The restore property must catch issue 13's restore: with only the
 // backup's scopes raised, some random disaster has a scope first used after
 // the backup grant a token it had already granted before the loss.
 func TestRestorePropertyCatchesRestoreBumpsKnownScopes(t *testing.T) {
-	plantFor(t, BugRestoreBumpsKnownScopes)
+	bug := planting(t, BugRestoreBumpsKnownScopes)
 	var (
 		caught     string
 		runs, hits int
 	)
 	rapid.Check(t, func(rt *rapid.T) {
 		runs++
-		if v := checkRestoreBeatsLostTokens(rt); v != "" {
+		if v := checkRestoreBeatsLostTokens(rt, bug); v != "" {
 			hits++
 			if caught == "" {
 				caught = v

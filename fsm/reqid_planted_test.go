@@ -13,9 +13,9 @@ import (
 // retry with another scope, holder, ttl or wait replays the first lease.
 // Run with: go test -tags plantedbugs -run Planted ./fsm/
 func TestPlantedDedupResourceOnlyIsCaught(t *testing.T) {
-	plantFor(t, BugDedupResourceOnly)
+	bug := planting(t, BugDedupResourceOnly)
 	for _, refusedFirst := range []bool{false, true} {
-		s := New()
+		s := New(bug)
 		if refusedFirst {
 			apply(t, s, 1*sec, acquireCmd("r", 10*sec, 1, "holder"))
 		}
@@ -30,7 +30,7 @@ func TestPlantedDedupResourceOnlyIsCaught(t *testing.T) {
 			t.Errorf("the bug compares the resource still: %s", got["resource"])
 		}
 		// Through a snapshot too.
-		restored, err := Restore(bytes.NewReader(snapshotBytes(t, s)))
+		restored, err := Restore(bytes.NewReader(snapshotBytes(t, s)), bug)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -68,7 +68,7 @@ func (s *State) Snapshot() *Snapshot {
 	}
 	for name, e := range s.names {
 		c := e.counter
-		if planted(BugSnapshotDropsCounters) {
+		if s.knobs.planted(BugSnapshotDropsCounters) {
 			c = 0
 			for _, l := range s.expiry {
 				if l.Scope == name {
@@ -161,16 +161,17 @@ func fillLeaseRecord(rec *fsmpb.LeaseRecord, l *Lease) {
 
 // Restore reads a snapshot written by WriteTo and returns a fresh State.
 // Any malformed input yields an error wrapping ErrCorruptSnapshot and no
-// State; the caller's current state is untouched.
-func Restore(r io.Reader) (*State, error) {
-	st, err := restore(bufio.NewReaderSize(r, 64<<10))
+// State; the caller's current state is untouched. The State is built with
+// opts, as New builds one.
+func Restore(r io.Reader, opts ...Option) (*State, error) {
+	st, err := restore(bufio.NewReaderSize(r, 64<<10), opts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorruptSnapshot, err)
 	}
 	return st, nil
 }
 
-func restore(br *bufio.Reader) (*State, error) {
+func restore(br *bufio.Reader, opts []Option) (*State, error) {
 	dec := &recordReader{r: br}
 	var hdr fsmpb.SnapshotHeader
 	if err := dec.read(recHeader, &hdr); err != nil {
@@ -179,7 +180,7 @@ func restore(br *bufio.Reader) (*State, error) {
 	if hdr.Version != snapshotVersion {
 		return nil, fmt.Errorf("unsupported snapshot version %d", hdr.Version)
 	}
-	s := New()
+	s := New(opts...)
 	s.now = hdr.LastNowNs
 	// A snapshot written before the floor existed has none: floor 0, the
 	// state it was taken from.

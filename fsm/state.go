@@ -151,11 +151,11 @@ type dedupRef struct {
 // colliding fingerprints would get the first refusal again instead of
 // InvalidArgument: still a refusal, so a collision can never grant or
 // replay a lease; it only changes which error the caller sees.
-func (d *dedupRef) sameRequest(c *fsmpb.Acquire, scope string) bool {
+func (d *dedupRef) sameRequest(c *fsmpb.Acquire, scope string, k *TestingKnobs) bool {
 	if d.lease.Resource != c.Resource {
 		return false
 	}
-	if planted(BugDedupResourceOnly) {
+	if k.planted(BugDedupResourceOnly) {
 		return true
 	}
 	switch {
@@ -286,14 +286,18 @@ type State struct {
 	refusals dedupQueue
 	// owners counts the leases in byID per holder owner (held.go).
 	owners map[string]int
+	// knobs are the test switches the State was built with (empty in a
+	// release build); they never change.
+	knobs TestingKnobs
 }
 
-// New returns an empty State at cluster time zero.
-func New() *State {
+// New returns an empty State at cluster time zero, built with opts.
+func New(opts ...Option) *State {
 	return &State{
 		names: make(map[string]nameEntry),
 		byID:  make(map[[LeaseIDLen]byte]*Lease),
 		dedup: make(map[string]uint64),
+		knobs: applyOptions(opts).knobs,
 	}
 }
 
@@ -424,7 +428,7 @@ func (s *State) NextExpiry() (int64, bool) {
 // Results, not in the error. An unknown ignorable entry returns an empty
 // Applied.
 func (s *State) Apply(entry []byte) (*Applied, error) {
-	b, err := decodeEntry(entry)
+	b, err := decodeEntry(entry, &s.knobs)
 	if err != nil {
 		return nil, err
 	}
@@ -509,7 +513,7 @@ func (s *State) acquire(a *Applied, c *fsmpb.Acquire, p batchParams) Result {
 	if c.RequestId != "" {
 		if seq, ok := s.dedup[c.RequestId]; ok {
 			d := s.dedupEntry(seq)
-			if !d.sameRequest(c, scope) {
+			if !d.sameRequest(c, scope, &s.knobs) {
 				// A request id names one request: never replay an outcome
 				// to another (a lease of another scope would hand out a
 				// token of the wrong sequence).
@@ -541,7 +545,7 @@ func (s *State) acquire(a *Applied, c *fsmpb.Acquire, p batchParams) Result {
 		}
 	}
 	if cur := s.names[c.Resource].lease; cur != nil {
-		if planted(BugGrantNoMargin) {
+		if s.knobs.planted(BugGrantNoMargin) {
 			margin = 0
 		}
 		if s.now <= cur.ExpiresAt+margin {
@@ -596,7 +600,7 @@ func (s *State) renew(a *Applied, c *fsmpb.Renew) Result {
 	var id [LeaseIDLen]byte
 	copy(id[:], c.LeaseId)
 	l, ok := s.byID[id]
-	if !ok || (s.now > l.ExpiresAt && !planted(BugRenewAfterExpiry)) {
+	if !ok || (s.now > l.ExpiresAt && !s.knobs.planted(BugRenewAfterExpiry)) {
 		return Result{Err: ErrNotFound}
 	}
 	// A new record: the old one may be held by a request-id entry (as
@@ -719,7 +723,7 @@ func (s *State) remove(a *Applied, l *Lease, t EventType, reason string) {
 // hence backups, so a restore from a restored cluster's backup starts from
 // there, never lower.
 func (s *State) RaiseFloor(bump uint64) (uint64, error) {
-	if planted(BugRestoreBumpsKnownScopes) {
+	if s.knobs.planted(BugRestoreBumpsKnownScopes) {
 		// The defect of issue 13: only the scopes the backup knows are
 		// raised, the floor stays, a scope first used after the backup
 		// starts again at 1.

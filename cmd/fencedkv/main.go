@@ -39,12 +39,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "fencedkv:", err)
 		return 2
 	}
-	if bugs, err := plantBugs(); err != nil {
+	knobs, bugs, err := plantedKnobs()
+	if err != nil {
 		fmt.Fprintln(stderr, "fencedkv:", err)
 		return 2
-	} else if len(bugs) > 0 {
+	}
+	if len(bugs) > 0 {
 		fmt.Fprintf(stderr, "fencedkv: PLANTED BUGS ON: %s (a test build for the fault harness; never in production)\n", strings.Join(bugs, ","))
 	}
+	cfg.Testing = knobs
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	mode := "fenced"

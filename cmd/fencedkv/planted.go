@@ -7,6 +7,8 @@ import (
 	"github.com/leasefence/leasefence/internal/planted"
 )
 
-// plantBugs switches on the defects LEASEFENCE_PLANTED_BUGS names: a test
-// build for the fault harness only.
-func plantBugs() ([]string, error) { return planted.Plant("fencedkv", true, fencekv.PlantBugs) }
+// plantedKnobs returns the store's testing knobs with the defects
+// LEASEFENCE_PLANTED_BUGS names: a test build for the fault harness only.
+func plantedKnobs() (fencekv.TestingKnobs, []string, error) {
+	return planted.Knobs("fencedkv", fencekv.PlantedKnobs)
+}

@@ -2,8 +2,13 @@
 
 package main
 
-import "github.com/leasefence/leasefence/internal/planted"
+import (
+	"github.com/leasefence/leasefence/fence/fencekv"
+	"github.com/leasefence/leasefence/internal/planted"
+)
 
-// plantBugs refuses LEASEFENCE_PLANTED_BUGS: this build has no planted
+// plantedKnobs refuses LEASEFENCE_PLANTED_BUGS: this build has no planted
 // defects.
-func plantBugs() ([]string, error) { return planted.Plant("fencedkv", false, nil) }
+func plantedKnobs() (fencekv.TestingKnobs, []string, error) {
+	return planted.Knobs[fencekv.TestingKnobs]("fencedkv", nil)
+}

@@ -57,12 +57,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "leased:", err)
 		return 2
 	}
-	if bugs, err := plantBugs(); err != nil {
+	knobs, bugs, err := plantedKnobs()
+	if err != nil {
 		fmt.Fprintln(stderr, "leased:", err)
 		return 2
-	} else if len(bugs) > 0 {
+	}
+	if len(bugs) > 0 {
 		fmt.Fprintf(stderr, "leased: PLANTED BUGS ON: %s (a test build for the fault harness; never in production)\n", strings.Join(bugs, ","))
 	}
+	cfg.Testing = knobs
 	if cfg.memory.Bytes > 0 {
 		debug.SetMemoryLimit(cfg.memory.Bytes)
 	}
@@ -265,7 +268,7 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	// config file were applied, left out of --help and --print-config):
 	// fault injection for the jepsen harness. Status lists each as unsafe
 	// and the node logs a warning for each at start.
-	fs.StringVar(&cfg.FaultClockFile, flagFaultClock, "", "UNSAFE, fault injection only: take this node's clock rate and wall offset from this JSON control file")
+	fs.StringVar(&cfg.Unsafe.FaultClockFile, flagFaultClock, "", "UNSAFE, fault injection only: take this node's clock rate and wall offset from this JSON control file")
 	var peerRoutes string
 	fs.StringVar(&peerRoutes, unsafePeerRouteFlag, "", "UNSAFE, fault injection only: ADDR=VIA,... dial VIA whenever this node dials peer ADDR (reported in status as unsafe peer-route)")
 	if err := fs.Parse(args); err != nil {
@@ -294,7 +297,7 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	if len(peers) > 0 {
 		cfg.Bootstrap = peers
 	}
-	if cfg.UnsafePeerRoutes, err = parsePeerRoutes(peerRoutes); err != nil {
+	if cfg.Unsafe.PeerRoutes, err = parsePeerRoutes(peerRoutes); err != nil {
 		return settings{Config: cfg}, err
 	}
 	level := hclog.LevelFromString(logLevel)
@@ -319,11 +322,11 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 }
 
 // flagFaultClock is the hidden unsafe flag of the fault-injection clock
-// (cluster.Config.FaultClockFile; see jepsen/README.md).
+// (cluster.Config.Unsafe.FaultClockFile; see jepsen/README.md).
 const flagFaultClock = "unsafe-fault-clock"
 
 // unsafePeerRouteFlag is the hidden unsafe flag of peer routes
-// (cluster.Config.UnsafePeerRoutes; jepsen's proxy mode).
+// (cluster.Config.Unsafe.PeerRoutes; jepsen's proxy mode).
 const unsafePeerRouteFlag = "unsafe-peer-route"
 
 // unsafePrefix starts the name of every unsafe switch: fault injection

@@ -122,12 +122,12 @@ func TestFaultClockFlagIsHiddenAndCommandLineOnly(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"--id", "n1", "--data-dir", dir, "--bootstrap", "n1=127.0.0.1:7001"}
 	cfg, err := parse(append(args, "--unsafe-fault-clock", "/tmp/clock.json"), io.Discard, io.Discard)
-	if err != nil || cfg.FaultClockFile != "/tmp/clock.json" {
-		t.Fatalf("flag: %q %v", cfg.FaultClockFile, err)
+	if err != nil || cfg.Unsafe.FaultClockFile != "/tmp/clock.json" {
+		t.Fatalf("flag: %q %v", cfg.Unsafe.FaultClockFile, err)
 	}
 	t.Setenv("LEASEFENCE_UNSAFE_FAULT_CLOCK", "/tmp/clock.json")
-	if cfg, err := parse(args, io.Discard, io.Discard); err == nil || cfg.FaultClockFile != "" || !strings.Contains(err.Error(), "command line") {
-		t.Fatalf("environment and the fault clock: %q %v", cfg.FaultClockFile, err)
+	if cfg, err := parse(args, io.Discard, io.Discard); err == nil || cfg.Unsafe.FaultClockFile != "" || !strings.Contains(err.Error(), "command line") {
+		t.Fatalf("environment and the fault clock: %q %v", cfg.Unsafe.FaultClockFile, err)
 	}
 	os.Unsetenv("LEASEFENCE_UNSAFE_FAULT_CLOCK")
 	conf := filepath.Join(dir, "leased.conf")
@@ -153,11 +153,11 @@ func TestUnsafePeerRouteIsParsedHiddenAndChecked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.UnsafePeerRoutes) != 2 || cfg.UnsafePeerRoutes["127.0.0.1:7002"] != "127.0.0.1:9002" || cfg.UnsafePeerRoutes["127.0.0.1:7003"] != "127.0.0.1:9003" {
-		t.Fatalf("routes %v", cfg.UnsafePeerRoutes)
+	if len(cfg.Unsafe.PeerRoutes) != 2 || cfg.Unsafe.PeerRoutes["127.0.0.1:7002"] != "127.0.0.1:9002" || cfg.Unsafe.PeerRoutes["127.0.0.1:7003"] != "127.0.0.1:9003" {
+		t.Fatalf("routes %v", cfg.Unsafe.PeerRoutes)
 	}
-	if cfg, err = parse(base, io.Discard, io.Discard); err != nil || cfg.UnsafePeerRoutes != nil {
-		t.Fatalf("without the flag: %v %v", cfg.UnsafePeerRoutes, err)
+	if cfg, err = parse(base, io.Discard, io.Discard); err != nil || cfg.Unsafe.PeerRoutes != nil {
+		t.Fatalf("without the flag: %v %v", cfg.Unsafe.PeerRoutes, err)
 	}
 	for _, bad := range []string{"127.0.0.1:7002", "127.0.0.1:7002=", "=127.0.0.1:9002", "127.0.0.1=127.0.0.1:9002",
 		"127.0.0.1:7002=nohost", "127.0.0.1:7002=127.0.0.1:9002,127.0.0.1:7002=127.0.0.1:9003"} {
@@ -215,14 +215,14 @@ func TestUnsafeSwitchesAreRefusedFromEnvironmentAndConfigFile(t *testing.T) {
 	} {
 		t.Run(flagName, func(t *testing.T) {
 			cfg, err := parse(append(args, "--"+flagName, value), io.Discard, io.Discard)
-			if err != nil || (cfg.UnsafePeerRoutes == nil && cfg.FaultClockFile == "") {
+			if err != nil || (cfg.Unsafe.PeerRoutes == nil && cfg.Unsafe.FaultClockFile == "") {
 				t.Fatalf("on the command line: %v", err)
 			}
 			env := "LEASEFENCE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 			t.Setenv(env, value)
 			cfg, err = parse(args, io.Discard, io.Discard)
 			if err == nil || !strings.Contains(err.Error(), env) || !strings.Contains(err.Error(), "command line") {
-				t.Fatalf("from %s: %v (routes %v, clock %q)", env, err, cfg.UnsafePeerRoutes, cfg.FaultClockFile)
+				t.Fatalf("from %s: %v (routes %v, clock %q)", env, err, cfg.Unsafe.PeerRoutes, cfg.Unsafe.FaultClockFile)
 			}
 			os.Unsetenv(env)
 			conf := filepath.Join(dir, flagName+".conf")

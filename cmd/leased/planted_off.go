@@ -2,8 +2,13 @@
 
 package main
 
-import "github.com/leasefence/leasefence/internal/planted"
+import (
+	"github.com/leasefence/leasefence/cluster"
+	"github.com/leasefence/leasefence/internal/planted"
+)
 
-// plantBugs refuses LEASEFENCE_PLANTED_BUGS: this build has no planted
+// plantedKnobs refuses LEASEFENCE_PLANTED_BUGS: this build has no planted
 // defects.
-func plantBugs() ([]string, error) { return planted.Plant("leased", false, nil) }
+func plantedKnobs() (cluster.TestingKnobs, []string, error) {
+	return planted.Knobs[cluster.TestingKnobs]("leased", nil)
+}

@@ -2,6 +2,11 @@
 
 package fencekv
 
-// planted is false in every build without the plantedbugs tag, so each
+// TestingKnobs are per-server test switches (Config.Testing). In a build
+// without the plantedbugs tag there are none: the type is empty and every
 // planted branch compiles away.
-func planted(string) bool { return false }
+type TestingKnobs struct{}
+
+func (*TestingKnobs) validate() error { return nil }
+
+func (*TestingKnobs) planted(string) bool { return false }

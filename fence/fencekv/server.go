@@ -112,6 +112,10 @@ type Config struct {
 	Logger hclog.Logger
 	// Clock stamps audit records; nil means time.Now.
 	Clock func() time.Time
+	// Testing holds the server's test switches (TestingKnobs): planted
+	// defects in a build with the plantedbugs tag, nothing in a release
+	// build, where the type is empty.
+	Testing TestingKnobs
 }
 
 // DefaultConfig returns the defaults: listen on 127.0.0.1:7100, fenced,
@@ -133,7 +137,7 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("fencekv: Scope: %w", err)
 		}
 	}
-	return nil
+	return c.Testing.validate()
 }
 
 // Server is a running fencedkv. Handler is safe for concurrent use.
@@ -307,7 +311,7 @@ func (s *Server) write(op, key string, tok fence.Token, tokErr error, body []byt
 			if refusal != nil && !errors.Is(refusal, fence.ErrStaleToken) {
 				return refusal
 			}
-			if errors.Is(refusal, fence.ErrStaleToken) && planted(BugAcceptLowerToken) {
+			if errors.Is(refusal, fence.ErrStaleToken) && s.cfg.Testing.planted(BugAcceptLowerToken) {
 				refusal = nil
 			}
 		}

@@ -1,7 +1,9 @@
 // Package planted reads which planted defects a test build of leased or
-// fencedkv switches on. The defects themselves live beside the code they
-// break, in files built only with the plantedbugs tag; see jepsen/README.md,
-// "Planted bugs".
+// fencedkv switches on: the environment is the harness's interface, and
+// main puts what it names into the config's testing knobs. The defects
+// themselves live beside the code they break, in files built only with
+// the plantedbugs tag, switched on per instance by those knobs; see
+// jepsen/README.md, "Planted bugs".
 package planted
 
 import (
@@ -24,19 +26,22 @@ func Names() []string {
 	return out
 }
 
-// Plant switches the named defects on through plant, which returns the
-// names it does not know. It refuses unknown names, and any name at all in
-// a build without the tag (tagged false).
-func Plant(prog string, tagged bool, plant func([]string) []string) (on []string, err error) {
+// Knobs returns the testing knobs of prog that Env names, made by knobs,
+// which also returns the names it does not know, and the names switched
+// on. It refuses unknown names, and any name at all in a build without
+// the tag (knobs nil).
+func Knobs[K any](prog string, knobs func([]string) (K, []string)) (k K, on []string, err error) {
 	names := Names()
 	if len(names) == 0 {
-		return nil, nil
+		return k, nil, nil
 	}
-	if !tagged {
-		return nil, fmt.Errorf("%s is set, but this %s was built without planted bugs (go build -tags plantedbugs)", Env, prog)
+	if knobs == nil {
+		return k, nil, fmt.Errorf("%s is set, but this %s was built without planted bugs (go build -tags plantedbugs)", Env, prog)
 	}
-	if unknown := plant(names); len(unknown) > 0 {
-		return nil, fmt.Errorf("%s: unknown planted bugs %s", Env, strings.Join(unknown, ","))
+	k, unknown := knobs(names)
+	if len(unknown) > 0 {
+		var zero K
+		return zero, nil, fmt.Errorf("%s: unknown planted bugs %s", Env, strings.Join(unknown, ","))
 	}
-	return names, nil
+	return k, names, nil
 }

@@ -27,7 +27,7 @@ import (
 // transport (the gRPC one, which also carries forwarding and joins) and
 // takes none from outside, so an in-memory transport would cut Raft but
 // leave forwarding connected. Instead every node dials every peer through
-// a loopback proxy of its own (Config.UnsafePeerRoutes, the hook jepsen's
+// a loopback proxy of its own (Config.Unsafe.PeerRoutes, the hook jepsen's
 // proxy mode uses): the proxy from i to j carries everything i sends j
 // (Raft, forwarded calls). Partition closes the links that cross the cut
 // and refuses new connections on them; Heal lets them through again. A
@@ -88,10 +88,10 @@ func NewLocal(t testing.TB, n int, tweak func(i int, c *cluster.Config)) *Local 
 		cfg.Insecure = true // loopback, tests only
 		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: cfg.ID, Level: hclog.Warn, Output: tlog{t}})
 		LocalTimings(&cfg)
-		cfg.UnsafePeerRoutes = map[string]string{}
+		cfg.Unsafe.PeerRoutes = map[string]string{}
 		for j, b := range addrs {
 			if j != i {
-				cfg.UnsafePeerRoutes[b] = lc.links[[2]int{i, j}].addr()
+				cfg.Unsafe.PeerRoutes[b] = lc.links[[2]int{i, j}].addr()
 			}
 		}
 		if tweak != nil {
