@@ -128,3 +128,30 @@ func TestEveryRaftMethodChecksTheClusterIDBeforeItsHandler(t *testing.T) {
 	default:
 	}
 }
+
+// A pipeline whose stream the other side has already refused reports the
+// refusal (its status), not the io.EOF that gRPC's Send returns once a
+// stream has ended. Before, a pipeline to a node of another cluster failed
+// with "EOF" whenever the refusal arrived before the first Send (1 run in
+// 50 of TestRaftRPCsFromAnotherClusterAreRefused; always here).
+func TestPipelineRefusedBeforeItsFirstSendReportsTheRefusal(t *testing.T) {
+	id := func(s string) func(*Config) {
+		return func(c *Config) { c.ClusterID = func() string { return s } }
+	}
+	b := startNode(t, "127.0.0.1:0", id("cluster-b"))
+	foreign := startNode(t, "127.0.0.1:0", id("cluster-a"))
+	p, err := foreign.tr.AppendEntriesPipeline("b", b.addr)
+	if err != nil {
+		t.Fatalf("open pipeline: %v", err)
+	}
+	defer p.Close()
+	time.Sleep(200 * time.Millisecond) // the refusal ends the stream before anything is sent
+	req := &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ID: []byte("a"), Addr: []byte("a")}, Term: 7}
+	fut, err := p.AppendEntries(req, &raft.AppendEntriesResponse{})
+	if err == nil {
+		err = fut.Error()
+	}
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("pipelined append after the refusal: %v, want FailedPrecondition", err)
+	}
+}
