@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -296,5 +298,55 @@ func TestStartContextDeadlineOnADataDirInUse(t *testing.T) {
 		t.Fatal("a second node started on a data dir in use")
 	} else if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("start with a deadline on a data dir in use: %v, want context.DeadlineExceeded", err)
+	}
+}
+
+// TestStartFailingHalfWayLeavesNothingOpen: a start that fails after it
+// opened the data dir, bound the port, built the servers and the transport
+// or started raft closes all of it: no goroutine of it stays, and the next
+// start on the same data dir and port succeeds at once (a data dir lock
+// left behind would make it wait and fail "in use", a port left bound
+// would fail to listen).
+func TestStartFailingHalfWayLeavesNothingOpen(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, tc := range []struct {
+		name    string
+		breakIt func(*Config)
+		want    string
+	}{
+		// Data dir and port open, nothing built on them yet.
+		{"after listen", func(c *Config) { c.Advertise = busy.Addr().String() }, "bootstrap list gives"},
+		// Servers, in-process server and transport built, raft not started.
+		{"after the servers", func(c *Config) { c.RestoreFrom = filepath.Join(c.DataDir, "no-such-backup") }, "no-such-backup"},
+		// Raft running and bootstrapped, identity written.
+		{"after raft", func(c *Config) { c.MetricsListen = busy.Addr().String() }, "metrics listen"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := embedConfig(t, "n1")
+			bad := cfg
+			tc.breakIt(&bad)
+			ignore := goleak.IgnoreCurrent()
+			if n, err := Start(bad); err == nil {
+				n.Close()
+				t.Fatal("the broken start succeeded")
+			} else if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("start failed with %v, want %q", err, tc.want)
+			}
+			if err := goleak.Find(ignore, goleak.IgnoreAnyFunction("github.com/hashicorp/raft.(*deferError).Error")); err != nil {
+				t.Errorf("goroutines of the failed start left running: %v", err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second) // under the data dir lock wait
+			defer cancel()
+			n, err := StartContext(ctx, cfg)
+			if err != nil {
+				t.Fatalf("start after the failed one: %v", err)
+			}
+			defer n.Close()
+			waitLeader(t, n)
+		})
 	}
 }

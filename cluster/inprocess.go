@@ -127,28 +127,5 @@ func chainStream(ints []grpc.StreamServerInterceptor) grpc.StreamServerIntercept
 // withInterceptors returns desc with ic run around each of its handlers,
 // inside whatever interceptors the serving gRPC server has.
 func withInterceptors(desc *grpc.ServiceDesc, ic interceptors) *grpc.ServiceDesc {
-	out := *desc
-	out.Methods = make([]grpc.MethodDesc, len(desc.Methods))
-	for i, m := range desc.Methods {
-		h := m.Handler
-		m.Handler = func(srv any, ctx context.Context, dec func(any) error, outer grpc.UnaryServerInterceptor) (any, error) {
-			if outer == nil {
-				return h(srv, ctx, dec, ic.unary)
-			}
-			return h(srv, ctx, dec, func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-				return outer(ctx, req, info, func(ctx context.Context, req any) (any, error) {
-					return ic.unary(ctx, req, info, handler)
-				})
-			})
-		}
-		out.Methods[i] = m
-	}
-	out.Streams = make([]grpc.StreamDesc, len(desc.Streams))
-	for i, sd := range desc.Streams {
-		h := sd.Handler
-		info := &grpc.StreamServerInfo{FullMethod: "/" + desc.ServiceName + "/" + sd.StreamName, IsClientStream: sd.ClientStreams, IsServerStream: sd.ServerStreams}
-		sd.Handler = func(srv any, ss grpc.ServerStream) error { return ic.stream(srv, ss, info, h) }
-		out.Streams[i] = sd
-	}
-	return &out
+	return transport.WithInterceptors(desc, ic.unary, ic.stream)
 }

@@ -62,27 +62,34 @@ func ValidatePeerAddr(addr string) error {
 // asked to add to answer.
 const joinProbeTimeout = 2 * time.Second
 
-// probe asks the node at addr for its Status, on a connection of its own
-// that is closed afterwards (a refused address leaves nothing behind). A
-// PermissionDenied answer (a policy that does not know this node's
-// credentials) still proves the node is up.
+// probe asks the node at addr for its Status (statusOf), waiting for the
+// connection up to joinProbeTimeout. A PermissionDenied answer (a policy
+// that does not know this node's credentials) still proves the node is up.
 func (n *Node) probe(ctx context.Context, addr string) error {
+	_, err := n.statusOf(ctx, addr, joinProbeTimeout, grpc.WaitForReady(true))
+	if status.Code(err) == codes.PermissionDenied {
+		return nil
+	}
+	return err
+}
+
+// statusOf asks the node at addr (through its peer route, if any) for its
+// Status within timeout, on a connection of its own that is closed
+// afterwards (a refused address leaves nothing behind). The join probe
+// and the status page ask through it.
+func (n *Node) statusOf(ctx context.Context, addr string, timeout time.Duration, opts ...grpc.CallOption) (*api.StatusResponse, error) {
 	dial := addr
 	if via, ok := n.fwd.routes[addr]; ok {
 		dial = via
 	}
 	conn, err := grpc.NewClient(dial, n.fwd.opts...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, joinProbeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	_, err = api.NewClusterServiceClient(conn).Status(ctx, &api.StatusRequest{}, grpc.WaitForReady(true))
-	if status.Code(err) == codes.PermissionDenied {
-		return nil
-	}
-	return err
+	return api.NewClusterServiceClient(conn).Status(ctx, &api.StatusRequest{}, opts...)
 }
 
 // checkAdd decides, on the leader, whether adding the member id at addr

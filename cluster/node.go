@@ -199,39 +199,112 @@ func started(ctx context.Context) error {
 	return nil
 }
 
+// open brings the node up in steps, each on what the one before opened:
+// the data dir, the Raft stores, the port, the gRPC servers and the
+// transport, Raft itself, the node identity, the metrics server, the
+// loops. A step that fails returns at once; start then closes whatever
+// the steps before it opened (cleanup), so a failed start leaves no lock,
+// port or goroutine behind (TestStartFailingHalfWayLeavesNothingOpen). ctx
+// is checked between the steps that take time.
 func (n *Node) open(ctx context.Context) error {
+	ident, err := n.checkDataDir()
+	if err != nil {
+		return err
+	}
+	rs, err := n.openRaftStores(ctx, ident)
+	if err != nil {
+		return err
+	}
+	if err := started(ctx); err != nil {
+		return err
+	}
+	if err := n.listen(); err != nil {
+		return err
+	}
+	if err := n.buildServers(); err != nil {
+		return err
+	}
+	existing, err := n.startRaft(ctx, rs)
+	if err != nil {
+		return err
+	}
+	if err := n.recordIdentity(ident, rs, existing); err != nil {
+		return err
+	}
+	if err := started(ctx); err != nil {
+		return err
+	}
+	if err := n.startHTTP(); err != nil {
+		return err
+	}
+	n.startLoops(existing)
+	n.log.Info("node started", "addr", n.addr, "data-dir", n.cfg.DataDir, "existing-state", existing)
+	return nil
+}
+
+// checkDataDir refuses, before anything is opened or created, a data dir
+// of another node, an identity whose raft.db is gone, a first start with
+// neither bootstrap list nor join address, and a raft.db bbolt cannot
+// trust (checkBoltFile); then it makes the data dir. It returns the node
+// identity, nil when the data dir has none yet.
+func (n *Node) checkDataDir() (*Identity, error) {
 	cfg := n.cfg
 	dbPath := filepath.Join(cfg.DataDir, "raft.db")
 	ident, err := readIdentity(cfg.DataDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if ident != nil {
 		if ident.NodeID != cfg.ID {
-			return fmt.Errorf("cluster: data dir %s belongs to node %q (its %s), not %q: start it with that id, or give node %q a data dir of its own",
+			return nil, fmt.Errorf("cluster: data dir %s belongs to node %q (its %s), not %q: start it with that id, or give node %q a data dir of its own",
 				cfg.DataDir, ident.NodeID, IdentityFile, cfg.ID, cfg.ID)
 		}
 		// Checked before bbolt opens the file: opening an empty file
 		// would write a new database into it.
 		if fi, err := os.Stat(dbPath); err != nil || fi.Size() == 0 {
-			return lostStateError(cfg.DataDir, ident, "raft.db is missing or empty")
+			return nil, lostStateError(cfg.DataDir, ident, "raft.db is missing or empty")
 		}
 	}
 	if len(cfg.Bootstrap) == 0 && cfg.Join == "" && cfg.RestoreFrom == "" {
-		// Refused before anything is created (checked again below, for a
-		// raft.db without state).
+		// Refused before anything is created (checked again in
+		// openRaftStores, for a raft.db without state).
 		if fi, err := os.Stat(dbPath); err != nil || fi.Size() == 0 {
-			return fmt.Errorf("cluster: %s holds no raft state: a first start needs a bootstrap list (--bootstrap) or a member to join through (--join)", cfg.DataDir)
+			return nil, fmt.Errorf("cluster: %s holds no raft state: a first start needs a bootstrap list (--bootstrap) or a member to join through (--join)", cfg.DataDir)
 		}
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
-		return fmt.Errorf("cluster: data dir: %w", err)
+		return nil, fmt.Errorf("cluster: data dir: %w", err)
 	}
 	if fi, err := os.Stat(dbPath); err == nil && fi.Size() > 0 {
 		if err := checkBoltFile(dbPath); err != nil {
-			return fmt.Errorf("%w: replace this node: remove it from the cluster, empty the data dir and start it with --join (docs/OPERATIONS.md, Replacing a dead node)", err)
+			return nil, fmt.Errorf("%w: replace this node: remove it from the cluster, empty the data dir and start it with --join (docs/OPERATIONS.md, Replacing a dead node)", err)
 		}
 	}
+	return ident, nil
+}
+
+// raftStores are the stores openRaftStores opened for raft, and what they
+// hold.
+type raftStores struct {
+	store   *raftboltdb.BoltStore // the stable store (also n.store)
+	checked *checkedLogStore      // the log store, checked (corrupt.go)
+	logs    raft.LogStore         // checked, behind the log cache
+	snaps   *checkedSnapshotStore
+	// existing: the data dir holds raft state (a term, a log or a
+	// snapshot).
+	existing bool
+}
+
+// openRaftStores opens raft.db (waiting for another process's lock within
+// ctx's deadline), the log store, the snapshot store and the log cache,
+// refuses a corrupt entry or newest snapshot, and reads whether the data
+// dir holds raft state. It refuses a data dir whose identity says it had a
+// term that raft.db no longer holds, and a first start with nothing to
+// bootstrap, restore or join. What it opened is on n (store, walStore)
+// for cleanup, also when it fails.
+func (n *Node) openRaftStores(ctx context.Context, ident *Identity) (raftStores, error) {
+	cfg := n.cfg
+	dbPath := filepath.Join(cfg.DataDir, "raft.db")
 	var store *raftboltdb.BoltStore
 	lockWait := dataDirLockWait // for another process to let go of raft.db
 	if dl, ok := ctx.Deadline(); ok {
@@ -243,25 +316,25 @@ func (n *Node) open(ctx context.Context) error {
 		return err
 	}); err != nil {
 		if errors.Is(err, bbolt.ErrTimeout) && lockWait < dataDirLockWait {
-			return fmt.Errorf("cluster: start: waiting for %s, held open by another process: %w", dbPath, context.DeadlineExceeded)
+			return raftStores{}, fmt.Errorf("cluster: start: waiting for %s, held open by another process: %w", dbPath, context.DeadlineExceeded)
 		}
-		return err // a held lock: openLogStoreWithin names the holder
+		return raftStores{}, err // a held lock: openLogStoreWithin names the holder
 	}
 	n.store = store
 	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, cfg.Logger.Named("snapshots"))
 	if err != nil {
-		return fmt.Errorf("cluster: snapshot store: %w", err)
+		return raftStores{}, fmt.Errorf("cluster: snapshot store: %w", err)
 	}
 	// Integrity (corrupt.go, logstore.go): refuse to start on a corrupt
 	// entry or newest snapshot; stop when one is read later.
 	checked, snaps, err := n.checkStores(logStore, fileSnaps)
 	if err != nil {
-		return err
+		return raftStores{}, err
 	}
 	n.snapStore = snaps
 	logs, err := raft.NewLogCache(1024, checked)
 	if err != nil {
-		return err
+		return raftStores{}, err
 	}
 
 	var existing bool
@@ -275,11 +348,11 @@ func (n *Node) open(ctx context.Context) error {
 		}
 		return nil // a corrupt newest snapshot: checkStores above
 	}); err != nil {
-		return err
+		return raftStores{}, err
 	}
 	if ident != nil && term == 0 {
 		// An identity is written only once the node has a term.
-		return lostStateError(cfg.DataDir, ident, "raft.db holds no term or vote")
+		return raftStores{}, lostStateError(cfg.DataDir, ident, "raft.db holds no term or vote")
 	}
 	if existing && len(cfg.Bootstrap) > 0 {
 		n.log.Info("data dir has raft state; ignoring the bootstrap list", "data-dir", cfg.DataDir)
@@ -288,12 +361,18 @@ func (n *Node) open(ctx context.Context) error {
 		n.log.Info("data dir has raft state; ignoring the join address", "join", cfg.Join)
 	}
 	if !existing && len(cfg.Bootstrap) == 0 && cfg.Join == "" && cfg.RestoreFrom == "" {
-		return fmt.Errorf("cluster: %s holds no raft state: a first start needs a bootstrap list (--bootstrap) or a member to join through (--join)", cfg.DataDir)
+		return raftStores{}, fmt.Errorf("cluster: %s holds no raft state: a first start needs a bootstrap list (--bootstrap) or a member to join through (--join)", cfg.DataDir)
 	}
+	return raftStores{store: store, checked: checked, logs: logs, snaps: snaps, existing: existing}, nil
+}
 
-	if err := started(ctx); err != nil {
-		return err
-	}
+// listen takes the node's port (Config.Listener, or a listener on
+// Config.Listen) and settles the address peers reach it at, which must be
+// the one the bootstrap list gives it. The listener is on n (lis) for
+// cleanup, also when the address is refused.
+func (n *Node) listen() error {
+	cfg := n.cfg
+	var err error
 	if cfg.Listener != nil {
 		n.lis = cfg.Listener
 	} else if n.lis, err = net.Listen("tcp", cfg.Listen); err != nil {
@@ -309,6 +388,16 @@ func (n *Node) open(ctx context.Context) error {
 	if len(cfg.Bootstrap) > 0 && cfg.Bootstrap[cfg.ID] != n.addr {
 		return fmt.Errorf("cluster: bootstrap list gives %s the address %s, but it serves %s", cfg.ID, cfg.Bootstrap[cfg.ID], n.addr)
 	}
+	return nil
+}
+
+// buildServers builds, on the port, everything that serves or dials: the
+// interceptors (with TLS, the peer guard), the Raft transport, the
+// forwarder, the gRPC servers with every service registered, and the
+// in-process server. Nothing serves yet (startLoops).
+func (n *Node) buildServers() error {
+	cfg := n.cfg
+	var err error
 	// Mutual TLS (opt-in): nodes dial each other (raft transport,
 	// forwarding, join) with their own peer certificate.
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
@@ -365,49 +454,70 @@ func (n *Node) open(ctx context.Context) error {
 			n.registerReflection(s)
 		}
 	})
+	return nil
+}
 
+// startRaft seeds the stores from Config.RestoreFrom on a first start,
+// starts raft on them and, on a first start with a bootstrap list, records
+// the founding cluster id and bootstraps. existing reports whether raft
+// started with state (held before, or seeded now). raft is on n (raft)
+// for cleanup, also when the bootstrap fails.
+func (n *Node) startRaft(ctx context.Context, rs raftStores) (existing bool, err error) {
+	cfg := n.cfg
+	existing = rs.existing
+	store, snaps := rs.store, rs.snaps
 	rc := cfg.raftConfig() // raft.ValidateConfig passed in Validate
-	hadState := existing   // before this start: not a first start
 	if cfg.RestoreFrom != "" {
 		if existing {
 			n.log.Warn("data dir has state; ignoring the backup to restore from", "file", cfg.RestoreFrom)
 		} else {
 			if err := n.seedFromBackup(store, snaps); err != nil {
-				return err
+				return existing, err
 			}
 			existing = true // the seeded snapshot holds the configuration
 		}
 	}
 	if err := started(ctx); err != nil {
-		return err
+		return existing, err
 	}
 	if err := guardDisk(cfg.DataDir, func() (err error) {
-		n.raft, err = raft.NewRaft(rc, n.sm, logs, store, snaps, n.tr)
+		n.raft, err = raft.NewRaft(rc, n.sm, rs.logs, store, snaps, n.tr)
 		return err
 	}); err != nil {
-		return fmt.Errorf("cluster: start raft: %w", err)
+		return existing, fmt.Errorf("cluster: start raft: %w", err)
 	}
-	checked.onCorrupt.set(n.onFatal)
+	rs.checked.onCorrupt.set(n.onFatal)
 	snaps.onCorrupt.set(n.onFatal)
 	if !existing && len(cfg.Bootstrap) > 0 {
 		if err := setFoundingClusterID(store, clusterIDOf(cfg.Bootstrap, "")); err != nil {
-			return err
+			return existing, err
 		}
 		var servers []raft.Server
 		for id, addr := range cfg.Bootstrap {
 			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(addr)})
 		}
 		if err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
-			return fmt.Errorf("cluster: bootstrap: %w", err)
+			return existing, fmt.Errorf("cluster: bootstrap: %w", err)
 		}
 	}
+	return existing, nil
+}
+
+// recordIdentity writes the node identity file when this start (or one
+// that stopped before the file) bootstrapped or restored the data dir, or
+// when the data dir predates identity files, and hands the cluster id to
+// the transport (setClusterID). existing is startRaft's; rs.existing says
+// whether the data dir held state before this start.
+func (n *Node) recordIdentity(ident *Identity, rs raftStores, existing bool) error {
+	cfg := n.cfg
+	hadState := rs.existing // before this start: not a first start
 	if ident == nil && (existing || len(cfg.Bootstrap) > 0) {
 		// Bootstrapped or restored by this start or by one that stopped
 		// before it wrote the file (the founding id was stored first), or
 		// a data dir from before identity files (its cluster id is
 		// unknown: empty, never derived from this start's flags, which it
 		// ignores): from here on a wipe is caught.
-		id, err := foundingClusterID(store)
+		id, err := foundingClusterID(rs.store)
 		if err != nil {
 			return err
 		}
@@ -423,13 +533,15 @@ func (n *Node) open(ctx context.Context) error {
 	if ident != nil {
 		n.setClusterID(ident.ClusterID)
 	}
+	return nil
+}
 
-	if err := started(ctx); err != nil {
-		return err
-	}
-	if err := n.startHTTP(); err != nil {
-		return err
-	}
+// startLoops serves and starts the node's goroutines (on n.wg): the gRPC
+// and in-process servers, health, leadership, leader following, proposals,
+// snapshots, state checks, the fault clock when set, and on a first start
+// that joins, the join loop. Nothing here fails.
+func (n *Node) startLoops(existing bool) {
+	cfg := n.cfg
 	n.wg.Add(5)
 	go func() { defer n.wg.Done(); n.server.serve() }()
 	go func() { defer n.wg.Done(); n.inproc.serve(n.log) }()
@@ -451,8 +563,6 @@ func (n *Node) open(ctx context.Context) error {
 		n.wg.Add(1)
 		go func() { defer n.wg.Done(); n.joinLoop() }()
 	}
-	n.log.Info("node started", "addr", n.addr, "data-dir", cfg.DataDir, "existing-state", existing)
-	return nil
 }
 
 // Addr returns the address this node serves peers and clients on.

@@ -27,6 +27,23 @@ type leaseService struct {
 	n *Node
 }
 
+// leaseAtLeader is the route of the lease calls that run on the leader
+// (Acquire, Renew and Release through leaseOp, a linearizable Get), after
+// each has checked its request and authorized its caller (both differ per
+// call; ctx carries the caller). On a node that does not lead it forwards
+// the call with call (forward: a silent hop is cut and, when o allows, the
+// call is sent again to the leader raft knows then) and returns the answer,
+// err as a gRPC status, with local false. local is true when this node
+// leads and must serve the call itself. adminAtLeader is its counterpart
+// for the administrative calls, which also authorize there (always an
+// administrator) and whose hop is not cut.
+func leaseAtLeader[T any](ctx context.Context, n *Node, o fwdOpts, call func(context.Context, api.LeaseServiceClient) (T, error)) (resp T, local bool, err error) {
+	resp, local, err = forward(ctx, n, o, func(ctx context.Context, conn *grpc.ClientConn) (T, error) {
+		return call(ctx, api.NewLeaseServiceClient(conn))
+	})
+	return resp, local, toStatus(err)
+}
+
 func (s *leaseService) validateAcquire(req *api.AcquireRequest) (time.Duration, error) {
 	cfg := s.n.cfg
 	if err := fsm.ValidateNewName("resource", req.Resource); err != nil {
@@ -69,11 +86,11 @@ func (s *leaseService) Acquire(ctx context.Context, req *api.AcquireRequest) (*a
 		return nil, toStatus(err)
 	}
 	fo := fwdOpts{resend: req.RequestId != "", long: req.Wait, requestID: req.RequestId}
-	resp, local, err := forward(ctx, s.n, fo, func(ctx context.Context, conn *grpc.ClientConn) (*api.AcquireResponse, error) {
-		return api.NewLeaseServiceClient(conn).Acquire(ctx, req)
+	resp, local, err := leaseAtLeader(ctx, s.n, fo, func(ctx context.Context, c api.LeaseServiceClient) (*api.AcquireResponse, error) {
+		return c.Acquire(ctx, req)
 	})
 	if !local {
-		return resp, toStatus(err)
+		return resp, err
 	}
 	holder := holderFor(c, req.Holder)
 	if err := fsm.ValidateHolder(holder); err != nil {
@@ -248,8 +265,8 @@ func (s *leaseService) Renew(ctx context.Context, req *api.RenewRequest) (*api.R
 	var fwd *api.RenewResponse
 	res, err := s.leaseOp(ctx, req.LeaseId, &fsmpb.Command{Op: &fsmpb.Command_Renew{Renew: &fsmpb.Renew{LeaseId: req.LeaseId}}},
 		// A renewal may be sent again: a second copy only renews again.
-		fwdOpts{resend: true}, func(ctx context.Context, conn *grpc.ClientConn) (err error) {
-			fwd, err = api.NewLeaseServiceClient(conn).Renew(ctx, req)
+		fwdOpts{resend: true}, func(ctx context.Context, c api.LeaseServiceClient) (err error) {
+			fwd, err = c.Renew(ctx, req)
 			return err
 		})
 	switch {
@@ -269,8 +286,8 @@ func (s *leaseService) Release(ctx context.Context, req *api.ReleaseRequest) (*a
 	res, err := s.leaseOp(ctx, req.LeaseId, &fsmpb.Command{Op: &fsmpb.Command_Release{Release: &fsmpb.Release{LeaseId: req.LeaseId}}},
 		// Not resent: a second copy would answer released=false for a
 		// lease the first released.
-		fwdOpts{}, func(ctx context.Context, conn *grpc.ClientConn) (err error) {
-			fwd, err = api.NewLeaseServiceClient(conn).Release(ctx, req)
+		fwdOpts{}, func(ctx context.Context, c api.LeaseServiceClient) (err error) {
+			fwd, err = c.Release(ctx, req)
 			return err
 		})
 	switch {
@@ -288,10 +305,11 @@ func (s *leaseService) Release(ctx context.Context, req *api.ReleaseRequest) (*a
 
 // leaseOp is the common path of a command about one existing lease: check
 // the id, authorize the caller for the lease's resource, then either
-// forward the request to the leader with fwd (its answer is fwd's to keep;
-// err is then the forwarded call's) or propose cmd here and return its
-// result; a domain refusal comes back as err.
-func (s *leaseService) leaseOp(ctx context.Context, id []byte, cmd *fsmpb.Command, o fwdOpts, fwd func(context.Context, *grpc.ClientConn) error) (fsm.Result, error) {
+// forward the request to the leader with fwd (leaseAtLeader; its answer is
+// fwd's to keep; err is then the forwarded call's, a gRPC status) or
+// propose cmd here and return its result; a domain refusal comes back as
+// err.
+func (s *leaseService) leaseOp(ctx context.Context, id []byte, cmd *fsmpb.Command, o fwdOpts, fwd func(context.Context, api.LeaseServiceClient) error) (fsm.Result, error) {
 	if err := fsm.ValidateLeaseID(id); err != nil {
 		return fsm.Result{}, err
 	}
@@ -299,8 +317,8 @@ func (s *leaseService) leaseOp(ctx context.Context, id []byte, cmd *fsmpb.Comman
 	if err != nil {
 		return fsm.Result{}, err
 	}
-	_, local, err := forward(ctx, s.n, o, func(ctx context.Context, conn *grpc.ClientConn) (struct{}, error) {
-		return struct{}{}, fwd(ctx, conn)
+	_, local, err := leaseAtLeader(ctx, s.n, o, func(ctx context.Context, c api.LeaseServiceClient) (struct{}, error) {
+		return struct{}{}, fwd(ctx, c)
 	})
 	if !local {
 		return fsm.Result{}, err
@@ -327,11 +345,11 @@ func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 		return nil, toStatus(err)
 	}
 	if !req.Stale && !s.n.planted(BugLocalReads) {
-		resp, local, err := forward(ctx, s.n, fwdOpts{resend: true}, func(ctx context.Context, conn *grpc.ClientConn) (*api.GetResponse, error) {
-			return api.NewLeaseServiceClient(conn).Get(ctx, req)
+		resp, local, err := leaseAtLeader(ctx, s.n, fwdOpts{resend: true}, func(ctx context.Context, c api.LeaseServiceClient) (*api.GetResponse, error) {
+			return c.Get(ctx, req)
 		})
 		if !local {
-			return resp, toStatus(err)
+			return resp, err
 		}
 		if err := s.n.readIndex(ctx); err != nil {
 			return nil, toStatus(err)

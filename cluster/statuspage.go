@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -68,23 +67,6 @@ type pageEvent struct {
 // memberProbeTimeout bounds the page's wait for one member's status.
 const memberProbeTimeout = 1500 * time.Millisecond
 
-// peerStatus asks the member at addr for its Status on a connection of its
-// own (closed afterwards).
-func (n *Node) peerStatus(ctx context.Context, addr string) (*api.StatusResponse, error) {
-	dial := addr
-	if via, ok := n.fwd.routes[addr]; ok {
-		dial = via
-	}
-	conn, err := grpc.NewClient(dial, n.fwd.opts...)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, memberProbeTimeout)
-	defer cancel()
-	return api.NewClusterServiceClient(conn).Status(ctx, &api.StatusRequest{})
-}
-
 // buildStatusPage gathers the page's data: this node's view, each other
 // member's own status (asked in parallel; a member that does not answer
 // is shown unreachable with the reason), the leases matching filter and
@@ -116,7 +98,7 @@ func (n *Node) buildStatusPage(ctx context.Context, filter string) (*statusPage,
 		go func() {
 			defer wg.Done()
 			start := time.Now()
-			st, err := n.peerStatus(ctx, m.GetAddr())
+			st, err := n.statusOf(ctx, m.GetAddr(), memberProbeTimeout)
 			if status.Code(err) == codes.PermissionDenied {
 				// It answered: up, but its policy does not know this node's
 				// credentials (plaintext with a policy).

@@ -38,18 +38,42 @@ func (t *Transport) clusterIDDialOptions() []grpc.DialOption {
 	}
 }
 
-// checkClusterID refuses, with FailedPrecondition, an RPC whose sender
-// belongs to another cluster than this node: a node founded from another
-// member list, or restored from another backup or with another token
-// bump, must neither vote nor replicate here (its token floor may be
-// lower than this cluster's). An RPC without the header, or a node
-// without a cluster id yet (a joining node, a data dir from before
-// identity files), is let through.
-func (s *rpcServer) checkClusterID(ctx context.Context, rpc string) error {
-	if s.t.cfg.ClusterID == nil {
+// clusterIDInterceptors return the interceptors that refuse, with
+// FailedPrecondition, a Raft RPC whose sender belongs to another cluster
+// than this node: a node founded from another member list, or restored
+// from another backup or with another token bump, must neither vote nor
+// replicate here (its token floor may be lower than this cluster's). An
+// RPC without the header, or a node without a cluster id yet (a joining
+// node, a data dir from before identity files), is let through.
+//
+// Register installs them around every method and stream of the
+// RaftTransport service, inside whatever interceptors the server has
+// (after the peer-certificate check, PeerInterceptors) and before the
+// handler reads anything: a handler cannot forget the check, and neither
+// can a server that registers the transport.
+func (t *Transport) clusterIDInterceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := t.checkClusterID(ctx, info.FullMethod); err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if err := t.checkClusterID(ss.Context(), info.FullMethod); err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+	return unary, stream
+}
+
+// checkClusterID is the check of clusterIDInterceptors for one call of
+// method.
+func (t *Transport) checkClusterID(ctx context.Context, method string) error {
+	if t.cfg.ClusterID == nil {
 		return nil
 	}
-	mine := s.t.cfg.ClusterID()
+	mine := t.cfg.ClusterID()
 	if mine == "" {
 		return nil
 	}
@@ -61,8 +85,8 @@ func (s *rpcServer) checkClusterID(ctx context.Context, rpc string) error {
 	err := fmt.Sprintf("transport: the peer belongs to cluster %q, this node to cluster %q: "+
 		"nodes founded from different member lists, or restored from different backups or "+
 		"with different --bump-tokens, never form one cluster (docs/OPERATIONS.md, Restore)", v[0], mine)
-	if s.t.logForeign() {
-		s.t.logger.Error("refused a Raft RPC from another cluster", "rpc", rpc, "peer-cluster-id", v[0], "cluster-id", mine)
+	if t.logForeign() {
+		t.logger.Error("refused a Raft RPC from another cluster", "method", method, "peer-cluster-id", v[0], "cluster-id", mine)
 	}
 	return status.Error(codes.FailedPrecondition, err)
 }

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,6 +112,12 @@ func (p *pipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.App
 	timer := time.AfterFunc(p.t.cfg.Timeout, p.cancel)
 	err := p.stream.Send(msg)
 	timer.Stop()
+	if errors.Is(err, io.EOF) {
+		// The stream has ended (the other side refused or closed it): its
+		// status is what Recv returns, and the receiver fails this queued
+		// future, and the pipeline, with it.
+		return f, nil
+	}
 	if err != nil {
 		// The future is queued: the receiver fails it with the stream's
 		// status. Every later call fails at once.

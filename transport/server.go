@@ -15,7 +15,9 @@ import (
 )
 
 // Register attaches the server half of t (the RaftTransport gRPC service)
-// to s. Call it once, before s serves.
+// to s. Call it once, before s serves. Every method of the service refuses
+// a peer of another cluster before its handler runs
+// (clusterIDInterceptors).
 //
 // The server's options apply to this service too: its receive limit
 // (grpc.MaxRecvMsgSize, 4 MiB by default) bounds one AppendEntries batch,
@@ -23,7 +25,8 @@ import (
 // A request that is not valid protobuf is answered InvalidArgument
 // (RejectMalformed).
 func (t *Transport) Register(s grpc.ServiceRegistrar) {
-	s.RegisterService(RejectMalformed(&transportpb.RaftTransport_ServiceDesc), &rpcServer{t: t})
+	unary, stream := t.clusterIDInterceptors()
+	s.RegisterService(WithInterceptors(RejectMalformed(&transportpb.RaftTransport_ServiceDesc), unary, stream), &rpcServer{t: t})
 }
 
 // rpcServer is the RaftTransport service. It converts each request, hands
@@ -124,9 +127,6 @@ func (t *Transport) dispatch(ctx context.Context, command any, heartbeat bool) (
 
 // AppendEntries serves one AppendEntries, heartbeats included.
 func (s *rpcServer) AppendEntries(ctx context.Context, in *transportpb.AppendEntriesRequest) (*transportpb.AppendEntriesResponse, error) {
-	if err := s.checkClusterID(ctx, "append-entries"); err != nil {
-		return nil, err
-	}
 	out, err := s.appendEntries(ctx, in)
 	return out, toStatus(err)
 }
@@ -149,9 +149,6 @@ func (s *rpcServer) appendEntries(ctx context.Context, in *transportpb.AppendEnt
 // stream with InvalidArgument.
 func (s *rpcServer) AppendEntriesPipeline(stream grpc.BidiStreamingServer[transportpb.AppendEntriesRequest, transportpb.AppendEntriesResponse]) error {
 	ctx := stream.Context()
-	if err := s.checkClusterID(ctx, "append-entries-pipeline"); err != nil {
-		return err
-	}
 	for {
 		in, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -172,9 +169,6 @@ func (s *rpcServer) AppendEntriesPipeline(stream grpc.BidiStreamingServer[transp
 
 // RequestVote serves one RequestVote.
 func (s *rpcServer) RequestVote(ctx context.Context, in *transportpb.RequestVoteRequest) (*transportpb.RequestVoteResponse, error) {
-	if err := s.checkClusterID(ctx, "request-vote"); err != nil {
-		return nil, err
-	}
 	req, err := requestVoteRequestFromPB(in)
 	if err != nil {
 		return nil, s.refuse("request-vote", err)
@@ -188,9 +182,6 @@ func (s *rpcServer) RequestVote(ctx context.Context, in *transportpb.RequestVote
 
 // RequestPreVote serves one RequestPreVote.
 func (s *rpcServer) RequestPreVote(ctx context.Context, in *transportpb.RequestPreVoteRequest) (*transportpb.RequestPreVoteResponse, error) {
-	if err := s.checkClusterID(ctx, "request-pre-vote"); err != nil {
-		return nil, err
-	}
 	req, err := requestPreVoteRequestFromPB(in)
 	if err != nil {
 		return nil, s.refuse("request-pre-vote", err)
@@ -204,9 +195,6 @@ func (s *rpcServer) RequestPreVote(ctx context.Context, in *transportpb.RequestP
 
 // TimeoutNow serves one TimeoutNow.
 func (s *rpcServer) TimeoutNow(ctx context.Context, in *transportpb.TimeoutNowRequest) (*transportpb.TimeoutNowResponse, error) {
-	if err := s.checkClusterID(ctx, "timeout-now"); err != nil {
-		return nil, err
-	}
 	req, err := timeoutNowRequestFromPB(in)
 	if err != nil {
 		return nil, s.refuse("timeout-now", err)
@@ -229,9 +217,6 @@ func (s *rpcServer) TimeoutNow(ctx context.Context, in *transportpb.TimeoutNowRe
 // so the stream is never touched after the handler returns.
 func (s *rpcServer) InstallSnapshot(stream grpc.ClientStreamingServer[transportpb.InstallSnapshotChunk, transportpb.InstallSnapshotResponse]) error {
 	ctx := stream.Context()
-	if err := s.checkClusterID(ctx, "install-snapshot"); err != nil {
-		return err
-	}
 	first, err := stream.Recv()
 	if err != nil {
 		if errors.Is(err, io.EOF) {
