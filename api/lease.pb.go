@@ -355,7 +355,7 @@ type AcquireRequest struct {
 	// caller holds nothing: treat the lease as lost); or a refusal as held,
 	// refused again even once the resource is free, so a copy delayed in the
 	// network cannot grant what its client was told it did not get. Grants
-	// are remembered max_ttl + skew_margin; refusals the server's
+	// are remembered max_ttl + skew_margin, at least --refusal-keep; refusals the server's
 	// --refusal-keep (default 2 min), at most --max-refusals of them, oldest
 	// forgotten first. A waiting acquire's refusals are not remembered.
 	// Empty means no retry safety.

@@ -283,7 +283,11 @@ func (n *Node) proposeBatch(batch []*proposal) {
 	b := &fsmpb.Batch{
 		NowNs:        ls.now(n.clock),
 		SkewMarginNs: int64(n.cfg.SkewMargin),
-		DedupKeepNs:  int64(n.cfg.MaxTTL + n.cfg.SkewMargin),
+		// A grant's request id is kept while its lease may live (max ttl
+		// + skew margin) and at least as long as a client may retry it
+		// (RefusalKeep, which must cover that): a short max ttl must not
+		// let a late retry take a second token for one request.
+		DedupKeepNs: int64(max(n.cfg.MaxTTL+n.cfg.SkewMargin, n.cfg.RefusalKeep)),
 		// Refused request ids: a shorter window and a cap, so a storm of
 		// refused polls cannot grow the state without bound.
 		RefusalKeepNs: int64(n.cfg.RefusalKeep),

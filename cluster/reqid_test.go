@@ -102,6 +102,45 @@ func TestRequestIDNamesOneRequestAndAnEndedReplaySaysSo(t *testing.T) {
 	}
 }
 
+// A grant's request id outlives the retries of one client even when the
+// max ttl is short: a client retries one request id for RetryFor (15 s by
+// default), so a grant forgotten max ttl + skew margin after it was made
+// (2.1 s here) let a late retry take a second token for one request — the
+// harness's drift-edge runs (max ttl 2 s) found it as request-id-identity.
+// Grants are now kept at least --refusal-keep, the window that already
+// covers a client's retries.
+func TestGrantRequestIDOutlivesAShortMaxTTL(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) {
+		c.MinTTL, c.MaxTTL, c.SkewMargin = 300*time.Millisecond, time.Second, 100*time.Millisecond
+		c.Drift = 1e-4
+	})
+	li, _ := tc.leader()
+	c := tc.client(li)
+	ctx := ctxT(t)
+	req := &api.AcquireRequest{Resource: "jobs/short", Holder: "tester", Ttl: durationpb.New(500 * time.Millisecond), RequestId: "S"}
+	first, err := c.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Past max ttl + skew margin and a few ticks: the lease is gone and a
+	// grant kept only that long is forgotten.
+	time.Sleep(3 * time.Second)
+	resp, err := c.Acquire(ctx, req)
+	if err == nil {
+		t.Fatalf("a retry 3 s after the grant (token %d) was granted again: token %d, replayed %v", first.Lease.Token, resp.Lease.Token, resp.Replayed)
+	}
+	st, _ := status.FromError(err)
+	var info *errdetails.ErrorInfo
+	for _, d := range st.Details() {
+		if e, ok := d.(*errdetails.ErrorInfo); ok {
+			info = e
+		}
+	}
+	if st.Code() != codes.NotFound || info == nil || info.Reason != api.ReasonLeaseEnded {
+		t.Fatalf("late retry of an ended grant: want NotFound with reason LEASE_ENDED, got %v (%v)", err, st.Details())
+	}
+}
+
 // A waiting Acquire under a request id first refused without wait is
 // another request: refused at once, not proposed again every millisecond
 // until its deadline (issue 13 §5). Counted in entries applied.
