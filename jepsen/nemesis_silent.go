@@ -9,7 +9,7 @@ import (
 
 // NemSilentLeader makes the leader silent without a reset (issue 15 §2):
 // in namespace mode every packet into and out of its namespace is
-// dropped, clients' included (NSNet.Silence), while its process runs on;
+// dropped, clients' included (netns.NSNet.Silence), while its process runs on;
 // in proxy mode every proxy of its peer links stops forwarding without
 // closing, both ways (the harness does not proxy client connections, so
 // there clients still reach it: use netns for the whole fault).
@@ -45,7 +45,7 @@ func (n *nemesis) silentLeader(ctx context.Context, hold time.Duration) {
 		desc string
 		heal func() error
 	)
-	if ns, ok := n.net.(interface{ Silence(string, bool) error }); ok { // NSNet, DockerNet
+	if ns, ok := n.net.(interface{ Silence(string, bool) error }); ok { // netns.NSNet, DockerNet
 		desc = "every packet into and out of its namespace dropped, clients' included"
 		err = ns.Silence(leader, true)
 		heal = func() error { return ns.Silence(leader, false) }

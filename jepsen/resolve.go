@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/leasefence/leasefence/internal/dumplog"
 )
 
 // ResolvedFromRaftLog is Record.ResolvedFrom for an outcome decided from
@@ -20,33 +22,10 @@ const ResolvedFromRaftLog = "raft-log"
 // deciding whether a log reaches back to an operation's invocation.
 const CoverMargin = time.Second
 
-// LogEntry is one line of `leased dump-log` (cluster.LogRecord, which
-// jepsen may not import): a range record, a request id remembered by the
+// LogEntry is one line of `leased dump-log` (dumplog.Record, the schema
+// cluster.DumpLog writes): a range record, a request id remembered by the
 // snapshot the dump started from, or a replayed command with its result.
-type LogEntry struct {
-	Kind string `json:"kind"`
-
-	LogFirst          uint64 `json:"log_first,omitempty"`
-	LogLast           uint64 `json:"log_last,omitempty"`
-	SnapshotIndex     uint64 `json:"snapshot_index,omitempty"`
-	Replayed          uint64 `json:"replayed_from,omitempty"`
-	FirstAppendedAtNs int64  `json:"first_appended_at_ns,omitempty"`
-
-	Index        uint64 `json:"index,omitempty"`
-	Term         uint64 `json:"term,omitempty"`
-	AppendedAtNs int64  `json:"appended_at_ns,omitempty"`
-	NowNs        int64  `json:"now_ns,omitempty"`
-	Type         string `json:"type,omitempty"`
-	RequestID    string `json:"request_id,omitempty"`
-	Resource     string `json:"resource,omitempty"`
-	Scope        string `json:"scope,omitempty"`
-	Holder       string `json:"holder,omitempty"`
-	LeaseID      string `json:"lease_id,omitempty"`
-	Token        uint64 `json:"token,omitempty"`
-	Result       string `json:"result,omitempty"`
-	Error        string `json:"error,omitempty"`
-	Expired      int    `json:"expired,omitempty"`
-}
+type LogEntry = dumplog.Record
 
 // NodeLog is one node's dumped log, reduced to what resolution needs.
 type NodeLog struct {
@@ -79,10 +58,10 @@ func ReadLogDump(node string, r io.Reader) (*NodeLog, error) {
 			return nil, fmt.Errorf("dump of %s, line %d: %w", node, line, err)
 		}
 		switch {
-		case e.Kind == "range":
+		case e.Kind == dumplog.KindRange:
 			n.Range = e
 			ranges++
-		case e.RequestID != "" && (e.Kind == "dedup" || e.Type == OpAcquire):
+		case e.RequestID != "" && (e.Kind == dumplog.KindDedup || e.Type == OpAcquire):
 			n.ByRequestID[e.RequestID] = append(n.ByRequestID[e.RequestID], e)
 		}
 	}
@@ -201,7 +180,7 @@ func Resolve(h []Record, logs []*NodeLog, clusterSize int, bootOffset int64) ([]
 func (st *ResolveStats) crossCheck(r Record, rid string, logs []*NodeLog) {
 	for _, n := range logs {
 		for _, e := range n.ByRequestID[rid] {
-			if (e.Result != OK && e.Result != "replayed") || (e.Kind != "dedup" && (n.Applied == 0 || e.Index > n.Applied)) {
+			if (e.Result != OK && e.Result != "replayed") || (e.Kind != dumplog.KindDedup && (n.Applied == 0 || e.Index > n.Applied)) {
 				continue
 			}
 			if e.LeaseID == r.Lease && e.Token == r.Token {
@@ -223,12 +202,12 @@ func resolveOne(rid string, invokedAt int64, logs []*NodeLog, clusterSize int, b
 	maybe := ""
 	for _, n := range logs {
 		for _, e := range n.ByRequestID[rid] {
-			committed := e.Kind == "dedup" || (n.Applied > 0 && e.Index <= n.Applied)
+			committed := e.Kind == dumplog.KindDedup || (n.Applied > 0 && e.Index <= n.Applied)
 			granted := e.Result == OK || e.Result == "replayed"
 			switch {
 			case granted && committed:
 				where := fmt.Sprintf("granted at index %d on %s", e.Index, n.Node)
-				if e.Kind == "dedup" {
+				if e.Kind == dumplog.KindDedup {
 					where = fmt.Sprintf("granted before the snapshot at %d on %s (remembered request id)", n.Range.SnapshotIndex, n.Node)
 				}
 				return Record{Result: OK, Token: e.Token, Lease: e.LeaseID, Error: where}, ""

@@ -1,4 +1,4 @@
-package main
+package jepsen_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/cluster"
 	"github.com/leasefence/leasefence/fsm"
 	"github.com/leasefence/leasefence/fsm/fsmpb"
 	"github.com/leasefence/leasefence/jepsen"
@@ -79,9 +80,9 @@ func writeSnapshot(t *testing.T, dir string, index uint64, st *fsm.State) {
 
 func dump(t *testing.T, node, dir string, applied uint64) *jepsen.NodeLog {
 	t.Helper()
-	var out, errb bytes.Buffer
-	if rc := run([]string{"dump-log", "--data-dir", dir}, &out, &errb); rc != 0 {
-		t.Fatalf("dump-log exit %d: %s", rc, errb.String())
+	var out bytes.Buffer
+	if err := cluster.DumpLog(dir, &out); err != nil {
+		t.Fatalf("dump-log: %v", err)
 	}
 	n, err := jepsen.ReadLogDump(node, &out)
 	if err != nil {
@@ -111,6 +112,10 @@ func completion(t *testing.T, h []jepsen.Record, op string) jepsen.Record {
 	return jepsen.Record{}
 }
 
+// TestUnknownAcquiresAreResolvedFromADumpedRaftLog runs Resolve over what
+// cluster.DumpLog (leased dump-log) writes for Raft logs built here: an
+// end-to-end test of the schema both share (internal/dumplog). It is the
+// one place the harness's tests reach server packages (cluster, fsm).
 func TestUnknownAcquiresAreResolvedFromADumpedRaftLog(t *testing.T) {
 	// A log never compacted: w1-1-a granted at 1 (token 1), w2-1-a refused
 	// as held at 2, a tick at 3, and w4-1-a at 4, above the applied index.
