@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasefence/leasefence/internal/dumplog"
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // ResolvedFromRaftLog is Record.ResolvedFrom for an outcome decided from
@@ -61,7 +62,7 @@ func ReadLogDump(node string, r io.Reader) (*NodeLog, error) {
 		case e.Kind == dumplog.KindRange:
 			n.Range = e
 			ranges++
-		case e.RequestID != "" && (e.Kind == dumplog.KindDedup || e.Type == OpAcquire):
+		case e.RequestID != "" && (e.Kind == dumplog.KindDedup || e.Type == history.OpAcquire):
 			n.ByRequestID[e.RequestID] = append(n.ByRequestID[e.RequestID], e)
 		}
 	}
@@ -127,24 +128,24 @@ func (s ResolveStats) Resolved() int { return s.ResolvedOK + s.ResolvedNotApplie
 //
 // The outcome's time is not known: a resolved completion keeps the time
 // the client gave up, and the checkers treat it as never returned.
-func Resolve(h []Record, logs []*NodeLog, clusterSize int, bootOffset int64) ([]Record, ResolveStats) {
+func Resolve(h []history.Record, logs []*NodeLog, clusterSize int, bootOffset int64) ([]history.Record, ResolveStats) {
 	st := ResolveStats{Logs: len(logs)}
-	invokes := map[string]Record{}
-	out := make([]Record, 0, len(h))
+	invokes := map[string]history.Record{}
+	out := make([]history.Record, 0, len(h))
 	for _, r := range h {
-		if r.Kind == Invoke {
+		if r.Kind == history.Invoke {
 			invokes[r.Op] = r
 		}
 		inv, ok := invokes[r.Op]
-		if r.Kind == Complete && r.Type == OpAcquire && r.Result == OK && ok && inv.RequestID != "" {
+		if r.Kind == history.Complete && r.Type == history.OpAcquire && r.Result == history.OK && ok && inv.RequestID != "" {
 			st.crossCheck(r, inv.RequestID, logs)
 		}
-		if r.Kind != Complete || r.Result != Unknown {
+		if r.Kind != history.Complete || r.Result != history.Unknown {
 			out = append(out, r)
 			continue
 		}
 		rid := inv.RequestID
-		if r.Type != OpAcquire || !ok || rid == "" {
+		if r.Type != history.OpAcquire || !ok || rid == "" {
 			st.UnknownOther++
 			out = append(out, r)
 			continue
@@ -152,9 +153,9 @@ func Resolve(h []Record, logs []*NodeLog, clusterSize int, bootOffset int64) ([]
 		st.Unknown++
 		res, why := resolveOne(rid, inv.TimeNs, logs, clusterSize, bootOffset)
 		switch res.Result {
-		case OK:
+		case history.OK:
 			st.ResolvedOK++
-		case Fail:
+		case history.Fail:
 			st.ResolvedNotApplied++
 		default:
 			st.StillUnknown++
@@ -177,10 +178,10 @@ func Resolve(h []Record, logs []*NodeLog, clusterSize int, bootOffset int64) ([]
 	return out, st
 }
 
-func (st *ResolveStats) crossCheck(r Record, rid string, logs []*NodeLog) {
+func (st *ResolveStats) crossCheck(r history.Record, rid string, logs []*NodeLog) {
 	for _, n := range logs {
 		for _, e := range n.ByRequestID[rid] {
-			if (e.Result != OK && e.Result != "replayed") || (e.Kind != dumplog.KindDedup && (n.Applied == 0 || e.Index > n.Applied)) {
+			if (e.Result != history.OK && e.Result != "replayed") || (e.Kind != dumplog.KindDedup && (n.Applied == 0 || e.Index > n.Applied)) {
 				continue
 			}
 			if e.LeaseID == r.Lease && e.Token == r.Token {
@@ -197,20 +198,20 @@ func (st *ResolveStats) crossCheck(r Record, rid string, logs []*NodeLog) {
 	st.AckedNotInLogs++
 }
 
-func resolveOne(rid string, invokedAt int64, logs []*NodeLog, clusterSize int, bootOffset int64) (Record, string) {
+func resolveOne(rid string, invokedAt int64, logs []*NodeLog, clusterSize int, bootOffset int64) (history.Record, string) {
 	var refused []string
 	maybe := ""
 	for _, n := range logs {
 		for _, e := range n.ByRequestID[rid] {
 			committed := e.Kind == dumplog.KindDedup || (n.Applied > 0 && e.Index <= n.Applied)
-			granted := e.Result == OK || e.Result == "replayed"
+			granted := e.Result == history.OK || e.Result == "replayed"
 			switch {
 			case granted && committed:
 				where := fmt.Sprintf("granted at index %d on %s", e.Index, n.Node)
 				if e.Kind == dumplog.KindDedup {
 					where = fmt.Sprintf("granted before the snapshot at %d on %s (remembered request id)", n.Range.SnapshotIndex, n.Node)
 				}
-				return Record{Result: OK, Token: e.Token, Lease: e.LeaseID, Error: where}, ""
+				return history.Record{Result: history.OK, Token: e.Token, Lease: e.LeaseID, Error: where}, ""
 			case !committed && maybe == "":
 				maybe = fmt.Sprintf("index %d on %s, above its applied index %d", e.Index, n.Node, n.Applied)
 			case committed:
@@ -219,7 +220,7 @@ func resolveOne(rid string, invokedAt int64, logs []*NodeLog, clusterSize int, b
 		}
 	}
 	if maybe != "" {
-		return Record{Result: Unknown, Error: maybe}, "uncommitted"
+		return history.Record{Result: history.Unknown, Error: maybe}, "uncommitted"
 	}
 	var covering []string
 	for _, n := range logs {
@@ -228,14 +229,14 @@ func resolveOne(rid string, invokedAt int64, logs []*NodeLog, clusterSize int, b
 		}
 	}
 	if len(covering) <= clusterSize/2 {
-		return Record{Result: Unknown}, "uncovered"
+		return history.Record{Result: history.Unknown}, "uncovered"
 	}
 	sort.Strings(covering)
 	msg := "not applied: request id absent from the logs of " + strings.Join(covering, ",") + ", which reach back before its invocation"
 	if len(refused) > 0 {
 		msg = "not applied: only refused, at " + strings.Join(refused, "; ")
 	}
-	return Record{Result: Fail, Error: msg}, ""
+	return history.Record{Result: history.Fail, Error: msg}, ""
 }
 
 // neverReturned is the completion time checkers use for a resolved

@@ -16,6 +16,7 @@ import (
 	"github.com/leasefence/leasefence/fsm"
 	"github.com/leasefence/leasefence/fsm/fsmpb"
 	"github.com/leasefence/leasefence/jepsen"
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 var t0 = time.Unix(1_000_000, 0)
@@ -94,22 +95,22 @@ func dump(t *testing.T, node, dir string, applied uint64) *jepsen.NodeLog {
 
 // unknownAcquire is an acquire invoked at inv whose outcome the client
 // never learnt.
-func unknownAcquire(op string, inv time.Time) []jepsen.Record {
-	return []jepsen.Record{
-		{Kind: jepsen.Invoke, Worker: "w", Op: op, Type: jepsen.OpAcquire, Resource: "jr/0", RequestID: jepsen.RequestIDOf(op), TimeNs: inv.UnixNano()},
-		{Kind: jepsen.Complete, Worker: "w", Op: op, Type: jepsen.OpAcquire, Resource: "jr/0", Result: jepsen.Unknown, Error: "timeout", TimeNs: inv.Add(5 * time.Second).UnixNano()},
+func unknownAcquire(op string, inv time.Time) []history.Record {
+	return []history.Record{
+		{Kind: history.Invoke, Worker: "w", Op: op, Type: history.OpAcquire, Resource: "jr/0", RequestID: jepsen.RequestIDOf(op), TimeNs: inv.UnixNano()},
+		{Kind: history.Complete, Worker: "w", Op: op, Type: history.OpAcquire, Resource: "jr/0", Result: history.Unknown, Error: "timeout", TimeNs: inv.Add(5 * time.Second).UnixNano()},
 	}
 }
 
-func completion(t *testing.T, h []jepsen.Record, op string) jepsen.Record {
+func completion(t *testing.T, h []history.Record, op string) history.Record {
 	t.Helper()
 	for _, r := range h {
-		if r.Op == op && r.Kind == jepsen.Complete {
+		if r.Op == op && r.Kind == history.Complete {
 			return r
 		}
 	}
 	t.Fatalf("no completion of %s", op)
-	return jepsen.Record{}
+	return history.Record{}
 }
 
 // TestUnknownAcquiresAreResolvedFromADumpedRaftLog runs Resolve over what
@@ -125,41 +126,41 @@ func TestUnknownAcquiresAreResolvedFromADumpedRaftLog(t *testing.T) {
 		acquireEntry(t, 2*time.Second, "jr/0", jepsen.RequestIDOf("w2-1-a"), 2),
 		acquireEntry(t, 3*time.Second, "jr/9", "", 3),
 		acquireEntry(t, 4*time.Second, "jr/1", jepsen.RequestIDOf("w4-1-a"), 4))
-	var h []jepsen.Record
+	var h []history.Record
 	for _, op := range []string{"w1-1-a", "w2-1-a", "w3-1-a", "w4-1-a"} {
 		h = append(h, unknownAcquire(op, t0.Add(-time.Second))...)
 	}
-	h = append(h, jepsen.Record{Kind: jepsen.Invoke, Worker: "w", Op: "w1-1-r", Type: jepsen.OpRelease, Lease: "x"},
-		jepsen.Record{Kind: jepsen.Complete, Worker: "w", Op: "w1-1-r", Type: jepsen.OpRelease, Lease: "x", Result: jepsen.Unknown})
+	h = append(h, history.Record{Kind: history.Invoke, Worker: "w", Op: "w1-1-r", Type: history.OpRelease, Lease: "x"},
+		history.Record{Kind: history.Complete, Worker: "w", Op: "w1-1-r", Type: history.OpRelease, Lease: "x", Result: history.Unknown})
 	res, stats := jepsen.Resolve(h, []*jepsen.NodeLog{dump(t, "n1", full, 3)}, 1, 0)
 
-	if r := completion(t, res, "w1-1-a"); r.Result != jepsen.OK || r.Token != 1 || r.Lease != api.FormatLeaseID(leaseID(1)) || r.ResolvedFrom != jepsen.ResolvedFromRaftLog {
+	if r := completion(t, res, "w1-1-a"); r.Result != history.OK || r.Token != 1 || r.Lease != api.FormatLeaseID(leaseID(1)) || r.ResolvedFrom != jepsen.ResolvedFromRaftLog {
 		t.Errorf("applied acquire: %+v", r)
 	}
-	if r := completion(t, res, "w2-1-a"); r.Result != jepsen.Fail || !strings.Contains(r.Error, "only refused") {
+	if r := completion(t, res, "w2-1-a"); r.Result != history.Fail || !strings.Contains(r.Error, "only refused") {
 		t.Errorf("refused acquire: %+v", r)
 	}
-	if r := completion(t, res, "w3-1-a"); r.Result != jepsen.Fail || !strings.Contains(r.Error, "absent") || r.ResolvedFrom == "" {
+	if r := completion(t, res, "w3-1-a"); r.Result != history.Fail || !strings.Contains(r.Error, "absent") || r.ResolvedFrom == "" {
 		t.Errorf("absent acquire, log covers its span: %+v", r)
 	}
-	if r := completion(t, res, "w4-1-a"); r.Result != jepsen.Unknown || r.ResolvedFrom != "" {
+	if r := completion(t, res, "w4-1-a"); r.Result != history.Unknown || r.ResolvedFrom != "" {
 		t.Errorf("acquire only above the applied index: %+v", r)
 	}
-	if r := completion(t, res, "w1-1-r"); r.Result != jepsen.Unknown {
+	if r := completion(t, res, "w1-1-r"); r.Result != history.Unknown {
 		t.Errorf("release: %+v", r)
 	}
 	want := jepsen.ResolveStats{Unknown: 4, ResolvedOK: 1, ResolvedNotApplied: 2, StillUnknown: 1, Uncommitted: 1, UnknownOther: 1, Logs: 1}
 	if stats != want {
 		t.Errorf("stats %+v, want %+v", stats, want)
 	}
-	if h[3].Result != jepsen.Unknown {
+	if h[3].Result != history.Unknown {
 		t.Error("Resolve changed its input")
 	}
 
 	// Acknowledged acquires are cross-checked against the log.
-	acked := func(op string, token uint64, lease string) []jepsen.Record {
+	acked := func(op string, token uint64, lease string) []history.Record {
 		r := unknownAcquire(op, t0)
-		r[1].Result, r[1].Token, r[1].Lease = jepsen.OK, token, lease
+		r[1].Result, r[1].Token, r[1].Lease = history.OK, token, lease
 		return r
 	}
 	h = append(acked("w1-1-a", 1, api.FormatLeaseID(leaseID(1))), acked("w2-1-a", 1, "other")...)
@@ -194,13 +195,13 @@ func TestUnknownAcquiresAreResolvedFromADumpedRaftLog(t *testing.T) {
 		t.Fatalf("range %+v", n.Range)
 	}
 	res, stats = jepsen.Resolve(h, []*jepsen.NodeLog{n}, 1, 0)
-	if r := completion(t, res, "w5-1-a"); r.Result != jepsen.OK || r.Token != 1 || r.Lease != api.FormatLeaseID(leaseID(5)) {
+	if r := completion(t, res, "w5-1-a"); r.Result != history.OK || r.Token != 1 || r.Lease != api.FormatLeaseID(leaseID(5)) {
 		t.Errorf("acquire remembered by the snapshot: %+v", r)
 	}
-	if r := completion(t, res, "w6-1-a"); r.Result != jepsen.Unknown {
+	if r := completion(t, res, "w6-1-a"); r.Result != history.Unknown {
 		t.Errorf("absent acquire, log compacted past its invocation: %+v", r)
 	}
-	if r := completion(t, res, "w7-1-a"); r.Result != jepsen.Fail {
+	if r := completion(t, res, "w7-1-a"); r.Result != history.Fail {
 		t.Errorf("absent acquire invoked after the log's first entry: %+v", r)
 	}
 	if stats.ResolvedOK != 1 || stats.ResolvedNotApplied != 1 || stats.Uncovered != 1 {
@@ -209,7 +210,7 @@ func TestUnknownAcquiresAreResolvedFromADumpedRaftLog(t *testing.T) {
 
 	// Coverage needs a majority: one covering log of three is not enough.
 	res, _ = jepsen.Resolve(unknownAcquire("w3-1-a", t0.Add(-time.Second)), []*jepsen.NodeLog{dump(t, "n1", full, 3), n}, 3, 0)
-	if r := completion(t, res, "w3-1-a"); r.Result != jepsen.Unknown {
+	if r := completion(t, res, "w3-1-a"); r.Result != history.Unknown {
 		t.Errorf("absent acquire covered by one log of three: %+v", r)
 	}
 }

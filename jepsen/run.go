@@ -18,6 +18,7 @@ import (
 
 	"github.com/leasefence/leasefence/client"
 	"github.com/leasefence/leasefence/fence/fencekv"
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // Config is one run. Everything needed to replay it is here (and in
@@ -189,7 +190,7 @@ type run struct {
 	kvURL  string
 	kv     *fencekv.Client
 
-	hist, nlog, alog *Writer
+	hist, nlog, alog *history.Writer
 
 	wt        *watcher
 	stopWatch context.CancelFunc
@@ -208,7 +209,7 @@ type run struct {
 	audit                  []fencekv.AuditRecord
 	rounds                 [][]NodeStatus
 	converge               Result
-	raw, h                 []Record
+	raw, h                 []history.Record
 	stats                  ResolveStats
 }
 
@@ -388,13 +389,13 @@ func (r *run) openLogs(context.Context) error {
 		return err
 	}
 	r.onExit(func() { hf.Close() })
-	r.hist = NewWriter(hf)
+	r.hist = history.NewWriter(hf)
 	nf, err := os.Create(filepath.Join(r.dir, "nemesis.jsonl"))
 	if err != nil {
 		return err
 	}
 	r.onExit(func() { nf.Close() })
-	r.nlog = NewWriter(nf)
+	r.nlog = history.NewWriter(nf)
 	r.onExit(func() { r.nlog.Flush() })
 	return nil
 }
@@ -504,7 +505,7 @@ func (r *run) startProbes(ctx context.Context) error {
 		return err
 	}
 	r.onExit(func() { af.Close() })
-	r.alog = NewWriter(af)
+	r.alog = history.NewWriter(af)
 	r.onExit(func() { r.alog.Flush() })
 	pctx, stopProbes := context.WithCancel(ctx)
 	r.stopProbes = stopProbes
@@ -594,7 +595,7 @@ func (r *run) collect(ctx context.Context) error {
 	writeJSON(filepath.Join(r.dir, "convergence.json"), r.rounds)
 	r.say("%s", r.converge)
 
-	r.raw, err = ReadHistoryFile(filepath.Join(r.dir, "history.jsonl"))
+	r.raw, err = history.ReadHistoryFile(filepath.Join(r.dir, "history.jsonl"))
 	if err != nil {
 		return err
 	}
@@ -609,7 +610,7 @@ func (r *run) collect(ctx context.Context) error {
 	r.cl.Stop()
 	logs, dumpErrs := DumpLogs(ctx, filepath.Join(r.binDir, "leased"), filepath.Join(r.dir, "logs"), r.cl.Nodes(), applied)
 	r.sum.DumpErrors = dumpErrs
-	r.h, r.stats = Resolve(r.raw, logs, cfg.Nodes, Now()-time.Now().UnixNano())
+	r.h, r.stats = Resolve(r.raw, logs, cfg.Nodes, history.Now()-time.Now().UnixNano())
 	r.sum.Resolution = &r.stats
 	if err := writeHistory(filepath.Join(r.dir, "resolved.jsonl"), r.h); err != nil {
 		return err
@@ -626,18 +627,18 @@ func (r *run) collect(ctx context.Context) error {
 // once, into the history.
 func (r *run) finalReads(ctx context.Context) {
 	for _, res := range append(r.resources, r.kaResources...) {
-		inv := Record{Kind: Invoke, Worker: "final", Op: "final-" + res, Type: OpRead, Resource: res, TimeNs: Now()}
+		inv := history.Record{Kind: history.Invoke, Worker: "final", Op: "final-" + res, Type: history.OpRead, Resource: res, TimeNs: history.Now()}
 		_ = r.hist.Write(inv)
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		v, _, err := r.kv.Get(rctx, res)
 		cancel()
 		done := inv
-		done.Kind, done.TimeNs = Complete, Now()
+		done.Kind, done.TimeNs = history.Complete, history.Now()
 		switch {
 		case err == nil || errors.Is(err, fencekv.ErrNotFound):
-			done.Result, done.Value = OK, string(v)
+			done.Result, done.Value = history.OK, string(v)
 		default:
-			done.Result, done.Error = Unknown, err.Error()
+			done.Result, done.Error = history.Unknown, err.Error()
 		}
 		_ = r.hist.Write(done)
 	}
@@ -684,7 +685,7 @@ func (r *run) check(context.Context) error {
 func (r *run) print() {
 	out, sum, stats := r.cfg.Out, r.sum, r.stats
 	fmt.Fprintf(out, "\nops:")
-	for _, t := range []string{OpAcquire, OpWrite, OpRenew, OpRelease, OpRead} {
+	for _, t := range []string{history.OpAcquire, history.OpWrite, history.OpRenew, history.OpRelease, history.OpRead} {
 		fmt.Fprintf(out, " %s %v;", t, sum.Ops[t])
 	}
 	fmt.Fprintf(out, "\nfaults: ")
@@ -717,11 +718,11 @@ func (r *run) dropDataDirs() {
 
 // recordLines handles a worker's stdout: records into the history, pause
 // notices to paused.
-func recordLines(hist *Writer, mu *sync.Mutex, bad *int, paused chan PauseNotice) func(string) {
+func recordLines(hist *history.Writer, mu *sync.Mutex, bad *int, paused chan PauseNotice) func(string) {
 	return func(line string) {
 		switch {
 		case strings.HasPrefix(line, RecordPrefix):
-			var r Record
+			var r history.Record
 			if json.Unmarshal([]byte(line[len(RecordPrefix):]), &r) != nil {
 				mu.Lock()
 				*bad++
@@ -765,11 +766,11 @@ func sentinel(ctx context.Context, endpoints []string, wt *watcher) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	_ = wt.hist.Write(Record{Kind: Observe, Worker: "watch", Op: "gap-catch-up", Type: OpWatchGap, TimeNs: Now(), Error: "the watcher did not see the sentinel's release within 15s"})
+	_ = wt.hist.Write(history.Record{Kind: history.Observe, Worker: "watch", Op: "gap-catch-up", Type: history.OpWatchGap, TimeNs: history.Now(), Error: "the watcher did not see the sentinel's release within 15s"})
 	return nil
 }
 
-func mustRead(path string, flush *Writer) []byte {
+func mustRead(path string, flush *history.Writer) []byte {
 	_ = flush.Flush()
 	b, _ := os.ReadFile(path)
 	return b
@@ -780,7 +781,7 @@ func mustRead(path string, flush *Writer) []byte {
 // seen to take effect at least once, acknowledged fenced writes, and
 // linearizability operations when that workload ran. A run that is not
 // meaningful is unknown, not invalid: it says nothing about the system.
-func CheckMeaningful(cfg Config, h []Record, faults []Fault) Result {
+func CheckMeaningful(cfg Config, h []history.Record, faults []history.Fault) Result {
 	f := newFinding("run-meaningful")
 	first := int64(0)
 	started, effective := map[string]int{}, map[string]int{}
@@ -797,14 +798,14 @@ func CheckMeaningful(cfg Config, h []Record, faults []Fault) Result {
 	}
 	before, writes, lin := 0, 0, 0
 	for _, r := range h {
-		if r.Kind != Complete || r.Result != OK || r.ResolvedFrom != "" {
+		if r.Kind != history.Complete || r.Result != history.OK || r.ResolvedFrom != "" {
 			continue // resolved afterwards: never acknowledged to the client
 		}
 		if first == 0 || r.TimeNs < first {
 			before++
 		}
 		switch {
-		case r.Type == OpWrite:
+		case r.Type == history.OpWrite:
 			writes++
 		case strings.HasPrefix(r.Resource, LinPrefix):
 			lin++
@@ -827,10 +828,10 @@ func CheckMeaningful(cfg Config, h []Record, faults []Fault) Result {
 	return f.done("operation")
 }
 
-func countOps(h []Record) map[string]map[string]int {
+func countOps(h []history.Record) map[string]map[string]int {
 	out := map[string]map[string]int{}
 	for _, r := range h {
-		if r.Kind != Complete {
+		if r.Kind != history.Complete {
 			continue
 		}
 		if out[r.Type] == nil {
@@ -863,9 +864,9 @@ func Recheck(dir string, out io.Writer) ([]Result, error) {
 		return nil, fmt.Errorf("config.json: %w", err)
 	}
 	// The resolved history when the run wrote one.
-	h, err := ReadHistoryFile(filepath.Join(dir, "resolved.jsonl"))
+	h, err := history.ReadHistoryFile(filepath.Join(dir, "resolved.jsonl"))
 	if errors.Is(err, os.ErrNotExist) {
-		h, err = ReadHistoryFile(filepath.Join(dir, "history.jsonl"))
+		h, err = history.ReadHistoryFile(filepath.Join(dir, "history.jsonl"))
 	}
 	if err != nil {
 		return nil, err
@@ -955,12 +956,12 @@ func dumpOne(ctx context.Context, leased, dataDir, path, id string) (*NodeLog, e
 	return ReadLogDump(id, f)
 }
 
-func writeHistory(path string, h []Record) error {
+func writeHistory(path string, h []history.Record) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	w := NewWriter(f)
+	w := history.NewWriter(f)
 	for _, r := range h {
 		if err := w.Write(r); err != nil {
 			f.Close()
