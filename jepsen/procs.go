@@ -24,7 +24,7 @@ import (
 	"github.com/leasefence/leasefence/internal/netns"
 )
 
-// Build compiles leased and fencedkv (and, when jepsenToo, cmd/jepsen) into
+// Build compiles leased and fencedkv (and, when jepsenToo, jepsen/cmd/jepsen) into
 // dir with `go build`: leased and fencedkv in the root module, jepsen in
 // the harness's own module (jepsen/, with a replace to the root). Both are
 // found from the module of the working directory (`go env GOMOD`): the
