@@ -19,55 +19,19 @@ import (
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/fsm"
 	"github.com/leasefence/leasefence/fsm/fsmpb"
+	"github.com/leasefence/leasefence/internal/dumplog"
 )
 
-// Kinds of a LogRecord.
+// Kinds of a LogRecord (dumplog's, named here for cluster's callers).
 const (
-	// LogRange is the first record: which part of the log was replayed.
-	LogRange = "range"
-	// LogDedup is a request id remembered by the snapshot the replay
-	// started from (a grant from before the replayed entries).
-	LogDedup = "dedup"
-	// LogCommand is one command of a replayed entry, with its result.
-	LogCommand = "command"
+	LogRange   = dumplog.KindRange
+	LogDedup   = dumplog.KindDedup
+	LogCommand = dumplog.KindCommand
 )
 
-// LogRecord is one line of DumpLog's output (JSON). Lease ids are 32 hex
-// digits, as clients print them; times are nanoseconds.
-type LogRecord struct {
-	Kind string `json:"kind"`
-
-	// Range: the store holds entries LogFirst..LogLast; the replay started
-	// from the snapshot at SnapshotIndex (0: from an empty state) and
-	// covers Replayed..LogLast. FirstAppendedAtNs is the leader's wall
-	// clock (Unix ns) when the first replayed entry that carries a stamp
-	// was appended, 0 if none does: an entry created after that instant
-	// and kept in this log has a higher index, so it was replayed.
-	LogFirst          uint64 `json:"log_first,omitempty"`
-	LogLast           uint64 `json:"log_last,omitempty"`
-	SnapshotIndex     uint64 `json:"snapshot_index,omitempty"`
-	Replayed          uint64 `json:"replayed_from,omitempty"`
-	FirstAppendedAtNs int64  `json:"first_appended_at_ns,omitempty"`
-
-	// Command (and Dedup: RequestID, Resource, Scope, LeaseID, Token, NowNs
-	// = the grant's cluster time).
-	Index        uint64 `json:"index,omitempty"`
-	Term         uint64 `json:"term,omitempty"`
-	AppendedAtNs int64  `json:"appended_at_ns,omitempty"`
-	NowNs        int64  `json:"now_ns,omitempty"`
-	Type         string `json:"type,omitempty"`
-	RequestID    string `json:"request_id,omitempty"`
-	Resource     string `json:"resource,omitempty"`
-	Scope        string `json:"scope,omitempty"`
-	Holder       string `json:"holder,omitempty"`
-	LeaseID      string `json:"lease_id,omitempty"`
-	Token        uint64 `json:"token,omitempty"`
-	// Result: acquire "ok", "replayed" or "refused"; renew "ok" or
-	// "refused"; release "released" or "not-released"; tick "ok".
-	Result  string `json:"result,omitempty"`
-	Error   string `json:"error,omitempty"`
-	Expired int    `json:"expired,omitempty"`
-}
+// LogRecord is one line of DumpLog's output (JSON). Its schema lives in
+// internal/dumplog, shared with the harness that reads it.
+type LogRecord = dumplog.Record
 
 // DumpLog reads a stopped node's data dir offline — raft.db (opened read
 // only) and, when the log was compacted, the newest snapshot — replays the

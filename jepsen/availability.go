@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // NameUnavailability is the checker of client-observed unavailability.
@@ -49,7 +50,7 @@ const probeDeadline = 8 * time.Second
 // the service decided it, see served). What it measures is the
 // node's own behaviour when the leader goes silent: whether its forwarding
 // gives up on that leader and finds the next.
-func probeAvailability(ctx context.Context, ids, addrs []string, out *Writer) {
+func probeAvailability(ctx context.Context, ids, addrs []string, out *history.Writer) {
 	var wg sync.WaitGroup
 	for i := range ids {
 		wg.Add(1)
@@ -62,7 +63,7 @@ func probeAvailability(ctx context.Context, ids, addrs []string, out *Writer) {
 			defer conn.Close()
 			lc := api.NewLeaseServiceClient(conn)
 			for n := 0; ctx.Err() == nil; n++ {
-				s := ProbeSample{Node: ids[i], InvokeNs: Now()}
+				s := ProbeSample{Node: ids[i], InvokeNs: history.Now()}
 				cctx, cancel := context.WithTimeout(ctx, probeDeadline)
 				r, err := lc.Acquire(cctx, &api.AcquireRequest{
 					Resource:  "probe/" + ids[i], // outside ResourcePrefix: not watched, not checked
@@ -77,7 +78,7 @@ func probeAvailability(ctx context.Context, ids, addrs []string, out *Writer) {
 				if ctx.Err() != nil {
 					return // the run ended: not a sample
 				}
-				s.CompleteNs, s.OK = Now(), served(err)
+				s.CompleteNs, s.OK = history.Now(), served(err)
 				if err != nil {
 					s.Error = err.Error()
 				}
@@ -144,7 +145,7 @@ type unavailableWindow struct {
 // boundedKinds (until settleAfterHeal after its heal), whose node was not
 // the one hit, and that overlaps no other fault, must be at most bound.
 // The witness and detail give the distribution of the judged windows.
-func CheckUnavailabilityBounded(samples []ProbeSample, faults []Fault, bound time.Duration) (Result, []time.Duration) {
+func CheckUnavailabilityBounded(samples []ProbeSample, faults []history.Fault, bound time.Duration) (Result, []time.Duration) {
 	f := newFinding(NameUnavailability)
 	windows := probeWindows(samples, bound)
 	spans := heldSpans(faults)
@@ -242,9 +243,9 @@ type heldSpan struct {
 
 // heldSpans pairs each fault's start and heal (a fault never healed runs
 // to the end of time).
-func heldSpans(faults []Fault) []heldSpan {
+func heldSpans(faults []history.Fault) []heldSpan {
 	var spans []heldSpan
-	starts := map[string]Fault{}
+	starts := map[string]history.Fault{}
 	for _, ft := range faults {
 		key := ft.Kind + "/" + ft.Target
 		switch ft.Phase {

@@ -3,6 +3,8 @@ package jepsen
 import (
 	"testing"
 	"time"
+
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 const sec = int64(time.Second)
@@ -24,21 +26,21 @@ func probes(node string, from, to int64, fail ...[2]int64) []ProbeSample {
 }
 
 func TestUnavailabilityBoundedJudgesOnlyFaultsThatLeaveAQuorum(t *testing.T) {
-	pauseLeader := []Fault{
+	pauseLeader := []history.Fault{
 		{Phase: "start", Kind: NemPauseLeader, Target: "n1", Leader: true, TimeNs: 10 * sec},
 		{Phase: "heal", Kind: NemPauseLeader, Target: "n1", TimeNs: 14 * sec, Effective: true},
 	}
 	cases := []struct {
 		name    string
 		samples []ProbeSample
-		faults  []Fault
+		faults  []history.Fault
 		want    string
 	}{
 		{"no fault, no failure", probes("n2", 0, 20*sec), nil, Valid},
 		{"a short failover", append(probes("n2", 0, 20*sec, [2]int64{10 * sec, 11 * sec}), probes("n3", 0, 20*sec)...), pauseLeader, Valid},
 		{"a caller waits out its deadline", probes("n2", 0, 20*sec, [2]int64{10 * sec, 15 * sec}), pauseLeader, Invalid},
 		{"the prober of the paused node is not judged", probes("n1", 0, 20*sec, [2]int64{10 * sec, 15 * sec}), pauseLeader, Valid},
-		{"a partition of the halves is not judged", probes("n2", 0, 20*sec, [2]int64{10 * sec, 15 * sec}), []Fault{
+		{"a partition of the halves is not judged", probes("n2", 0, 20*sec, [2]int64{10 * sec, 15 * sec}), []history.Fault{
 			{Phase: "start", Kind: NemPartitionHalves, Target: "n1", TimeNs: 10 * sec},
 			{Phase: "heal", Kind: NemPartitionHalves, Target: "n1", TimeNs: 14 * sec},
 		}, Valid},

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasefence/leasefence/fence/fencekv"
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // Verdicts of a checker: Valid, Invalid, or Unknown ("unknown", shared
@@ -111,15 +112,15 @@ func (f *finding) invalid(anomaly, format string, args ...any) {
 }
 
 func (f *finding) unknown(format string, args ...any) {
-	if f.r.Verdict == Invalid || f.r.Verdict == Unknown {
+	if f.r.Verdict == Invalid || f.r.Verdict == history.Unknown {
 		return
 	}
-	f.r.Verdict, f.r.Witness = Unknown, fmt.Sprintf(format, args...)
+	f.r.Verdict, f.r.Witness = history.Unknown, fmt.Sprintf(format, args...)
 }
 
 func (f *finding) done(what string) Result {
 	if f.r.Verdict == Valid && f.r.Checked == 0 {
-		f.r.Verdict, f.r.Witness = Unknown, "nothing to check: no "+what
+		f.r.Verdict, f.r.Witness = history.Unknown, "nothing to check: no "+what
 	}
 	return f.r
 }
@@ -173,9 +174,9 @@ type grant struct {
 // acquire of the same scope completed gets a higher token. Leases come
 // from acknowledged acquires and from the watcher's granted events; the
 // scope of a lease is its resource (the harness uses default scopes).
-func CheckTokensUniqueMonotonic(h []Record) Result {
+func CheckTokensUniqueMonotonic(h []history.Record) Result {
 	f := newFinding(NameTokens)
-	invokes := map[string]Record{}
+	invokes := map[string]history.Record{}
 	var acks []grant
 	byToken := map[string]grant{}
 	byLease := map[string]grant{}
@@ -196,9 +197,9 @@ func CheckTokensUniqueMonotonic(h []Record) Result {
 	}
 	for _, r := range h {
 		switch {
-		case r.Type == OpAcquire && r.Kind == Invoke:
+		case r.Type == history.OpAcquire && r.Kind == history.Invoke:
 			invokes[r.Op] = r
-		case r.Type == OpAcquire && r.Kind == Complete && r.Result == OK:
+		case r.Type == history.OpAcquire && r.Kind == history.Complete && r.Result == history.OK:
 			inv, ok := invokes[r.Op]
 			if !ok {
 				f.unknown("acquire %s completed without an invocation", r.Op)
@@ -211,7 +212,7 @@ func CheckTokensUniqueMonotonic(h []Record) Result {
 			f.r.Checked++
 			acks = append(acks, g)
 			note(g)
-		case r.Type == OpEvent && r.Event == "granted":
+		case r.Type == history.OpEvent && r.Event == "granted":
 			f.r.Checked++
 			note(grant{scope: r.Resource, lease: r.Lease, token: r.Token, fromEvent: true, op: r.Position})
 		}
@@ -269,15 +270,15 @@ func short(id string) string {
 // resource's current, unreleased lease. It also requires every acknowledged acquire to
 // appear as a granted event (an acknowledged grant the cluster lost). A gap
 // in the watch stream makes the verdict unknown unless an anomaly is found.
-func CheckGrantIntervals(h []Record, skewMargin time.Duration) Result {
+func CheckGrantIntervals(h []history.Record, skewMargin time.Duration) Result {
 	f := newFinding(NameGrantIntervals)
-	var events []Record
+	var events []history.Record
 	gaps := 0
 	for _, r := range h {
 		switch r.Type {
-		case OpEvent:
+		case history.OpEvent:
 			events = append(events, r)
-		case OpWatchGap:
+		case history.OpWatchGap:
 			gaps++
 		}
 	}
@@ -343,7 +344,7 @@ func CheckGrantIntervals(h []Record, skewMargin time.Duration) Result {
 		}
 	}
 	for _, r := range h {
-		if r.Type == OpAcquire && r.Kind == Complete && r.Result == OK && r.Lease != "" && !granted[r.Lease] {
+		if r.Type == history.OpAcquire && r.Kind == history.Complete && r.Result == history.OK && r.Lease != "" && !granted[r.Lease] {
 			if gaps > 0 {
 				f.unknown("acquire %s (token %d) not seen as granted, but the watch stream had %d gap(s)", r.Op, r.Token, gaps)
 				continue
@@ -386,17 +387,17 @@ type window struct {
 // invocation and the latest safe_until the holder's client library
 // reported (a window still open at the end of the history ends at the last
 // safe_until seen).
-func SafeWindows(h []Record) []window {
+func SafeWindows(h []history.Record) []window {
 	byLease := map[string]*window{}
 	var order []string
 	for _, r := range h {
-		if r.Lease == "" || r.Worker == "" || r.Type == OpEvent || r.Type == OpRead || r.ResolvedFrom != "" {
+		if r.Lease == "" || r.Worker == "" || r.Type == history.OpEvent || r.Type == history.OpRead || r.ResolvedFrom != "" {
 			continue // a resolved acquire: the client never had the lease, so no window
 		}
 		// A lease is its id and its token (a broken server might reuse ids).
 		key := r.Lease + "#" + strconv.FormatUint(r.Token, 10)
 		w := byLease[key]
-		if r.Type == OpAcquire && r.Kind == Complete && r.Result == OK {
+		if r.Type == history.OpAcquire && r.Kind == history.Complete && r.Result == history.OK {
 			w = &window{resource: r.Resource, lease: r.Lease, worker: r.Worker, token: r.Token, start: r.TimeNs, end: r.SafeUntilNs}
 			byLease[key] = w
 			order = append(order, key)
@@ -408,7 +409,7 @@ func SafeWindows(h []Record) []window {
 		if r.SafeUntilNs > w.end {
 			w.end = r.SafeUntilNs
 		}
-		if r.Type == OpRelease && r.Kind == Invoke {
+		if r.Type == history.OpRelease && r.Kind == history.Invoke {
 			w.closed = true
 			if r.TimeNs < w.end {
 				w.end = r.TimeNs
@@ -424,7 +425,7 @@ func SafeWindows(h []Record) []window {
 
 // CheckSafeWindowsDisjoint is property 5: the client safe windows of
 // successive holders of a resource never overlap in real time.
-func CheckSafeWindowsDisjoint(h []Record) Result {
+func CheckSafeWindowsDisjoint(h []history.Record) Result {
 	f := newFinding(NameSafeWindows)
 	byRes := map[string][]window{}
 	for _, w := range SafeWindows(h) {
@@ -470,26 +471,26 @@ func Elements(v string) []string { return strings.Fields(v) }
 // once (else lost-update or duplicated-update), an element whose write
 // failed or was never invoked is absent (else phantom-update), and an
 // element whose write is unknown appears at most once.
-func CheckFinalRead(h []Record) Result {
+func CheckFinalRead(h []history.Record) Result {
 	f := newFinding(NameFinalRead)
 	type wr struct {
-		rec    Record
+		rec    history.Record
 		result string
 	}
 	writes := map[string]*wr{} // by element
 	var elems []string
-	reads := map[string]Record{}
+	reads := map[string]history.Record{}
 	for _, r := range h {
 		switch {
-		case r.Type == OpWrite && r.Kind == Invoke:
+		case r.Type == history.OpWrite && r.Kind == history.Invoke:
 			writes[r.Element] = &wr{rec: r}
 			elems = append(elems, r.Element)
-		case r.Type == OpWrite && r.Kind == Complete:
+		case r.Type == history.OpWrite && r.Kind == history.Complete:
 			if w := writes[r.Element]; w != nil {
 				w.result = r.Result
 				w.rec.Token = r.Token
 			}
-		case r.Type == OpRead && r.Kind == Complete && r.Result == OK && r.Worker == "final":
+		case r.Type == history.OpRead && r.Kind == history.Complete && r.Result == history.OK && r.Worker == "final":
 			reads[r.Resource] = r // the last read of a key is the final one
 		}
 	}
@@ -505,23 +506,23 @@ func CheckFinalRead(h []Record) Result {
 		w := writes[e]
 		c, read := counts[w.rec.Resource]
 		if !read {
-			if w.result == OK {
+			if w.result == history.OK {
 				f.unknown("no final read of %q, which has acknowledged writes", w.rec.Resource)
 			}
 			continue
 		}
 		n := c[e]
 		switch {
-		case w.result == OK && n == 0:
+		case w.result == history.OK && n == 0:
 			f.r.Checked++
 			f.invalid(AnomalyLostUpdate, "%q: element %s acknowledged (%s by %s, token %d) but missing from the final read", w.rec.Resource, e, w.rec.Op, w.rec.Worker, w.rec.Token)
 		case n > 1:
 			f.r.Checked++
 			f.invalid(AnomalyDuplicatedUpdate, "%q: element %s (%s by %s) appears %d times in the final read", w.rec.Resource, e, w.rec.Op, w.rec.Worker, n)
-		case w.result == Fail && n > 0:
+		case w.result == history.Fail && n > 0:
 			f.r.Checked++
 			f.invalid(AnomalyPhantomUpdate, "%q: element %s was refused (%s by %s, token %d) yet is in the final read", w.rec.Resource, e, w.rec.Op, w.rec.Worker, w.rec.Token)
-		case w.result == OK:
+		case w.result == history.OK:
 			f.r.Checked++
 		}
 	}
@@ -546,7 +547,7 @@ func CheckFinalRead(h []Record) Result {
 }
 
 // CheckAll runs every checker over a run's history and fencedkv's audit.
-func CheckAll(h []Record, audit []fencekv.AuditRecord, skewMargin time.Duration) []Result {
+func CheckAll(h []history.Record, audit []fencekv.AuditRecord, skewMargin time.Duration) []Result {
 	return []Result{
 		CheckFencedTokensMonotonic(audit, false),
 		CheckTokensUniqueMonotonic(h),
@@ -565,16 +566,16 @@ func CheckAll(h []Record, audit []fencekv.AuditRecord, skewMargin time.Duration)
 // acquire's grant, and every identical duplicate answered with a lease,
 // name the same lease; a duplicate of a grant that has ended is refused,
 // never granted afresh).
-func CheckRequestIDs(h []Record) Result {
+func CheckRequestIDs(h []history.Record) Result {
 	f := newFinding(NameRequestIDs)
 	granted := map[string]string{} // request id -> lease (api.FormatLeaseID)
 	grantOp := map[string]string{}
-	second := func(r Record, lease string) {
+	second := func(r history.Record, lease string) {
 		f.invalid(AnomalySecondGrantForRequest, "request id %s yielded lease %s (token %d) to %s %s by %s, after lease %s to %s",
 			r.RequestID, short(lease), r.Token, r.Type, r.Op, r.Worker, short(granted[r.RequestID]), grantOp[r.RequestID])
 	}
 	for _, r := range h {
-		if r.Kind != Complete || r.Result != OK || r.RequestID == "" || r.Type != OpAcquire || r.Lease == "" {
+		if r.Kind != history.Complete || r.Result != history.OK || r.RequestID == "" || r.Type != history.OpAcquire || r.Lease == "" {
 			continue
 		}
 		if prev, ok := granted[r.RequestID]; ok && prev != r.Lease {
@@ -584,11 +585,11 @@ func CheckRequestIDs(h []Record) Result {
 		granted[r.RequestID], grantOp[r.RequestID] = r.Lease, r.Op
 	}
 	for _, r := range h {
-		if r.Type != OpReuse || r.Kind != Complete || r.Result == Unknown {
+		if r.Type != history.OpReuse || r.Kind != history.Complete || r.Result == history.Unknown {
 			continue
 		}
 		f.r.Checked++
-		if r.Result != OK {
+		if r.Result != history.OK {
 			continue
 		}
 		switch prev, ok := granted[r.RequestID]; {
@@ -609,24 +610,24 @@ func CheckRequestIDs(h []Record) Result {
 // token). A release through the client library counts only on the
 // linearizability workload, whose leases never expire (the library's
 // Release also succeeds on a lease that is already gone).
-func CheckAcknowledgedDurable(h []Record) Result {
+func CheckAcknowledgedDurable(h []history.Record) Result {
 	f := newFinding(NameDurable)
 	seen := map[string]bool{} // event + lease + token
 	gaps := 0
-	invokes := map[string]Record{}
+	invokes := map[string]history.Record{}
 	for _, r := range h {
 		switch {
-		case r.Type == OpWatchGap:
+		case r.Type == history.OpWatchGap:
 			gaps++
-		case r.Type == OpEvent:
+		case r.Type == history.OpEvent:
 			seen[r.Event+"/"+r.Lease+"/"+strconv.FormatUint(r.Token, 10)] = true
 			seen[r.Event+"/"+r.Lease+"/"] = true // for an invocation that names no token
-		case r.Kind == Invoke:
+		case r.Kind == history.Invoke:
 			invokes[r.Op] = r
 		}
 	}
 	for _, r := range h {
-		if r.Kind != Complete || r.Result != OK || r.ResolvedFrom != "" {
+		if r.Kind != history.Complete || r.Result != history.OK || r.ResolvedFrom != "" {
 			continue
 		}
 		inv, ok := invokes[r.Op]
@@ -635,9 +636,9 @@ func CheckAcknowledgedDurable(h []Record) Result {
 		}
 		var event, anomaly string
 		switch {
-		case r.Type == OpRenew:
+		case r.Type == history.OpRenew:
 			event, anomaly = "renewed", AnomalyAckedRenewLost
-		case r.Type == OpRelease && (r.Value == Released || (r.Value == "" && strings.HasPrefix(r.Resource, LinPrefix))):
+		case r.Type == history.OpRelease && (r.Value == Released || (r.Value == "" && strings.HasPrefix(r.Resource, LinPrefix))):
 			event, anomaly = "released", AnomalyAckedReleaseLost
 		default:
 			continue

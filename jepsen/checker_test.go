@@ -7,43 +7,44 @@ import (
 	"time"
 
 	"github.com/leasefence/leasefence/fence/fencekv"
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 const ms = int64(time.Millisecond)
 
 // hb builds hand-made histories.
-type hb struct{ recs []Record }
+type hb struct{ recs []history.Record }
 
 func (b *hb) acquire(worker, op, res string, token uint64, lease string, inv, done, safeUntil int64) *hb {
 	b.recs = append(b.recs,
-		Record{Kind: Invoke, Worker: worker, Op: op, Type: OpAcquire, Resource: res, TimeNs: inv},
-		Record{Kind: Complete, Worker: worker, Op: op, Type: OpAcquire, Resource: res, TimeNs: done, Result: OK, Token: token, Lease: lease, SafeUntilNs: safeUntil})
+		history.Record{Kind: history.Invoke, Worker: worker, Op: op, Type: history.OpAcquire, Resource: res, TimeNs: inv},
+		history.Record{Kind: history.Complete, Worker: worker, Op: op, Type: history.OpAcquire, Resource: res, TimeNs: done, Result: history.OK, Token: token, Lease: lease, SafeUntilNs: safeUntil})
 	return b
 }
 
 func (b *hb) release(worker, op, res string, token uint64, lease string, inv, safeUntil int64) *hb {
 	b.recs = append(b.recs,
-		Record{Kind: Invoke, Worker: worker, Op: op, Type: OpRelease, Resource: res, TimeNs: inv, Token: token, Lease: lease, SafeUntilNs: safeUntil},
-		Record{Kind: Complete, Worker: worker, Op: op, Type: OpRelease, Resource: res, TimeNs: inv + ms, Result: OK, Token: token, Lease: lease})
+		history.Record{Kind: history.Invoke, Worker: worker, Op: op, Type: history.OpRelease, Resource: res, TimeNs: inv, Token: token, Lease: lease, SafeUntilNs: safeUntil},
+		history.Record{Kind: history.Complete, Worker: worker, Op: op, Type: history.OpRelease, Resource: res, TimeNs: inv + ms, Result: history.OK, Token: token, Lease: lease})
 	return b
 }
 
 func (b *hb) write(worker, res, elem string, token uint64, result string, at int64) *hb {
 	b.recs = append(b.recs,
-		Record{Kind: Invoke, Worker: worker, Op: elem + "-w", Type: OpWrite, Resource: res, Element: elem, Token: token, TimeNs: at},
-		Record{Kind: Complete, Worker: worker, Op: elem + "-w", Type: OpWrite, Resource: res, Element: elem, Token: token, TimeNs: at + ms, Result: result})
+		history.Record{Kind: history.Invoke, Worker: worker, Op: elem + "-w", Type: history.OpWrite, Resource: res, Element: elem, Token: token, TimeNs: at},
+		history.Record{Kind: history.Complete, Worker: worker, Op: elem + "-w", Type: history.OpWrite, Resource: res, Element: elem, Token: token, TimeNs: at + ms, Result: result})
 	return b
 }
 
 func (b *hb) read(res, value string, at int64) *hb {
 	b.recs = append(b.recs,
-		Record{Kind: Invoke, Worker: "final", Op: "final-" + res, Type: OpRead, Resource: res, TimeNs: at},
-		Record{Kind: Complete, Worker: "final", Op: "final-" + res, Type: OpRead, Resource: res, TimeNs: at + ms, Result: OK, Value: value})
+		history.Record{Kind: history.Invoke, Worker: "final", Op: "final-" + res, Type: history.OpRead, Resource: res, TimeNs: at},
+		history.Record{Kind: history.Complete, Worker: "final", Op: "final-" + res, Type: history.OpRead, Resource: res, TimeNs: at + ms, Result: history.OK, Value: value})
 	return b
 }
 
 func (b *hb) event(pos, ev, res string, token uint64, lease string, now, granted, expires int64) *hb {
-	b.recs = append(b.recs, Record{Kind: Observe, Worker: "watch", Op: pos, Type: OpEvent, Position: pos, Event: ev,
+	b.recs = append(b.recs, history.Record{Kind: history.Observe, Worker: "watch", Op: pos, Type: history.OpEvent, Position: pos, Event: ev,
 		Resource: res, Token: token, Lease: lease, ClusterNow: now, GrantedAt: granted, ExpiresAt: expires, TimeNs: now})
 	return b
 }
@@ -54,10 +55,10 @@ func (b *hb) event(pos, ev, res string, token uint64, lease string, now, granted
 func valid() *hb {
 	b := &hb{}
 	b.acquire("w1", "a1", "r", 1, "L1", 0, 10*ms, 2000*ms).
-		write("w1", "r", "e1", 1, OK, 20*ms).
+		write("w1", "r", "e1", 1, history.OK, 20*ms).
 		release("w1", "r1", "r", 1, "L1", 100*ms, 2000*ms).
 		acquire("w2", "a2", "r", 2, "L2", 150*ms, 160*ms, 2200*ms).
-		write("w2", "r", "e2", 2, OK, 170*ms).
+		write("w2", "r", "e2", 2, history.OK, 170*ms).
 		release("w2", "r2", "r", 2, "L2", 300*ms, 2200*ms).
 		read("r", "e1 e2", 400*ms).
 		event("5.0", "granted", "r", 1, "L1", 5*ms, 5*ms, 2005*ms).
@@ -74,50 +75,50 @@ func valid() *hb {
 		event("13.0", "released", "jl/0", 2, "K2", 115*ms, 75*ms, long)
 	// A reuse of a1's request id with another scope, refused.
 	b.recs = append(b.recs,
-		Record{Kind: Invoke, Worker: "w1", Op: "u1", Type: OpReuse, Resource: "r", RequestID: "R1", Changed: "scope", TimeNs: 30 * ms},
-		Record{Kind: Complete, Worker: "w1", Op: "u1", Type: OpReuse, Resource: "r", RequestID: "R1", Changed: "scope", TimeNs: 31 * ms, Result: Fail})
+		history.Record{Kind: history.Invoke, Worker: "w1", Op: "u1", Type: history.OpReuse, Resource: "r", RequestID: "R1", Changed: "scope", TimeNs: 30 * ms},
+		history.Record{Kind: history.Complete, Worker: "w1", Op: "u1", Type: history.OpReuse, Resource: "r", RequestID: "R1", Changed: "scope", TimeNs: 31 * ms, Result: history.Fail})
 	return b
 }
 
 // lin builds records of the linearizability workload on resource jl/0.
-type lin struct{ recs []Record }
+type lin struct{ recs []history.Record }
 
 func (l *lin) op(worker, op, typ string, call, ret int64, result string, token uint64, lease, errText string, relLease string) *lin {
 	l.recs = append(l.recs,
-		Record{Kind: Invoke, Worker: worker, Op: op, Type: typ, Resource: "jl/0", TimeNs: call, Lease: relLease},
-		Record{Kind: Complete, Worker: worker, Op: op, Type: typ, Resource: "jl/0", TimeNs: ret, Result: result, Token: token, Lease: lease, Error: errText})
+		history.Record{Kind: history.Invoke, Worker: worker, Op: op, Type: typ, Resource: "jl/0", TimeNs: call, Lease: relLease},
+		history.Record{Kind: history.Complete, Worker: worker, Op: op, Type: typ, Resource: "jl/0", TimeNs: ret, Result: result, Token: token, Lease: lease, Error: errText})
 	return l
 }
 
 func (l *lin) acquire(w, op string, call, ret int64, token uint64, lease string) *lin {
-	return l.op(w, op, OpAcquire, call, ret, OK, token, lease, "", "")
+	return l.op(w, op, history.OpAcquire, call, ret, history.OK, token, lease, "", "")
 }
 func (l *lin) held(w, op string, call, ret int64) *lin {
-	return l.op(w, op, OpAcquire, call, ret, Fail, 0, "", HeldPrefix+"held by x", "")
+	return l.op(w, op, history.OpAcquire, call, ret, history.Fail, 0, "", HeldPrefix+"held by x", "")
 }
 func (l *lin) release(w, op string, call, ret int64, lease, result string) *lin {
-	return l.op(w, op, OpRelease, call, ret, result, 0, "", "", lease)
+	return l.op(w, op, history.OpRelease, call, ret, result, 0, "", "", lease)
 }
 func (l *lin) renew(w, op string, call, ret int64, lease, result string) *lin {
-	return l.op(w, op, OpRenew, call, ret, result, 0, "", "", lease)
+	return l.op(w, op, history.OpRenew, call, ret, result, 0, "", "", lease)
 }
 func (l *lin) read(w, op string, call, ret int64, holder string, scopeToken uint64) *lin {
-	return l.op(w, op, OpRead, call, ret, OK, scopeToken, holder, "", "")
+	return l.op(w, op, history.OpRead, call, ret, history.OK, scopeToken, holder, "", "")
 }
 
 // linValid: l1 holds token 1, l2 is refused meanwhile, l1 releases, l2
 // gets token 2 and a read sees it.
-func linValid() []Record {
+func linValid() []history.Record {
 	l := &lin{}
 	l.acquire("l1", "l1-a", 0, 10*ms, 1, "K1").
 		held("l2", "l2-a", 20*ms, 30*ms).
 		read("l2", "l2-g", 31*ms, 40*ms, "K1", 1).
-		renew("l1", "l1-n", 41*ms, 45*ms, "K1", OK).
-		release("l1", "l1-r", 50*ms, 60*ms, "K1", OK).
-		renew("l1", "l1-m", 61*ms, 65*ms, "K1", Fail).
+		renew("l1", "l1-n", 41*ms, 45*ms, "K1", history.OK).
+		release("l1", "l1-r", 50*ms, 60*ms, "K1", history.OK).
+		renew("l1", "l1-m", 61*ms, 65*ms, "K1", history.Fail).
 		acquire("l2", "l2-b", 70*ms, 80*ms, 2, "K2").
 		read("l1", "l1-g", 90*ms, 100*ms, "K2", 2).
-		release("l2", "l2-r", 110*ms, 120*ms, "K2", OK)
+		release("l2", "l2-r", 110*ms, 120*ms, "K2", history.OK)
 	return l.recs
 }
 
@@ -162,7 +163,7 @@ func TestStaleWriteAcceptedIsCaught(t *testing.T) {
 	// Strict mode: an equal token twice is already stale.
 	expect(t, CheckFencedTokensMonotonic(validAudit(), true), Invalid, AnomalyStaleWriteAccepted)
 	// Nothing accepted: undecided, not a pass.
-	expect(t, CheckFencedTokensMonotonic(nil, false), Unknown, "")
+	expect(t, CheckFencedTokensMonotonic(nil, false), history.Unknown, "")
 }
 
 func TestTokenReusedIsCaught(t *testing.T) {
@@ -260,10 +261,10 @@ func TestLostAcknowledgedGrantIsCaughtOrUnknownOverAGap(t *testing.T) {
 	b := valid()
 	b.acquire("w3", "a3", "r", 3, "L3", 500*ms, 510*ms, 2500*ms)
 	expect(t, CheckGrantIntervals(b.recs, 300*time.Millisecond), Invalid, AnomalyAckedGrantMissing)
-	b.recs = append(b.recs, Record{Kind: Observe, Worker: "watch", Type: OpWatchGap, Op: "gap-1", Error: "out of range"})
-	expect(t, CheckGrantIntervals(b.recs, 300*time.Millisecond), Unknown, "")
+	b.recs = append(b.recs, history.Record{Kind: history.Observe, Worker: "watch", Type: history.OpWatchGap, Op: "gap-1", Error: "out of range"})
+	expect(t, CheckGrantIntervals(b.recs, 300*time.Millisecond), history.Unknown, "")
 	// Without any event the checker cannot decide.
-	expect(t, CheckGrantIntervals(nil, time.Second), Unknown, "")
+	expect(t, CheckGrantIntervals(nil, time.Second), history.Unknown, "")
 }
 
 func TestOverlappingSafeWindowsAreCaught(t *testing.T) {
@@ -287,18 +288,18 @@ func TestOverlappingSafeWindowsAreCaught(t *testing.T) {
 	// A renewal reported later extends the window.
 	b = &hb{}
 	b.acquire("w1", "a1", "r", 1, "L1", 0, 10*ms, 1000*ms)
-	b.recs = append(b.recs, Record{Kind: Invoke, Worker: "w1", Op: "x", Type: OpWrite, Resource: "r", Lease: "L1", Token: 1, TimeNs: 900 * ms, SafeUntilNs: 2500 * ms})
+	b.recs = append(b.recs, history.Record{Kind: history.Invoke, Worker: "w1", Op: "x", Type: history.OpWrite, Resource: "r", Lease: "L1", Token: 1, TimeNs: 900 * ms, SafeUntilNs: 2500 * ms})
 	b.acquire("w2", "a2", "r", 2, "L2", 1400*ms, 2000*ms, 3500*ms)
 	expect(t, CheckSafeWindowsDisjoint(b.recs), Invalid, AnomalyOverlappingSafeWindow)
 }
 
 func TestLostDuplicatedAndPhantomUpdatesAreCaught(t *testing.T) {
-	h := func(final string) []Record {
+	h := func(final string) []history.Record {
 		b := &hb{}
-		b.write("w1", "r", "e1", 1, OK, 0).
-			write("w2", "r", "e2", 2, OK, 10*ms).
-			write("w3", "r", "e3", 1, Fail, 20*ms).
-			write("w4", "r", "e4", 3, Unknown, 30*ms).
+		b.write("w1", "r", "e1", 1, history.OK, 0).
+			write("w2", "r", "e2", 2, history.OK, 10*ms).
+			write("w3", "r", "e3", 1, history.Fail, 20*ms).
+			write("w4", "r", "e4", 3, history.Unknown, 30*ms).
 			read("r", final, 100*ms)
 		return b.recs
 	}
@@ -310,13 +311,13 @@ func TestLostDuplicatedAndPhantomUpdatesAreCaught(t *testing.T) {
 	expect(t, CheckFinalRead(h("e1 e2 zz")), Invalid, AnomalyPhantomUpdate)
 	// No final read of a key with acknowledged writes: undecided.
 	b := &hb{}
-	b.write("w1", "r", "e1", 1, OK, 0)
-	expect(t, CheckFinalRead(b.recs), Unknown, "")
+	b.write("w1", "r", "e1", 1, history.OK, 0)
+	expect(t, CheckFinalRead(b.recs), history.Unknown, "")
 }
 
 func TestHistoryRoundTrip(t *testing.T) {
 	var buf bytes.Buffer
-	w := NewWriter(&buf)
+	w := history.NewWriter(&buf)
 	for _, r := range valid().recs {
 		if err := w.Write(r); err != nil {
 			t.Fatal(err)
@@ -325,7 +326,7 @@ func TestHistoryRoundTrip(t *testing.T) {
 	if err := w.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ReadHistory(&buf)
+	got, err := history.ReadHistory(&buf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +355,7 @@ func TestNonLinearizableLeaseHistoriesAreCaught(t *testing.T) {
 	expect(t, check(l), Invalid, AnomalyNotLinearizable)
 	// A stale read: the holder read after the release completed.
 	l = &lin{}
-	l.acquire("l1", "a1", 0, 10*ms, 1, "K1").release("l1", "r1", 20*ms, 30*ms, "K1", OK).read("l2", "g", 40*ms, 50*ms, "K1", 1)
+	l.acquire("l1", "a1", 0, 10*ms, 1, "K1").release("l1", "r1", 20*ms, 30*ms, "K1", history.OK).read("l2", "g", 40*ms, 50*ms, "K1", 1)
 	expect(t, check(l), Invalid, AnomalyNotLinearizable)
 	// Held refusal of a free resource.
 	l = &lin{}
@@ -367,32 +368,32 @@ func TestNonLinearizableLeaseHistoriesAreCaught(t *testing.T) {
 	// An unknown acquire may have been granted: a later read sees a holder
 	// nobody was told about, and a held refusal is then fine.
 	l = &lin{}
-	l.op("l1", "a1", OpAcquire, 0, 10*ms, Unknown, 0, "", "timeout", "").
+	l.op("l1", "a1", history.OpAcquire, 0, 10*ms, history.Unknown, 0, "", "timeout", "").
 		held("l2", "a2", 20*ms, 30*ms).
 		read("l2", "g", 40*ms, 50*ms, "K9", 1)
 	expect(t, check(l), Valid, "")
 	// Concurrent acquire and release: either order is fine.
 	l = &lin{}
 	l.acquire("l1", "a1", 0, 10*ms, 1, "K1").
-		release("l1", "r1", 20*ms, 60*ms, "K1", OK).
+		release("l1", "r1", 20*ms, 60*ms, "K1", history.OK).
 		acquire("l2", "a2", 30*ms, 50*ms, 2, "K2")
 	expect(t, check(l), Valid, "")
 	// A renewal accepted after the release completed, and one refused
 	// while the lease is held.
 	l = &lin{}
-	l.acquire("l1", "a1", 0, 10*ms, 1, "K1").release("l1", "r1", 20*ms, 30*ms, "K1", OK).renew("l1", "n1", 40*ms, 50*ms, "K1", OK)
+	l.acquire("l1", "a1", 0, 10*ms, 1, "K1").release("l1", "r1", 20*ms, 30*ms, "K1", history.OK).renew("l1", "n1", 40*ms, 50*ms, "K1", history.OK)
 	expect(t, check(l), Invalid, AnomalyNotLinearizable)
 	l = &lin{}
-	l.acquire("l1", "a1", 0, 10*ms, 1, "K1").renew("l1", "n1", 20*ms, 30*ms, "K1", Fail)
+	l.acquire("l1", "a1", 0, 10*ms, 1, "K1").renew("l1", "n1", 20*ms, 30*ms, "K1", history.Fail)
 	expect(t, check(l), Invalid, AnomalyNotLinearizable)
 	// No operations: undecided.
-	expect(t, CheckLinearizable(nil, time.Second), Unknown, "")
+	expect(t, CheckLinearizable(nil, time.Second), history.Unknown, "")
 }
 
 func TestReportRenders(t *testing.T) {
 	var buf bytes.Buffer
 	sum := &Summary{Dir: "x", Results: CheckAll(valid().recs, validAudit(), 300*time.Millisecond)}
-	writeReport(&buf, sum, valid().recs, []Fault{{Phase: "start", Kind: NemKill, Target: "n1", TimeNs: 20 * ms}, {Phase: "heal", Kind: NemKill, Target: "n1", TimeNs: 90 * ms}}, artifacts{})
+	writeReport(&buf, sum, valid().recs, []history.Fault{{Phase: "start", Kind: NemKill, Target: "n1", TimeNs: 20 * ms}, {Phase: "heal", Kind: NemKill, Target: "n1", TimeNs: 90 * ms}}, artifacts{})
 	for _, want := range []string{"<svg", "fenced-tokens-monotonic", "kill n1", "token 2"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Fatalf("report lacks %q", want)
@@ -404,8 +405,8 @@ func TestReportRenders(t *testing.T) {
 // answered with released (Released or NotReleased).
 func (l *lin) staleRelease(w, op string, call, ret int64, lease string, token uint64, released string) *lin {
 	l.recs = append(l.recs,
-		Record{Kind: Invoke, Worker: w, Op: op, Type: OpRelease, Resource: "jl/0", TimeNs: call, Lease: lease, Token: token},
-		Record{Kind: Complete, Worker: w, Op: op, Type: OpRelease, Resource: "jl/0", TimeNs: ret, Result: OK, Value: released})
+		history.Record{Kind: history.Invoke, Worker: w, Op: op, Type: history.OpRelease, Resource: "jl/0", TimeNs: call, Lease: lease, Token: token},
+		history.Record{Kind: history.Complete, Worker: w, Op: op, Type: history.OpRelease, Resource: "jl/0", TimeNs: ret, Result: history.OK, Value: released})
 	return l
 }
 
@@ -413,7 +414,7 @@ func TestStaleReleaseOfTheNextHolderIsCaught(t *testing.T) {
 	check := func(l *lin) Result { return CheckLinearizable(l.recs, 10*time.Second) }
 	base := func() *lin {
 		l := &lin{}
-		return l.acquire("l1", "a1", 0, 10*ms, 1, "K1").release("l1", "r1", 20*ms, 30*ms, "K1", OK).
+		return l.acquire("l1", "a1", 0, 10*ms, 1, "K1").release("l1", "r1", 20*ms, 30*ms, "K1", history.OK).
 			acquire("l2", "a2", 40*ms, 50*ms, 2, "K2").held("l1", "a3", 60*ms, 70*ms)
 	}
 	// l1 releases its old lease while l2 holds: refused, as it must be.
@@ -424,7 +425,7 @@ func TestStaleReleaseOfTheNextHolderIsCaught(t *testing.T) {
 	// The same when both grants carried one lease id (ids derived from the
 	// resource): the token tells the two leases apart.
 	l := &lin{}
-	l.acquire("l1", "a1", 0, 10*ms, 1, "K").release("l1", "r1", 20*ms, 30*ms, "K", OK).
+	l.acquire("l1", "a1", 0, 10*ms, 1, "K").release("l1", "r1", 20*ms, 30*ms, "K", history.OK).
 		acquire("l2", "a2", 40*ms, 50*ms, 2, "K").staleRelease("l1", "s1", 60*ms, 70*ms, "K", 1, Released)
 	expect(t, check(l), Invalid, AnomalyNotLinearizable)
 	// A release of the holder's own lease that says "not released" while
@@ -442,28 +443,28 @@ func TestLeaseIDNamingTwoLeasesIsCaught(t *testing.T) {
 }
 
 func TestLostAcknowledgedRenewalOrReleaseIsCaught(t *testing.T) {
-	op := func(typ, op string, value string) []Record {
-		return []Record{
-			{Kind: Invoke, Worker: "l1", Op: op, Type: typ, Resource: "jl/0", TimeNs: 10 * ms, Lease: "K1", Token: 1},
-			{Kind: Complete, Worker: "l1", Op: op, Type: typ, Resource: "jl/0", TimeNs: 20 * ms, Result: OK, Value: value},
+	op := func(typ, op string, value string) []history.Record {
+		return []history.Record{
+			{Kind: history.Invoke, Worker: "l1", Op: op, Type: typ, Resource: "jl/0", TimeNs: 10 * ms, Lease: "K1", Token: 1},
+			{Kind: history.Complete, Worker: "l1", Op: op, Type: typ, Resource: "jl/0", TimeNs: 20 * ms, Result: history.OK, Value: value},
 		}
 	}
-	ev := func(kind string) Record {
-		return Record{Kind: Observe, Worker: "watch", Type: OpEvent, Event: kind, Resource: "jl/0", Lease: "K1", Token: 1, Position: "5.0"}
+	ev := func(kind string) history.Record {
+		return history.Record{Kind: history.Observe, Worker: "watch", Type: history.OpEvent, Event: kind, Resource: "jl/0", Lease: "K1", Token: 1, Position: "5.0"}
 	}
-	h := append(op(OpRenew, "n1", ""), ev("renewed"))
-	h = append(append(h, op(OpRelease, "r1", "")...), ev("released"))
+	h := append(op(history.OpRenew, "n1", ""), ev("renewed"))
+	h = append(append(h, op(history.OpRelease, "r1", "")...), ev("released"))
 	expect(t, CheckAcknowledgedDurable(h), Valid, "")
-	expect(t, CheckAcknowledgedDurable(op(OpRenew, "n1", "")), Invalid, AnomalyAckedRenewLost)
-	expect(t, CheckAcknowledgedDurable(op(OpRelease, "r1", "")), Invalid, AnomalyAckedReleaseLost)
-	expect(t, CheckAcknowledgedDurable(op(OpRelease, "r1", Released)), Invalid, AnomalyAckedReleaseLost)
+	expect(t, CheckAcknowledgedDurable(op(history.OpRenew, "n1", "")), Invalid, AnomalyAckedRenewLost)
+	expect(t, CheckAcknowledgedDurable(op(history.OpRelease, "r1", "")), Invalid, AnomalyAckedReleaseLost)
+	expect(t, CheckAcknowledgedDurable(op(history.OpRelease, "r1", Released)), Invalid, AnomalyAckedReleaseLost)
 	// A release the node answered "not released" promises nothing; an
 	// event of another token of the same id does not count.
-	expect(t, CheckAcknowledgedDurable(op(OpRelease, "r1", NotReleased)), Unknown, "")
+	expect(t, CheckAcknowledgedDurable(op(history.OpRelease, "r1", NotReleased)), history.Unknown, "")
 	other := ev("renewed")
 	other.Token = 2
-	expect(t, CheckAcknowledgedDurable(append(op(OpRenew, "n1", ""), other)), Invalid, AnomalyAckedRenewLost)
+	expect(t, CheckAcknowledgedDurable(append(op(history.OpRenew, "n1", ""), other)), Invalid, AnomalyAckedRenewLost)
 	// Over a gap in the watch stream: undecided.
-	gap := Record{Kind: Observe, Worker: "watch", Type: OpWatchGap, Op: "gap-1"}
-	expect(t, CheckAcknowledgedDurable(append(op(OpRenew, "n1", ""), gap)), Unknown, "")
+	gap := history.Record{Kind: history.Observe, Worker: "watch", Type: history.OpWatchGap, Op: "gap-1"}
+	expect(t, CheckAcknowledgedDurable(append(op(history.OpRenew, "n1", ""), gap)), history.Unknown, "")
 }

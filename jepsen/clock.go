@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // Clock nemeses. They need the nodes started with leased's unsafe
@@ -193,9 +195,9 @@ func (n *nemesis) clockBump(ctx context.Context, hold time.Duration) {
 	}
 	target := strings.Join(ids, ",")
 	n.progress("nemesis: wall clock bump " + strings.Join(parts, ", "))
-	n.record(Fault{Phase: "start", Kind: NemClockBump, Target: target, Leader: contains(ids, leader), Detail: "wall offset " + strings.Join(parts, ", ")})
+	n.record(history.Fault{Phase: "start", Kind: NemClockBump, Target: target, Leader: contains(ids, leader), Detail: "wall offset " + strings.Join(parts, ", ")})
 	sleepCtx(ctx, hold)
-	n.record(Fault{Phase: "heal", Kind: NemClockBump, Target: target, Effective: effective, Detail: n.healClocks(ctx, ids)})
+	n.record(history.Fault{Phase: "heal", Kind: NemClockBump, Target: target, Effective: effective, Detail: n.healClocks(ctx, ids)})
 }
 
 // clockStrobe flips the wall clock of one or several nodes between +X and
@@ -217,7 +219,7 @@ func (n *nemesis) clockStrobe(ctx context.Context, hold time.Duration) {
 	}
 	target := strings.Join(ids, ",")
 	n.progress("nemesis: wall clock strobe " + strings.Join(parts, ", "))
-	n.record(Fault{Phase: "start", Kind: NemClockStrobe, Target: target, Leader: contains(ids, leader), Detail: "wall offset flipping " + strings.Join(parts, ", ")})
+	n.record(history.Fault{Phase: "start", Kind: NemClockStrobe, Target: target, Leader: contains(ids, leader), Detail: "wall offset flipping " + strings.Join(parts, ", ")})
 	seen := map[string]map[bool]bool{} // id -> sign seen in Status
 	flips, errs := 0, 0
 	end := time.Now().Add(hold)
@@ -242,7 +244,7 @@ func (n *nemesis) clockStrobe(ctx context.Context, hold time.Duration) {
 	for _, id := range ids {
 		effective = effective && seen[id][true] && seen[id][false]
 	}
-	n.record(Fault{Phase: "heal", Kind: NemClockStrobe, Target: target, Effective: effective,
+	n.record(history.Fault{Phase: "heal", Kind: NemClockStrobe, Target: target, Effective: effective,
 		Detail: fmt.Sprintf("%d flips, %d write errors, both signs seen in Status: %v; %s", flips, errs, effective, n.healClocks(ctx, ids))})
 }
 
@@ -264,9 +266,9 @@ func (n *nemesis) clockRate(ctx context.Context, hold time.Duration) {
 		detail += ", read back"
 	}
 	n.progress(fmt.Sprintf("nemesis: clock rate %g× on %s%s", rate, id, leaderMark(isLeader)))
-	n.record(Fault{Phase: "start", Kind: NemClockRate, Target: id, Leader: isLeader, Detail: detail})
+	n.record(history.Fault{Phase: "start", Kind: NemClockRate, Target: id, Leader: isLeader, Detail: detail})
 	sleepCtx(ctx, hold)
-	n.record(Fault{Phase: "heal", Kind: NemClockRate, Target: id, Effective: ok && isLeader, Detail: n.healClocks(ctx, []string{id})})
+	n.record(history.Fault{Phase: "heal", Kind: NemClockRate, Target: id, Effective: ok && isLeader, Detail: n.healClocks(ctx, []string{id})})
 }
 
 func contains(xs []string, x string) bool {

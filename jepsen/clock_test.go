@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasefence/leasefence/fence/fencekv"
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // In a run with clock-rate faults the exclusion checkers are reported but
@@ -173,7 +174,7 @@ func TestClockNemesesRecordVerifyAndHeal(t *testing.T) {
 	for _, kind := range []string{NemClockBump, NemClockStrobe, NemClockRate} {
 		t.Run(kind, func(t *testing.T) {
 			var buf bytes.Buffer
-			log := NewWriter(&buf)
+			log := history.NewWriter(&buf)
 			clocks := &fakeClocks{set: map[string]clockSetting{}, offs: map[string][]time.Duration{}}
 			n := &nemesis{kinds: []string{kind}, rng: rand.New(rand.NewPCG(5, 5)), nodes: fakeNodes{}, clocks: clocks, log: log,
 				counts: map[string]int{}, effect: map[string]int{}, progress: func(string) {}}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // NameConverge is the replica convergence checker.
@@ -146,7 +148,7 @@ func PollConvergence(ctx context.Context, cl *Cluster, timeout time.Duration) ([
 				defer wg.Done()
 				s := NodeStatus{Node: id}
 				st, err := cl.StateStatus(ctx, id)
-				s.TimeNs = Now()
+				s.TimeNs = history.Now()
 				if err != nil {
 					s.Err = err.Error()
 				} else {
@@ -158,7 +160,7 @@ func PollConvergence(ctx context.Context, cl *Cluster, timeout time.Duration) ([
 		wg.Wait()
 		rounds = append(rounds, round)
 		r := CheckReplicasConverge(nodes, rounds)
-		if r.Verdict != Unknown || time.Now().After(deadline) || ctx.Err() != nil {
+		if r.Verdict != history.Unknown || time.Now().After(deadline) || ctx.Err() != nil {
 			return rounds, r
 		}
 		sleepCtx(ctx, 100*time.Millisecond)

@@ -3,6 +3,8 @@ package jepsen
 import (
 	"strings"
 	"testing"
+
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 func st(node string, applied, commit, hashIdx uint64, hash string) NodeStatus {
@@ -33,10 +35,10 @@ func TestReplicasConvergeChecker(t *testing.T) {
 		{"never caught up", [][]NodeStatus{
 			{st("n1", 100, 100, 100, "aa"), st("n2", 100, 100, 100, "aa"), st("n3", 40, 40, 40, "cc")},
 			{st("n1", 101, 101, 101, "ab"), st("n2", 101, 101, 101, "ab"), st("n3", 40, 40, 40, "cc")},
-		}, Unknown, "n3 applied 40"},
+		}, history.Unknown, "n3 applied 40"},
 		{"a node never answers", [][]NodeStatus{
 			{st("n1", 100, 100, 100, "aa"), st("n2", 100, 100, 100, "aa"), {Node: "n3", Err: "connection refused"}},
-		}, Unknown, "n3: connection refused"},
+		}, history.Unknown, "n3: connection refused"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/leasefence/leasefence/internal/netns"
 )
 
 // NetDocker is the container mode of Config.NetMode (cmd/jepsen --net
@@ -85,7 +87,7 @@ func dockerCreateArgs(names dockerNames, id, ip, image, bootstrap string, extra 
 		"--network", names.network(), "--ip", ip,
 		"-v", names.volume(id) + ":/data",
 		image,
-		"--insecure", "--id", id, "--advertise", fmt.Sprintf("%s:%d", ip, NSPort), "--bootstrap", bootstrap}
+		"--insecure", "--id", id, "--advertise", fmt.Sprintf("%s:%d", ip, netns.NSPort), "--bootstrap", bootstrap}
 	return append(args, expandID(extra, id)...)
 }
 
@@ -122,7 +124,7 @@ func CleanupStaleDocker() error {
 		}
 		var stale []string
 		for _, n := range strings.Fields(out) {
-			if dockerStale(n, alive) {
+			if dockerStale(n, netns.Alive) {
 				stale = append(stale, n)
 			}
 		}
@@ -165,7 +167,7 @@ type nodeRuntime interface {
 //
 // Network faults are iptables rules in the container's namespace (nsenter
 // from the host), on node addresses only, exactly as in namespace mode
-// (NSNet): Partition DROPs in chain LFJ-PART, Flaky resets in LFJ-FLAKY,
+// (netns.NSNet): Partition DROPs in chain LFJ-PART, Flaky resets in LFJ-FLAKY,
 // Silence drops everything but loopback. A restarted container gets a new
 // namespace: restart sets up the chains again and puts back the faults in
 // place. Slow is refused (no netem).
@@ -215,7 +217,7 @@ func NewDockerNet(image, dir string, ids []string) (*DockerNet, error) {
 	d := &DockerNet{names: dockerNames{pid: os.Getpid()}, image: image, dir: dir, ids: slices.Clone(ids),
 		ip: map[string]string{}, procs: map[string]*Proc{}, frozen: map[string]bool{}, silenced: map[string]bool{}}
 	label := fmt.Sprintf("%s=%d", dockerLabel, d.names.pid)
-	used := nsOutput(ipBin, "-4", "route")
+	used := netns.Output(netns.IPBin, "-4", "route")
 	var lastErr error
 	for k := 0; k < 256 && d.prefix == ""; k++ {
 		p := fmt.Sprintf("10.214.%d.", k)
@@ -243,7 +245,7 @@ func NewDockerNet(image, dir string, ids []string) (*DockerNet, error) {
 }
 
 // Addr returns node id's address on the network (clients and peers).
-func (d *DockerNet) Addr(id string) string { return fmt.Sprintf("%s:%d", d.ip[id], NSPort) }
+func (d *DockerNet) Addr(id string) string { return fmt.Sprintf("%s:%d", d.ip[id], netns.NSPort) }
 
 // create creates node id's container with the node flags extra and
 // returns its Proc (`docker start -a`: starting it starts the container
@@ -278,7 +280,7 @@ func (d *DockerNet) ipt(id string, args ...string) error {
 	if pid == 0 {
 		return fmt.Errorf("docker mode: %s is not running", id)
 	}
-	return nsRun("nsenter", append([]string{"-t", strconv.Itoa(pid), "-n", iptablesBin}, args...)...)
+	return netns.Run("nsenter", append([]string{"-t", strconv.Itoa(pid), "-n", netns.IptablesBin}, args...)...)
 }
 
 // setupNS makes the fault chains in a fresh namespace of id and puts back
@@ -385,7 +387,7 @@ func (d *DockerNet) proc(id string) *Proc {
 
 // Partition implements Net.
 func (d *DockerNet) Partition(grudge map[string][]string) error {
-	if err := checkGrudge(grudge, d.known); err != nil {
+	if err := netns.CheckGrudge(grudge, d.known); err != nil {
 		return err
 	}
 	d.mu.Lock()
@@ -433,7 +435,7 @@ func (d *DockerNet) flakyRules(b string, p float64) []error {
 	return errs
 }
 
-// Flaky implements Net as namespace mode does (NSNet.Flaky).
+// Flaky implements Net as namespace mode does (netns.NSNet.Flaky).
 func (d *DockerNet) Flaky(p float64) error {
 	if p < 0 || p > 1 {
 		return fmt.Errorf("docker mode: probability %v outside [0, 1]", p)
@@ -456,7 +458,7 @@ func (d *DockerNet) silence(id, op string) error {
 }
 
 // Silence (on) drops every packet into and out of id's container but its
-// loopback, clients' included, without a reset (as NSNet.Silence); off
+// loopback, clients' included, without a reset (as netns.NSNet.Silence); off
 // lifts it. Heal does not touch it.
 func (d *DockerNet) Silence(id string, on bool) error {
 	if !d.known(id) {
@@ -483,7 +485,7 @@ func (d *DockerNet) Describe() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s := fmt.Sprintf("docker mode (image %s, network %s, %s0/24); %s (iptables DROP in the receiver's container namespace)",
-		d.image, d.names.network(), d.prefix, grudgeString(d.grudge))
+		d.image, d.names.network(), d.prefix, netns.GrudgeString(d.grudge))
 	if d.flaky > 0 {
 		s += fmt.Sprintf("; flaky: peer SYNs reset with p=%.2f, other peer packets with p=%.4f", d.flaky, d.flaky/100)
 	}
@@ -506,7 +508,7 @@ func (d *DockerNet) Stats() NetStats {
 			continue
 		}
 		for _, chain := range []string{"LFJ-PART", "LFJ-FLAKY"} {
-			s.addRuleCounters(chain, b, byIP, nsOutput("nsenter", "-t", strconv.Itoa(pid), "-n", iptablesBin, "-L", chain, "-v", "-x", "-n"))
+			s.AddRuleCounters(chain, b, byIP, netns.Output("nsenter", "-t", strconv.Itoa(pid), "-n", netns.IptablesBin, "-L", chain, "-v", "-x", "-n"))
 		}
 	}
 	return s

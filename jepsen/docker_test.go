@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/leasefence/leasefence/internal/netns"
 )
 
 func TestDockerNamesCarryThePidAndNodeID(t *testing.T) {
@@ -102,7 +104,7 @@ func TestCleanupStaleDockerRemovesADeadHarnessLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	stale, live := dockerNames{pid: dead.Process.Pid}, dockerNames{pid: os.Getpid()}
-	if alive(stale.pid) {
+	if netns.Alive(stale.pid) {
 		t.Skipf("pid %d was reused already", stale.pid)
 	}
 	for _, d := range []dockerNames{stale, live} {

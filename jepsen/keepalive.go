@@ -14,6 +14,7 @@ import (
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/client"
 	"github.com/leasefence/leasefence/fence"
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // The keep-alive workload (issue 15 §3, "realistic ttls"): workers that
@@ -119,7 +120,7 @@ func (w *workerState) keepAliveCycle() {
 	}
 	id := lease.ID()
 	hexID := hex.EncodeToString(id[:])
-	start := Now()
+	start := history.Now()
 	tok := fence.TokenOf(lease)
 	safe := func() int64 { return safeUntilNs(lease) }
 	w.write(base+"-w", res, tok, lease.ID().String(), lease.Err, safe)
@@ -130,13 +131,13 @@ func (w *workerState) keepAliveCycle() {
 	if lease.Err() == nil {
 		w.write(base+"-x", res, tok, lease.ID().String(), lease.Err, safe)
 	}
-	held := Now() - start
+	held := history.Now() - start
 	lerr := lease.Err()
 	w.release(base+"-r", res, lease)
-	rec := Record{Kind: Complete, Op: base + "-k", Type: OpKeepAlive, Resource: res, Token: lease.Token(), Value: hexID, Result: OK,
+	rec := history.Record{Kind: history.Complete, Op: base + "-k", Type: OpKeepAlive, Resource: res, Token: lease.Token(), Value: hexID, Result: history.OK,
 		HeldNs: held, IntervalNs: int64(ttl / 3), Renewals: w.ka.renewals(hexID), Streams: int(w.ka.streams.Load() - streams0)}
 	if lerr != nil {
-		rec.Result, rec.Error = Fail, "lease ended while held: "+lerr.Error()
+		rec.Result, rec.Error = history.Fail, "lease ended while held: "+lerr.Error()
 	}
 	w.emit(rec)
 	w.sleep(100*time.Millisecond, 500*time.Millisecond)
@@ -144,17 +145,17 @@ func (w *workerState) keepAliveCycle() {
 
 // acquireTTL is acquire with a ttl of its own.
 func (w *workerState) acquireTTL(op, res string, ttl time.Duration) (*client.Lease, error) {
-	acq := Record{Kind: Invoke, Op: op, Type: OpAcquire, Resource: res, RequestID: RequestIDOf(op)}
+	acq := history.Record{Kind: history.Invoke, Op: op, Type: history.OpAcquire, Resource: res, RequestID: RequestIDOf(op)}
 	w.emit(acq)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	lease, err := w.leases.Acquire(ctx, res, client.WithTTL(ttl), client.WithHolder(w.cfg.ID), client.WithRequestID(acq.RequestID))
 	cancel()
 	done := acq
-	done.Kind, done.TimeNs = Complete, 0
+	done.Kind, done.TimeNs = history.Complete, 0
 	if err != nil {
 		done.Result, done.Error = acquireOutcome(err), acquireError(err)
 	} else {
-		done.Result, done.Token, done.Lease, done.SafeUntilNs = OK, lease.Token(), lease.ID().String(), safeUntilNs(lease)
+		done.Result, done.Token, done.Lease, done.SafeUntilNs = history.OK, lease.Token(), lease.ID().String(), safeUntilNs(lease)
 	}
 	w.emit(done)
 	return lease, err
@@ -166,7 +167,7 @@ func (w *workerState) acquireTTL(op, res string, ttl time.Duration) (*client.Lea
 // keep-alive streams. A lease whose hold overlaps a fault is
 // not checked (a failed renewal is retried sooner, by design), nor one
 // that ended while held.
-func CheckRenewalsBounded(h []Record, faults []Fault) Result {
+func CheckRenewalsBounded(h []history.Record, faults []history.Fault) Result {
 	f := newFinding(NameRenewals)
 	for _, r := range keepAliveHolds(h, faults) {
 		f.r.Checked++
@@ -186,7 +187,7 @@ func CheckRenewalsBounded(h []Record, faults []Fault) Result {
 
 // KeepAliveSummary describes the keep-alive workload's holds without a
 // fault: how many, renewals sent against the ideal, streams opened.
-func KeepAliveSummary(h []Record, faults []Fault) string {
+func KeepAliveSummary(h []history.Record, faults []history.Fault) string {
 	holds := keepAliveHolds(h, faults)
 	if len(holds) == 0 {
 		return "no hold without a fault"
@@ -204,7 +205,7 @@ func KeepAliveSummary(h []Record, faults []Fault) string {
 
 // keepAliveHolds returns the OpKeepAlive records of leases held to their
 // release without a fault overlapping the hold.
-func keepAliveHolds(h []Record, faults []Fault) []Record {
+func keepAliveHolds(h []history.Record, faults []history.Fault) []history.Record {
 	type span struct{ from, to int64 }
 	var spans []span
 	open := map[string]int64{}
@@ -223,9 +224,9 @@ func keepAliveHolds(h []Record, faults []Fault) []Record {
 	for _, s := range open {
 		spans = append(spans, span{s, math.MaxInt64})
 	}
-	var out []Record
+	var out []history.Record
 	for _, r := range h {
-		if r.Type != OpKeepAlive || r.Kind != Complete || r.Result != OK || r.IntervalNs <= 0 {
+		if r.Type != OpKeepAlive || r.Kind != history.Complete || r.Result != history.OK || r.IntervalNs <= 0 {
 			continue
 		}
 		from := r.TimeNs - r.HeldNs

@@ -3,10 +3,12 @@ package jepsen
 import (
 	"testing"
 	"time"
+
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
-func kaHold(end int64, held, interval time.Duration, renewals, streams int) Record {
-	return Record{Kind: Complete, Worker: "k1", Op: "k1-1-k", Type: OpKeepAlive, Resource: KeepAlivePrefix + "0", Result: OK,
+func kaHold(end int64, held, interval time.Duration, renewals, streams int) history.Record {
+	return history.Record{Kind: history.Complete, Worker: "k1", Op: "k1-1-k", Type: OpKeepAlive, Resource: KeepAlivePrefix + "0", Result: history.OK,
 		Value: "00112233", TimeNs: end, HeldNs: int64(held), IntervalNs: int64(interval), Renewals: renewals, Streams: streams}
 }
 
@@ -14,19 +16,19 @@ func TestCheckRenewalsBounded(t *testing.T) {
 	s := int64(time.Second)
 	for _, tc := range []struct {
 		name    string
-		h       []Record
-		faults  []Fault
+		h       []history.Record
+		faults  []history.Fault
 		verdict string
 		anomaly string
 	}{
-		{"ideal", []Record{kaHold(100*s, 30*time.Second, 10*time.Second, 3, 1)}, nil, Valid, ""},
-		{"within the slack", []Record{kaHold(100*s, 10*time.Second, 10*time.Second/3, 4, 1)}, nil, Valid, ""},
-		{"each renewal sent twice", []Record{kaHold(100*s, 10*time.Second, 10*time.Second/3, 6, 1)}, nil, Invalid, AnomalyTooManyRenewals},
-		{"stream reopened", []Record{kaHold(100*s, 10*time.Second, 10*time.Second/3, 3, 4)}, nil, Invalid, AnomalyStreamChurn},
-		{"a fault during the hold excuses it", []Record{kaHold(100*s, 10*time.Second, 10*time.Second/3, 6, 4)},
-			[]Fault{{Phase: "start", Kind: NemKill, Target: "n1", TimeNs: 95 * s}, {Phase: "heal", Kind: NemKill, Target: "n1", TimeNs: 97 * s}}, Unknown, ""},
-		{"a fault outside the hold does not", []Record{kaHold(100*s, 10*time.Second, 10*time.Second/3, 6, 1)},
-			[]Fault{{Phase: "start", Kind: NemKill, Target: "n1", TimeNs: 80 * s}, {Phase: "heal", Kind: NemKill, Target: "n1", TimeNs: 85 * s}}, Invalid, AnomalyTooManyRenewals},
+		{"ideal", []history.Record{kaHold(100*s, 30*time.Second, 10*time.Second, 3, 1)}, nil, Valid, ""},
+		{"within the slack", []history.Record{kaHold(100*s, 10*time.Second, 10*time.Second/3, 4, 1)}, nil, Valid, ""},
+		{"each renewal sent twice", []history.Record{kaHold(100*s, 10*time.Second, 10*time.Second/3, 6, 1)}, nil, Invalid, AnomalyTooManyRenewals},
+		{"stream reopened", []history.Record{kaHold(100*s, 10*time.Second, 10*time.Second/3, 3, 4)}, nil, Invalid, AnomalyStreamChurn},
+		{"a fault during the hold excuses it", []history.Record{kaHold(100*s, 10*time.Second, 10*time.Second/3, 6, 4)},
+			[]history.Fault{{Phase: "start", Kind: NemKill, Target: "n1", TimeNs: 95 * s}, {Phase: "heal", Kind: NemKill, Target: "n1", TimeNs: 97 * s}}, history.Unknown, ""},
+		{"a fault outside the hold does not", []history.Record{kaHold(100*s, 10*time.Second, 10*time.Second/3, 6, 1)},
+			[]history.Fault{{Phase: "start", Kind: NemKill, Target: "n1", TimeNs: 80 * s}, {Phase: "heal", Kind: NemKill, Target: "n1", TimeNs: 85 * s}}, Invalid, AnomalyTooManyRenewals},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := CheckRenewalsBounded(tc.h, tc.faults)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // NameLinearizable is the porcupine checker (property 6).
@@ -58,14 +60,14 @@ func LeaseModel() porcupine.Model {
 			// two leases (a holder of the first must not act on the second).
 			holds := !free && s.holder == i.lease && (i.token == 0 || i.token == s.counter)
 			switch i.kind {
-			case OpAcquire:
+			case history.OpAcquire:
 				switch {
-				case o.result == OK:
+				case o.result == history.OK:
 					if free && o.token == s.counter+1 {
 						return []interface{}{linState{o.lease, o.token}}
 					}
 					return nil
-				case o.result == Fail && o.held:
+				case o.result == history.Fail && o.held:
 					if !free {
 						return []interface{}{s}
 					}
@@ -76,40 +78,40 @@ func LeaseModel() porcupine.Model {
 					}
 					return []interface{}{s}
 				}
-			case OpRenew: // expiry is out of the model: renewal changes nothing
+			case history.OpRenew: // expiry is out of the model: renewal changes nothing
 				switch o.result {
-				case OK:
+				case history.OK:
 					if holds {
 						return []interface{}{s}
 					}
 					return nil
-				case Fail: // NotFound
+				case history.Fail: // NotFound
 					if !holds {
 						return []interface{}{s}
 					}
 					return nil
 				}
 				return []interface{}{s}
-			case OpRelease:
+			case history.OpRelease:
 				switch {
-				case o.result == OK && o.released == Released:
+				case o.result == history.OK && o.released == Released:
 					if holds {
 						return []interface{}{linState{"", s.counter}}
 					}
 					return nil
-				case o.result == OK && o.released == NotReleased:
+				case o.result == history.OK && o.released == NotReleased:
 					if !holds {
 						return []interface{}{s}
 					}
 					return nil
 				case !holds:
 					return []interface{}{s}
-				case o.result == OK:
+				case o.result == history.OK:
 					return []interface{}{linState{"", s.counter}}
 				}
 				return []interface{}{s, linState{"", s.counter}}
-			case OpRead:
-				if o.result != OK {
+			case history.OpRead:
+				if o.result != history.OK {
 					return []interface{}{s}
 				}
 				if o.token != s.counter {
@@ -128,23 +130,23 @@ func LeaseModel() porcupine.Model {
 		DescribeOperation: func(in, out interface{}) string {
 			i, o := in.(linInput), out.(linOutput)
 			switch i.kind {
-			case OpAcquire:
-				if o.result == OK {
+			case history.OpAcquire:
+				if o.result == history.OK {
 					return fmt.Sprintf("acquire → token %d lease %s", o.token, short(o.lease))
 				}
 				if o.held {
 					return "acquire → held"
 				}
 				return "acquire → " + o.result
-			case OpRelease:
+			case history.OpRelease:
 				if o.released != "" {
 					return fmt.Sprintf("release %s (token %d) → %s", short(i.lease), i.token, o.released)
 				}
 				return fmt.Sprintf("release %s (token %d) → %s", short(i.lease), i.token, o.result)
-			case OpRenew:
+			case history.OpRenew:
 				return fmt.Sprintf("renew %s → %s", short(i.lease), o.result)
 			}
-			if o.result != OK {
+			if o.result != history.OK {
 				return "read → " + o.result
 			}
 			return fmt.Sprintf("read → holder %q, scope token %d", short(o.lease), o.token)
@@ -173,37 +175,37 @@ type linMeta struct{ resource, worker, op string }
 // its effect, if any, may land at any time after its call. An acquire
 // resolved from the Raft logs (ResolvedFrom) keeps its known outcome but
 // never returns either; one resolved as not applied is left out.
-func LinOperations(h []Record) map[string][]porcupine.Operation {
-	inv := map[string]Record{}
+func LinOperations(h []history.Record) map[string][]porcupine.Operation {
+	inv := map[string]history.Record{}
 	clients := map[string]int{}
 	out := map[string][]porcupine.Operation{}
 	add := func(res string, op porcupine.Operation) { out[res] = append(out[res], op) }
 	for _, r := range h {
-		if !strings.HasPrefix(r.Resource, LinPrefix) || r.Worker == "" || r.Type == OpEvent {
+		if !strings.HasPrefix(r.Resource, LinPrefix) || r.Worker == "" || r.Type == history.OpEvent {
 			continue
 		}
 		if _, ok := clients[r.Worker]; !ok {
 			clients[r.Worker] = len(clients)
 		}
 		switch r.Kind {
-		case Invoke:
+		case history.Invoke:
 			inv[r.Op] = r
-		case Complete:
+		case history.Complete:
 			i, ok := inv[r.Op]
 			if !ok {
 				continue
 			}
 			delete(inv, r.Op)
-			if r.ResolvedFrom != "" && r.Type == OpAcquire && r.Result == Fail {
+			if r.ResolvedFrom != "" && r.Type == history.OpAcquire && r.Result == history.Fail {
 				continue // known not applied: no effect, nothing observed
 			}
 			in := linInput{kind: r.Type, op: r.Op, lease: i.Lease, token: i.Token}
 			o := linOutput{result: r.Result, held: strings.HasPrefix(r.Error, HeldPrefix), token: r.Token, lease: r.Lease}
-			if r.Type == OpRelease {
+			if r.Type == history.OpRelease {
 				o.released = r.Value
 			}
 			ret := r.TimeNs
-			if r.Result == Unknown || r.ResolvedFrom != "" || (r.Type == OpAcquire && r.Result == Fail && !o.held) {
+			if r.Result == history.Unknown || r.ResolvedFrom != "" || (r.Type == history.OpAcquire && r.Result == history.Fail && !o.held) {
 				ret = math.MaxInt64
 			}
 			add(r.Resource, porcupine.Operation{ClientId: clients[r.Worker], Input: in, Call: i.TimeNs, Output: o, Return: ret,
@@ -213,7 +215,7 @@ func LinOperations(h []Record) map[string][]porcupine.Operation {
 	// Invoked, never completed (the worker was stopped): unknown.
 	for _, i := range inv {
 		add(i.Resource, porcupine.Operation{ClientId: clients[i.Worker], Input: linInput{kind: i.Type, op: i.Op, lease: i.Lease, token: i.Token},
-			Call: i.TimeNs, Output: linOutput{result: Unknown}, Return: math.MaxInt64, Metadata: linMeta{i.Resource, i.Worker, i.Op}})
+			Call: i.TimeNs, Output: linOutput{result: history.Unknown}, Return: math.MaxInt64, Metadata: linMeta{i.Resource, i.Worker, i.Op}})
 	}
 	return out
 }
@@ -221,7 +223,7 @@ func LinOperations(h []Record) map[string][]porcupine.Operation {
 // CheckLinearizable is property 6: per resource of the linearizability
 // workload, the history of acquires, releases and reads is linearizable
 // against LeaseModel. A check that times out is unknown.
-func CheckLinearizable(h []Record, timeout time.Duration) Result {
+func CheckLinearizable(h []history.Record, timeout time.Duration) Result {
 	f := newFinding(NameLinearizable)
 	parts := LinOperations(h)
 	res := make([]string, 0, len(parts))
@@ -282,7 +284,7 @@ const LinearizabilityFile = "linearizability.html"
 // verdict of the checker stays CheckLinearizable's (per resource, each
 // with its own timeout); this exists for the visualization, and costs a
 // second check. The model it returns is the one to visualize with.
-func LinearizabilityInfo(h []Record, timeout time.Duration) (porcupine.Model, porcupine.CheckResult, porcupine.LinearizationInfo) {
+func LinearizabilityInfo(h []history.Record, timeout time.Duration) (porcupine.Model, porcupine.CheckResult, porcupine.LinearizationInfo) {
 	parts := LinOperations(h)
 	res := make([]string, 0, len(parts))
 	for r := range parts {
@@ -317,7 +319,7 @@ func LinearizabilityInfo(h []Record, timeout time.Duration) (porcupine.Model, po
 // annotations, one row per nemesis kind, each interval from start to heal
 // (to the end of the history when never healed), its target and what was
 // observed in the tooltip.
-func FaultAnnotations(faults []Fault, end int64) []porcupine.Annotation {
+func FaultAnnotations(faults []history.Fault, end int64) []porcupine.Annotation {
 	var out []porcupine.Annotation
 	for _, f := range faultSpans(faults, end) {
 		c := faultColor(f.kind)
@@ -342,7 +344,7 @@ func FaultAnnotations(faults []Fault, end int64) []porcupine.Annotation {
 // linearizability workload of h (LinearizabilityInfo) to path, with the
 // faults as annotations. It returns porcupine's result; a history without
 // that workload writes nothing and returns ("", nil).
-func WriteLinearizability(path string, h []Record, faults []Fault, timeout time.Duration) (porcupine.CheckResult, error) {
+func WriteLinearizability(path string, h []history.Record, faults []history.Fault, timeout time.Duration) (porcupine.CheckResult, error) {
 	if len(LinOperations(h)) == 0 {
 		return "", nil
 	}

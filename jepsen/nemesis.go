@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasefence/leasefence/fence/fencekv"
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // Nemesis kinds (--nemesis takes a comma-separated list of these).
@@ -91,10 +92,10 @@ type nemesis struct {
 	workers []*workerProc
 	kv      *fencekv.Client
 	ttl     time.Duration
-	log     *Writer
+	log     *history.Writer
 	// hist is the run's history, where the restore probe records its
 	// operations (nil: no restore probe).
-	hist *Writer
+	hist *history.Writer
 	// onRestore is called once a cluster restored from a backup serves
 	// (the watcher starts afresh on it).
 	onRestore func()
@@ -106,9 +107,9 @@ type nemesis struct {
 }
 
 // faultRecorder is where faults are recorded.
-func (n *nemesis) record(f Fault) {
+func (n *nemesis) record(f history.Fault) {
 	if f.TimeNs == 0 {
-		f.TimeNs = Now()
+		f.TimeNs = history.Now()
 	}
 	_ = n.log.Write(f)
 	n.mu.Lock()
@@ -212,20 +213,20 @@ func (n *nemesis) kill(ctx context.Context, kind string, hold time.Duration) {
 	id, isLeader := n.target(ctx, kind)
 	n.progress(fmt.Sprintf("nemesis: kill -9 %s%s", id, leaderMark(isLeader)))
 	err := n.nodes.Kill9(id)
-	n.record(Fault{Phase: "start", Kind: kind, Target: id, Leader: isLeader, Detail: errString(err, "SIGKILL")})
+	n.record(history.Fault{Phase: "start", Kind: kind, Target: id, Leader: isLeader, Detail: errString(err, "SIGKILL")})
 	sleepCtx(context.WithoutCancel(ctx), hold) // always heal
 	rerr := n.nodes.Restart(id)
-	n.record(Fault{Phase: "heal", Kind: kind, Target: id, Effective: err == nil, Detail: errString(rerr, "restarted from its data dir")})
+	n.record(history.Fault{Phase: "heal", Kind: kind, Target: id, Effective: err == nil, Detail: errString(rerr, "restarted from its data dir")})
 }
 
 func (n *nemesis) pause(ctx context.Context, kind string, hold time.Duration) {
 	id, isLeader := n.target(ctx, kind)
 	n.progress(fmt.Sprintf("nemesis: SIGSTOP %s%s", id, leaderMark(isLeader)))
 	stopped, err := n.nodes.Pause(id)
-	n.record(Fault{Phase: "start", Kind: kind, Target: id, Leader: isLeader, Detail: errString(err, fmt.Sprintf("SIGSTOP, seen stopped: %v", stopped))})
+	n.record(history.Fault{Phase: "start", Kind: kind, Target: id, Leader: isLeader, Detail: errString(err, fmt.Sprintf("SIGSTOP, seen stopped: %v", stopped))})
 	sleepCtx(context.WithoutCancel(ctx), hold)
 	rerr := n.nodes.Resume(id)
-	n.record(Fault{Phase: "heal", Kind: kind, Target: id, Effective: stopped, Detail: errString(rerr, "SIGCONT")})
+	n.record(history.Fault{Phase: "heal", Kind: kind, Target: id, Effective: stopped, Detail: errString(rerr, "SIGCONT")})
 }
 
 func leaderMark(leader bool) string {
@@ -281,15 +282,15 @@ func (n *nemesis) clientPause(ctx context.Context, kind string) bool {
 	select {
 	case note = <-w.paused:
 	case <-time.After(10 * time.Second):
-		n.record(Fault{Phase: "start", Kind: kind, Target: w.id, Detail: "worker did not reach a " + where + " within 10s"})
-		n.record(Fault{Phase: "heal", Kind: kind, Target: w.id, Detail: "never paused"})
+		n.record(history.Fault{Phase: "start", Kind: kind, Target: w.id, Detail: "worker did not reach a " + where + " within 10s"})
+		n.record(history.Fault{Phase: "heal", Kind: kind, Target: w.id, Detail: "never paused"})
 		return false
 	case <-ctx.Done():
 		return false
 	}
 	stopped := w.proc.WaitStopped(5 * time.Second)
 	n.progress(fmt.Sprintf("nemesis: %s frozen at its %s with token %d on %s", w.id, where, note.Token, note.Resource))
-	n.record(Fault{Phase: "start", Kind: kind, Target: w.id,
+	n.record(history.Fault{Phase: "start", Kind: kind, Target: w.id,
 		Detail: fmt.Sprintf("SIGSTOP at %s %s on %s with token %d, seen stopped: %v", where, note.Op, note.Resource, note.Token, stopped)})
 	// A worker stopped before its write resumes once the newer holder's
 	// write has landed (its stale write comes after it); one stopped at an
@@ -318,7 +319,7 @@ func (n *nemesis) clientPause(ctx context.Context, kind string) bool {
 	if highest == 0 {
 		detail = "SIGCONT; no newer token was accepted within 8 ttl"
 	}
-	n.record(Fault{Phase: "heal", Kind: kind, Target: w.id, Effective: stopped && highest > note.Token, Detail: errString(err, detail)})
+	n.record(history.Fault{Phase: "heal", Kind: kind, Target: w.id, Effective: stopped && highest > note.Token, Detail: errString(err, detail)})
 	return stopped && highest > note.Token
 }
 
@@ -346,13 +347,13 @@ func sortedKeys(m map[string]int) []string {
 }
 
 // ReadFaults reads a nemesis.jsonl.
-func ReadFaults(b []byte) ([]Fault, error) {
-	var out []Fault
+func ReadFaults(b []byte) ([]history.Fault, error) {
+	var out []history.Fault
 	for i, l := range strings.Split(string(b), "\n") {
 		if strings.TrimSpace(l) == "" {
 			continue
 		}
-		var f Fault
+		var f history.Fault
 		if err := json.Unmarshal([]byte(l), &f); err != nil {
 			return out, fmt.Errorf("nemesis line %d: %w", i+1, err)
 		}

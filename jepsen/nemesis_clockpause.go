@@ -3,6 +3,8 @@ package jepsen
 import (
 	"context"
 	"fmt"
+
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // NemClockRateClientPause is a combined fault (issue 15 §5): the leader's
@@ -25,8 +27,8 @@ func (n *nemesis) clockRateClientPause(ctx context.Context) {
 		detail += fmt.Sprintf("; the rate was not seen in Status: %v", err)
 	}
 	n.progress(fmt.Sprintf("nemesis: clock rate %g× on %s%s during a client pause", rate, id, leaderMark(isLeader)))
-	n.record(Fault{Phase: "start", Kind: NemClockRateClientPause, Target: id, Leader: isLeader, Detail: detail})
+	n.record(history.Fault{Phase: "start", Kind: NemClockRateClientPause, Target: id, Leader: isLeader, Detail: detail})
 	paused := n.clientPause(ctx, NemClientPause)
-	n.record(Fault{Phase: "heal", Kind: NemClockRateClientPause, Target: id, Effective: ok && isLeader && paused,
+	n.record(history.Fault{Phase: "heal", Kind: NemClockRateClientPause, Target: id, Effective: ok && isLeader && paused,
 		Detail: fmt.Sprintf("client pause effective: %v; %s", paused, n.healClocks(ctx, []string{id}))})
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // Combined and minority faults (issue "the harness sees what it missed",
@@ -55,7 +57,7 @@ func (n *nemesis) killMinority(ctx context.Context, hold time.Duration) {
 		}
 	}
 	n.progress(fmt.Sprintf("nemesis: kill -9 %s at once (a minority of %d)", strings.Join(victims, ","), len(ids)))
-	n.record(Fault{Phase: "start", Kind: NemKillMinority, Target: strings.Join(victims, ","), Leader: contains(victims, leader),
+	n.record(history.Fault{Phase: "start", Kind: NemKillMinority, Target: strings.Join(victims, ","), Leader: contains(victims, leader),
 		Detail: errString(joinErrs(errs), fmt.Sprintf("SIGKILL %d of %d nodes; leader was %s", len(victims), len(ids), orNone(leader)))})
 	if hold < 2*time.Second {
 		hold = 2 * time.Second // long enough for an election among the survivors
@@ -74,7 +76,7 @@ func (n *nemesis) killMinority(ctx context.Context, hold time.Duration) {
 			rerrs = append(rerrs, id+": "+err.Error())
 		}
 	}
-	n.record(Fault{Phase: "heal", Kind: NemKillMinority, Target: strings.Join(victims, ","),
+	n.record(history.Fault{Phase: "heal", Kind: NemKillMinority, Target: strings.Join(victims, ","),
 		Effective: len(errs) == 0 && len(victims) == k && nl != "",
 		Detail:    errString(joinErrs(rerrs), fmt.Sprintf("restarted from their data dirs; leader among the survivors meanwhile: %s", orNone(nl)))})
 }
@@ -96,7 +98,7 @@ func (n *nemesis) rollingRestart(ctx context.Context) {
 		order = append(order, leader)
 	}
 	n.progress("nemesis: rolling restart " + strings.Join(order, ","))
-	n.record(Fault{Phase: "start", Kind: NemRollingRestart, Target: strings.Join(order, ","), Leader: leader != "",
+	n.record(history.Fault{Phase: "start", Kind: NemRollingRestart, Target: strings.Join(order, ","), Leader: leader != "",
 		Detail: fmt.Sprintf("SIGTERM, restart and catch up, one node at a time, leader %s last", orNone(leader))})
 	c, isCluster := n.nodes.(*Cluster)
 	var done, problems []string
@@ -117,7 +119,7 @@ func (n *nemesis) rollingRestart(ctx context.Context) {
 		}
 		done = append(done, id)
 	}
-	n.record(Fault{Phase: "heal", Kind: NemRollingRestart, Target: strings.Join(order, ","),
+	n.record(history.Fault{Phase: "heal", Kind: NemRollingRestart, Target: strings.Join(order, ","),
 		Effective: len(done) == len(order),
 		Detail:    fmt.Sprintf("restarted and caught up: %s; problems: %s", orNone(strings.Join(done, ",")), orNone(strings.Join(problems, "; ")))})
 }
@@ -155,8 +157,8 @@ func (n *nemesis) caughtUp(ctx context.Context, id string, within time.Duration)
 // granted anything in conflict with what the minority's clients saw.
 func (n *nemesis) partitionKill(ctx context.Context, hold time.Duration) {
 	if n.net == nil {
-		n.record(Fault{Phase: "start", Kind: NemPartitionKill, Detail: "error: the cluster has no Net (started without a net mode)"})
-		n.record(Fault{Phase: "heal", Kind: NemPartitionKill, Detail: "nothing injected"})
+		n.record(history.Fault{Phase: "start", Kind: NemPartitionKill, Detail: "error: the cluster has no Net (started without a net mode)"})
+		n.record(history.Fault{Phase: "heal", Kind: NemPartitionKill, Detail: "nothing injected"})
 		return
 	}
 	bg := context.WithoutCancel(ctx)
@@ -171,7 +173,7 @@ func (n *nemesis) partitionKill(ctx context.Context, hold time.Duration) {
 		victim = majority[n.rng.IntN(len(majority))]
 	}
 	kerr := n.nodes.Kill9(victim)
-	n.record(Fault{Phase: "start", Kind: NemPartitionKill, Target: victim, Leader: victim == leader,
+	n.record(history.Fault{Phase: "start", Kind: NemPartitionKill, Target: victim, Leader: victim == leader,
 		Detail: errString(joinErrs(errList(err, kerr)), fmt.Sprintf("%s; leader %s at term %d; then SIGKILL %s of the majority %s",
 			desc, orNone(leader), term, victim, strings.Join(majority, ",")))})
 	if hold < 2*time.Second {
@@ -181,7 +183,7 @@ func (n *nemesis) partitionKill(ctx context.Context, hold time.Duration) {
 	st := n.net.Stats()
 	rerr := n.nodes.Restart(victim)
 	herr := n.net.Heal()
-	n.record(Fault{Phase: "heal", Kind: NemPartitionKill, Target: victim,
+	n.record(history.Fault{Phase: "heal", Kind: NemPartitionKill, Target: victim,
 		Effective: err == nil && kerr == nil && st.HeldTotal() > 0,
 		Detail:    errString(joinErrs(errList(rerr, herr)), fmt.Sprintf("restarted %s, healed; traffic held back %d", victim, st.HeldTotal()))})
 }

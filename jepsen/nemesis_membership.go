@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // NemMemberUnreachable asks the leader (ClusterService.Join, what
@@ -47,26 +48,6 @@ const (
 	AddError   = "error"   // anything else: no decision seen (no leader, timeout, ...)
 )
 
-// MemberAdd is one add NemMemberUnreachable asked for.
-type MemberAdd struct {
-	ID     string `json:"id"`
-	Addr   string `json:"addr"`
-	Answer string `json:"answer"`
-	Error  string `json:"error,omitempty"`
-	TookNs int64  `json:"took_ns"`
-}
-
-// MembershipOutcome is what NemMemberUnreachable saw (on its heal record).
-type MembershipOutcome struct {
-	Adds []MemberAdd `json:"adds"`
-	// Voters lists "node: id at addr" for every unreachable member a node
-	// listed as a voter, during the hold or after the heal.
-	Voters []string `json:"voters,omitempty"`
-	// Left lists "node: id at addr" for every unreachable member a node
-	// still listed (voter or not) once the heal was over.
-	Left []string `json:"left,omitempty"`
-}
-
 // memberAddTimeout bounds one Join call of the nemesis: the leader's probe
 // of the new member takes up to 2 s (cluster.joinProbeTimeout).
 const memberAddTimeout = 10 * time.Second
@@ -93,8 +74,8 @@ func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 		if err != nil {
 			why = err.Error()
 		}
-		n.record(Fault{Phase: "start", Kind: NemMemberUnreachable, Detail: "error: " + why})
-		n.record(Fault{Phase: "heal", Kind: NemMemberUnreachable, Detail: "nothing done"})
+		n.record(history.Fault{Phase: "start", Kind: NemMemberUnreachable, Detail: "error: " + why})
+		n.record(history.Fault{Phase: "heal", Kind: NemMemberUnreachable, Detail: "nothing done"})
 		return
 	}
 	n.mu.Lock()
@@ -106,16 +87,16 @@ func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 	}
 	n.progress(fmt.Sprintf("nemesis: %s: ask %s (the leader) to add %s at %s, where nothing listens",
 		NemMemberUnreachable, leader, voters, strings.Join(addrs, ",")))
-	n.record(Fault{Phase: "start", Kind: NemMemberUnreachable, Target: leader, Leader: true,
+	n.record(history.Fault{Phase: "start", Kind: NemMemberUnreachable, Target: leader, Leader: true,
 		Detail: fmt.Sprintf("adding %s at %s (nothing listens there), one after another", voters, strings.Join(addrs, ","))})
-	out := &MembershipOutcome{}
+	out := &history.MembershipOutcome{}
 	unreachable := map[string]string{} // addr -> id
 	for i, addr := range addrs {
 		id := fmt.Sprintf("u%d-%d", seq, i+1)
 		unreachable[addr] = id
 		t := time.Now()
 		err := cl.join(bg, id, addr)
-		a := MemberAdd{ID: id, Addr: addr, Answer: joinAnswer(err), TookNs: int64(time.Since(t))}
+		a := history.MemberAdd{ID: id, Addr: addr, Answer: joinAnswer(err), TookNs: int64(time.Since(t))}
 		if err != nil {
 			a.Error = err.Error()
 		}
@@ -166,7 +147,7 @@ func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 	if len(herrs) > 0 {
 		detail += "; heal errors: " + strings.Join(herrs, "; ")
 	}
-	n.record(Fault{Phase: "heal", Kind: NemMemberUnreachable, Target: leader, Effective: answered == k, Membership: out, Detail: detail})
+	n.record(history.Fault{Phase: "heal", Kind: NemMemberUnreachable, Target: leader, Effective: answered == k, Membership: out, Detail: detail})
 }
 
 // joinAnswer classifies a Join's outcome.
@@ -240,7 +221,7 @@ func (c *Cluster) removeBounded(ctx context.Context, id string) error {
 // unavailability, as unavailability-bounded computes them, that overlap
 // such a fault and no fault of another kind; no node is hit by it, so
 // every prober is judged).
-func CheckMembershipKeepsQuorum(samples []ProbeSample, faults []Fault, bound time.Duration) Result {
+func CheckMembershipKeepsQuorum(samples []ProbeSample, faults []history.Fault, bound time.Duration) Result {
 	f := newFinding(NameMembershipQuorum)
 	for _, x := range faults {
 		if x.Kind != NemMemberUnreachable || x.Phase != "heal" || x.Membership == nil {

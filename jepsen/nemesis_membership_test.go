@@ -5,21 +5,23 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // memberFault is a member-unreachable fault from 10 s to 16 s whose adds
 // were answered as given.
-func memberFault(out MembershipOutcome) []Fault {
-	return []Fault{
+func memberFault(out history.MembershipOutcome) []history.Fault {
+	return []history.Fault{
 		{Phase: "start", Kind: NemMemberUnreachable, Target: "n1", Leader: true, TimeNs: 10 * sec},
 		{Phase: "heal", Kind: NemMemberUnreachable, Target: "n1", TimeNs: 16 * sec, Effective: true, Membership: &out},
 	}
 }
 
-func refusedAdds(n int) []MemberAdd {
-	var out []MemberAdd
+func refusedAdds(n int) []history.MemberAdd {
+	var out []history.MemberAdd
 	for i := 0; i < n; i++ {
-		out = append(out, MemberAdd{ID: "u1-" + string(rune('1'+i)), Addr: "127.0.0.1:4000" + string(rune('1'+i)), Answer: AddRefused, TookNs: 2 * sec})
+		out = append(out, history.MemberAdd{ID: "u1-" + string(rune('1'+i)), Addr: "127.0.0.1:4000" + string(rune('1'+i)), Answer: AddRefused, TookNs: 2 * sec})
 	}
 	return out
 }
@@ -40,29 +42,29 @@ func TestCheckMembershipKeepsQuorum(t *testing.T) {
 	cases := []struct {
 		name    string
 		samples []ProbeSample
-		faults  []Fault
+		faults  []history.Fault
 		want    string
 		anomaly string
 	}{
-		{"every add refused, the cluster serves", allProbes(), memberFault(MembershipOutcome{Adds: refusedAdds(3)}), Valid, ""},
-		{"a short hiccup is within the bound", allProbes([2]int64{11 * sec, 12 * sec}), memberFault(MembershipOutcome{Adds: refusedAdds(2)}), Valid, ""},
-		{"an unreachable voter added", allProbes(), memberFault(MembershipOutcome{Adds: added}), Invalid, AnomalyUnreachableVoter},
-		{"a node lists an unreachable voter (the add's answer was lost)", allProbes(), memberFault(MembershipOutcome{
-			Adds:   []MemberAdd{{ID: "u1-1", Addr: "127.0.0.1:40001", Answer: AddError, Error: "deadline exceeded"}, refusedAdds(1)[0]},
+		{"every add refused, the cluster serves", allProbes(), memberFault(history.MembershipOutcome{Adds: refusedAdds(3)}), Valid, ""},
+		{"a short hiccup is within the bound", allProbes([2]int64{11 * sec, 12 * sec}), memberFault(history.MembershipOutcome{Adds: refusedAdds(2)}), Valid, ""},
+		{"an unreachable voter added", allProbes(), memberFault(history.MembershipOutcome{Adds: added}), Invalid, AnomalyUnreachableVoter},
+		{"a node lists an unreachable voter (the add's answer was lost)", allProbes(), memberFault(history.MembershipOutcome{
+			Adds:   []history.MemberAdd{{ID: "u1-1", Addr: "127.0.0.1:40001", Answer: AddError, Error: "deadline exceeded"}, refusedAdds(1)[0]},
 			Voters: []string{"n2: u1-1 at 127.0.0.1:40001"}}), Invalid, AnomalyUnreachableVoter},
-		{"an unreachable member left after the heal", allProbes(), memberFault(MembershipOutcome{Adds: refusedAdds(1),
+		{"an unreachable member left after the heal", allProbes(), memberFault(history.MembershipOutcome{Adds: refusedAdds(1),
 			Left: []string{"n3: u1-1 at 127.0.0.1:40001"}}), Invalid, AnomalyUnreachableKept},
 		{"quorum lost: no caller served from the third add on", allProbes([2]int64{14 * sec, 30 * sec}),
-			memberFault(MembershipOutcome{Adds: refusedAdds(3)}), Invalid, AnomalyUnavailableMemberChange},
+			memberFault(history.MembershipOutcome{Adds: refusedAdds(3)}), Invalid, AnomalyUnavailableMemberChange},
 		{"unavailability after the heal counts too", allProbes([2]int64{17 * sec, 21 * sec}),
-			memberFault(MembershipOutcome{Adds: refusedAdds(1)}), Invalid, AnomalyUnavailableMemberChange},
+			memberFault(history.MembershipOutcome{Adds: refusedAdds(1)}), Invalid, AnomalyUnavailableMemberChange},
 		{"a window that overlaps another fault is not judged", allProbes([2]int64{14 * sec, 21 * sec}),
-			append(memberFault(MembershipOutcome{Adds: refusedAdds(1)}),
-				Fault{Phase: "start", Kind: NemPartitionHalves, Target: "n2", TimeNs: 18 * sec},
-				Fault{Phase: "heal", Kind: NemPartitionHalves, Target: "n2", TimeNs: 20 * sec}), Valid, ""},
-		{"no fault: nothing checked", allProbes(), nil, Unknown, ""},
-		{"no add answered and no window: nothing checked", allProbes(), memberFault(MembershipOutcome{
-			Adds: []MemberAdd{{ID: "u1-1", Addr: "127.0.0.1:40001", Answer: AddError, Error: "no leader"}}}), Unknown, ""},
+			append(memberFault(history.MembershipOutcome{Adds: refusedAdds(1)}),
+				history.Fault{Phase: "start", Kind: NemPartitionHalves, Target: "n2", TimeNs: 18 * sec},
+				history.Fault{Phase: "heal", Kind: NemPartitionHalves, Target: "n2", TimeNs: 20 * sec}), Valid, ""},
+		{"no fault: nothing checked", allProbes(), nil, history.Unknown, ""},
+		{"no add answered and no window: nothing checked", allProbes(), memberFault(history.MembershipOutcome{
+			Adds: []history.MemberAdd{{ID: "u1-1", Addr: "127.0.0.1:40001", Answer: AddError, Error: "no leader"}}}), history.Unknown, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

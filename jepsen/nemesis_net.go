@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // Network nemesis kinds, realised through the cluster's Net (proxy or
@@ -233,8 +234,8 @@ func (n *nemesis) grudge(kind, leader string, ids []string) (map[string][]string
 // (timeouts of 500 ms) can be seen.
 func (n *nemesis) netFault(ctx context.Context, kind string, hold time.Duration) {
 	if n.net == nil {
-		n.record(Fault{Phase: "start", Kind: kind, Detail: "error: the cluster has no Net (started without a net mode)"})
-		n.record(Fault{Phase: "heal", Kind: kind, Detail: "nothing injected"})
+		n.record(history.Fault{Phase: "start", Kind: kind, Detail: "error: the cluster has no Net (started without a net mode)"})
+		n.record(history.Fault{Phase: "heal", Kind: kind, Detail: "nothing injected"})
 		return
 	}
 	bg := context.WithoutCancel(ctx) // always heal
@@ -267,7 +268,7 @@ func (n *nemesis) netFault(ctx context.Context, kind string, hold time.Duration)
 		}
 	}
 	n.progress(fmt.Sprintf("nemesis: %s: %s", kind, desc))
-	n.record(Fault{Phase: "start", Kind: kind, Target: target, Leader: target != "" && target == leader,
+	n.record(history.Fault{Phase: "start", Kind: kind, Target: target, Leader: target != "" && target == leader,
 		Detail: errString(err, fmt.Sprintf("%s; leader %s at term %d; %s", desc, orNone(leader), term, n.net.Describe()))})
 	obs := n.observe(bg, hold)
 	st := n.net.Stats()
@@ -311,7 +312,7 @@ func (n *nemesis) netFault(ctx context.Context, kind string, hold time.Duration)
 	if herr != nil {
 		seen = append(seen, "heal error: "+herr.Error())
 	}
-	n.record(Fault{Phase: "heal", Kind: kind, Target: target, Effective: effective, Detail: strings.Join(seen, "; ")})
+	n.record(history.Fault{Phase: "heal", Kind: kind, Target: target, Effective: effective, Detail: strings.Join(seen, "; ")})
 }
 
 func (n *nemesis) waitLeader(ctx context.Context, d time.Duration) string {

@@ -14,6 +14,7 @@ import (
 	"github.com/leasefence/leasefence/client"
 	"github.com/leasefence/leasefence/fence"
 	"github.com/leasefence/leasefence/fence/fencekv"
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // NemRestore is disaster recovery mid-run (issue 15 §1): take a backup
@@ -77,8 +78,8 @@ func (n *nemesis) restore(ctx context.Context, mismatch bool) {
 	}
 	cl, ok := n.nodes.(*Cluster)
 	if !ok || n.hist == nil {
-		n.record(Fault{Phase: "start", Kind: kind, Detail: "no cluster of processes or no history to probe into"})
-		n.record(Fault{Phase: "heal", Kind: kind, Detail: "nothing done"})
+		n.record(history.Fault{Phase: "start", Kind: kind, Detail: "no cluster of processes or no history to probe into"})
+		n.record(history.Fault{Phase: "heal", Kind: kind, Detail: "nothing done"})
 		return
 	}
 	n.mu.Lock()
@@ -108,10 +109,10 @@ func (n *nemesis) restore(ctx context.Context, mismatch bool) {
 		sleepCtx(ctx, 2*time.Second)
 	}
 	n.progress(fmt.Sprintf("nemesis: restore %d: lose every node, restore from the backup", k))
-	n.record(Fault{Phase: "start", Kind: kind, Target: "all",
+	n.record(history.Fault{Phase: "start", Kind: kind, Target: "all",
 		Detail: errString(berr, fmt.Sprintf("backup at index %d; before the loss: %s; SIGKILL every node", index, strings.Join(pre, ", ")))})
 	if berr != nil {
-		n.record(Fault{Phase: "heal", Kind: kind, Target: "all", Detail: "no backup, nothing lost"})
+		n.record(history.Fault{Phase: "heal", Kind: kind, Target: "all", Detail: "no backup, nothing lost"})
 		return
 	}
 	lost := filepath.Join(cl.dir, fmt.Sprintf("lost-%d", k))
@@ -129,7 +130,7 @@ func (n *nemesis) restore(ctx context.Context, mismatch bool) {
 	}
 	// The heal is when the new cluster serves: CheckRestore holds every
 	// acquire invoked after it, the probe's below included, to the loss.
-	n.record(Fault{Phase: "heal", Kind: kind, Target: "all", Effective: rerr == nil,
+	n.record(history.Fault{Phase: "heal", Kind: kind, Target: "all", Effective: rerr == nil,
 		Detail: errString(rerr, healed)})
 	if rerr != nil {
 		return
@@ -155,20 +156,20 @@ func (n *nemesis) probe(ctx context.Context, cl *Cluster, tag, scope string) str
 		return scope + ": " + err.Error()
 	}
 	defer c.Close()
-	inv := Record{Kind: Invoke, Worker: "restore", Op: op, Type: OpAcquire, Resource: scope, RequestID: RequestIDOf(op), TimeNs: Now()}
+	inv := history.Record{Kind: history.Invoke, Worker: "restore", Op: op, Type: history.OpAcquire, Resource: scope, RequestID: RequestIDOf(op), TimeNs: history.Now()}
 	_ = n.hist.Write(inv)
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	l, err := c.Acquire(actx, scope, client.WithTTL(n.ttl), client.WithHolder("restore"), client.WithRequestID(RequestIDOf(op)))
 	cancel()
 	done := inv
-	done.Kind, done.TimeNs = Complete, Now()
+	done.Kind, done.TimeNs = history.Complete, history.Now()
 	switch {
 	case err == nil:
-		done.Result, done.Token, done.Lease = OK, l.Token(), l.ID().String()
+		done.Result, done.Token, done.Lease = history.OK, l.Token(), l.ID().String()
 	case errors.Is(err, client.ErrHeld):
-		done.Result, done.Error = Fail, acquireError(err)
+		done.Result, done.Error = history.Fail, acquireError(err)
 	default:
-		done.Result, done.Error = Unknown, err.Error()
+		done.Result, done.Error = history.Unknown, err.Error()
 	}
 	_ = n.hist.Write(done)
 	if err != nil {
@@ -179,20 +180,20 @@ func (n *nemesis) probe(ctx context.Context, cl *Cluster, tag, scope string) str
 		_ = l.Release(rctx)
 		cancel()
 	}()
-	winv := Record{Kind: Invoke, Worker: "restore", Op: op + "-w", Type: OpProbeWrite, Resource: scope, Token: l.Token(), Lease: l.ID().String(), TimeNs: Now()}
+	winv := history.Record{Kind: history.Invoke, Worker: "restore", Op: op + "-w", Type: OpProbeWrite, Resource: scope, Token: l.Token(), Lease: l.ID().String(), TimeNs: history.Now()}
 	_ = n.hist.Write(winv)
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	_, err = n.kv.Put(wctx, scope, fence.Token{Scope: l.Scope(), Value: l.Token()}, []byte(op))
 	cancel()
 	wdone := winv
-	wdone.Kind, wdone.TimeNs = Complete, Now()
+	wdone.Kind, wdone.TimeNs = history.Complete, history.Now()
 	switch {
 	case err == nil:
-		wdone.Result = OK
+		wdone.Result = history.OK
 	case errors.Is(err, fencekv.ErrIndeterminate):
-		wdone.Result, wdone.Error = Unknown, err.Error()
+		wdone.Result, wdone.Error = history.Unknown, err.Error()
 	default:
-		wdone.Result, wdone.Error = Fail, err.Error()
+		wdone.Result, wdone.Error = history.Fail, err.Error()
 	}
 	_ = n.hist.Write(wdone)
 	if err != nil {
@@ -328,7 +329,7 @@ func (c *Cluster) refound(ctx context.Context, id, backup, lostDir string) error
 // restore, made under new grants in scopes that had accepted tokens before
 // the loss. Acquires in flight across the loss are left out (which cluster
 // granted them is unknown).
-func CheckRestore(h []Record, faults []Fault) Result {
+func CheckRestore(h []history.Record, faults []history.Fault) Result {
 	f := newFinding(NameRestore)
 	type span struct{ lost, served int64 }
 	var spans []span
@@ -351,9 +352,9 @@ func CheckRestore(h []Record, faults []Fault) Result {
 		f.unknown("no restore completed")
 		return f.r
 	}
-	invokes := map[string]Record{}
+	invokes := map[string]history.Record{}
 	for _, r := range h {
-		if r.Kind == Invoke {
+		if r.Kind == history.Invoke {
 			invokes[r.Op] = r
 		}
 	}
@@ -368,12 +369,12 @@ func CheckRestore(h []Record, faults []Fault) Result {
 		}
 		lost := map[string]uint64{} // scope -> highest token acknowledged before the loss
 		for _, r := range h {
-			if r.Kind == Complete && r.Type == OpAcquire && r.Result == OK && r.TimeNs < sp.lost {
+			if r.Kind == history.Complete && r.Type == history.OpAcquire && r.Result == history.OK && r.TimeNs < sp.lost {
 				lost[r.Resource] = max(lost[r.Resource], r.Token)
 			}
 		}
 		for _, r := range h {
-			if r.Kind != Complete || r.Result == "" {
+			if r.Kind != history.Complete || r.Result == "" {
 				continue
 			}
 			inv, ok := invokes[r.Op]
@@ -381,7 +382,7 @@ func CheckRestore(h []Record, faults []Fault) Result {
 				continue
 			}
 			switch {
-			case r.Type == OpAcquire && r.Result == OK:
+			case r.Type == history.OpAcquire && r.Result == history.OK:
 				before, seen := lost[r.Resource]
 				if !seen {
 					continue
@@ -394,10 +395,10 @@ func CheckRestore(h []Record, faults []Fault) Result {
 			case r.Type == OpProbeWrite && r.Worker == "restore":
 				f.r.Checked++
 				switch r.Result {
-				case Fail:
+				case history.Fail:
 					f.invalid(AnomalyNewHolderRefused, "restore %d: fencedkv refused %s, a write in %q under token %d granted after the restore: %s",
 						i+1, r.Op, r.Resource, inv.Token, r.Error)
-				case Unknown:
+				case history.Unknown:
 					f.unknown("restore %d: the outcome of %s is unknown: %s", i+1, r.Op, r.Error)
 				}
 			}
@@ -430,7 +431,7 @@ func restoreRequired(nemeses []string, rs []Result) {
 }
 
 // withRestoreCheck appends CheckRestore to rs when a restore was enabled.
-func withRestoreCheck(nemeses []string, rs []Result, h []Record, faults []Fault) []Result {
+func withRestoreCheck(nemeses []string, rs []Result, h []history.Record, faults []history.Fault) []Result {
 	for _, k := range nemeses {
 		if isRestore(k) {
 			return append(rs, CheckRestore(h, faults))

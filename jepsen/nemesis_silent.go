@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // NemSilentLeader makes the leader silent without a reset (issue 15 §2):
 // in namespace mode every packet into and out of its namespace is
-// dropped, clients' included (NSNet.Silence), while its process runs on;
+// dropped, clients' included (netns.NSNet.Silence), while its process runs on;
 // in proxy mode every proxy of its peer links stops forwarding without
 // closing, both ways (the harness does not proxy client connections, so
 // there clients still reach it: use netns for the whole fault).
@@ -23,8 +25,8 @@ func (n *nemesis) silentLeader(ctx context.Context, hold time.Duration) {
 		if n.net == nil {
 			why = "the cluster has no Net (started without a net mode)"
 		}
-		n.record(Fault{Phase: "start", Kind: NemSilentLeader, Detail: "error: " + why})
-		n.record(Fault{Phase: "heal", Kind: NemSilentLeader, Detail: "nothing injected"})
+		n.record(history.Fault{Phase: "start", Kind: NemSilentLeader, Detail: "error: " + why})
+		n.record(history.Fault{Phase: "heal", Kind: NemSilentLeader, Detail: "nothing injected"})
 		return
 	}
 	var others []string
@@ -45,7 +47,7 @@ func (n *nemesis) silentLeader(ctx context.Context, hold time.Duration) {
 		desc string
 		heal func() error
 	)
-	if ns, ok := n.net.(interface{ Silence(string, bool) error }); ok { // NSNet, DockerNet
+	if ns, ok := n.net.(interface{ Silence(string, bool) error }); ok { // netns.NSNet, DockerNet
 		desc = "every packet into and out of its namespace dropped, clients' included"
 		err = ns.Silence(leader, true)
 		heal = func() error { return ns.Silence(leader, false) }
@@ -59,7 +61,7 @@ func (n *nemesis) silentLeader(ctx context.Context, hold time.Duration) {
 		heal = n.net.Heal
 	}
 	n.progress(fmt.Sprintf("nemesis: %s: %s (the leader): %s", NemSilentLeader, leader, desc))
-	n.record(Fault{Phase: "start", Kind: NemSilentLeader, Target: leader, Leader: true,
+	n.record(history.Fault{Phase: "start", Kind: NemSilentLeader, Target: leader, Leader: true,
 		Detail: errString(err, fmt.Sprintf("%s; term %d", desc, term))})
 	obs := n.observe(bg, hold)
 	herr := heal()
@@ -70,5 +72,5 @@ func (n *nemesis) silentLeader(ctx context.Context, hold time.Duration) {
 	if herr != nil {
 		seen = append(seen, "heal error: "+herr.Error())
 	}
-	n.record(Fault{Phase: "heal", Kind: NemSilentLeader, Target: leader, Effective: err == nil && nl != "", Detail: strings.Join(seen, "; ")})
+	n.record(history.Fault{Phase: "heal", Kind: NemSilentLeader, Target: leader, Effective: err == nil && nl != "", Detail: strings.Join(seen, "; ")})
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
+
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // NemStorage stops a follower, changes one byte of a committed command
@@ -42,37 +44,18 @@ var refusalMarkers = []string{"corrupt log entry", "corrupt snapshot", "state is
 // refuses.
 const setAsideMarker = "corrupt snapshot; it will not be restored"
 
-// StorageOutcome is what a node did after NemStorage changed its raft.db.
-type StorageOutcome struct {
-	// Index is the entry whose body was changed, or the last index of the
-	// snapshot that was (0: nothing found to change).
-	Index uint64 `json:"index"`
-	// Snapshot names the snapshot changed ("": an entry in raft.db).
-	Snapshot string `json:"snapshot,omitempty"`
-	// SetAside: the node logged that it will not restore the changed
-	// snapshot (and started from an older one and its log).
-	SetAside bool `json:"set_aside,omitempty"`
-	// Refused: the process exited saying the store is corrupt.
-	Refused bool `json:"refused,omitempty"`
-	// Fenced: it runs but reports its state corrupt (serves nothing).
-	Fenced bool `json:"fenced,omitempty"`
-	// Served: it ran, answered status with an applied index at or past
-	// Index, and did neither of the above.
-	Served bool `json:"served,omitempty"`
-}
-
 func (n *nemesis) storage(ctx context.Context, hold time.Duration) {
 	cl, ok := n.nodes.(*Cluster)
 	id, found := n.follower(ctx)
 	if !ok || !found {
-		n.record(Fault{Phase: "start", Kind: NemStorage, Detail: "no follower to corrupt (no leader)"})
-		n.record(Fault{Phase: "heal", Kind: NemStorage, Detail: "nothing done"})
+		n.record(history.Fault{Phase: "start", Kind: NemStorage, Detail: "no follower to corrupt (no leader)"})
+		n.record(history.Fault{Phase: "heal", Kind: NemStorage, Detail: "nothing done"})
 		return
 	}
 	n.progress(fmt.Sprintf("nemesis: storage: %s stopped, one byte of a committed entry changed, restarted", id))
 	p := cl.Proc(id)
 	p.Kill(syscall.SIGTERM, 15*time.Second)
-	out := &StorageOutcome{}
+	out := &history.StorageOutcome{}
 	var index uint64
 	var err error
 	var detail string
@@ -89,11 +72,11 @@ func (n *nemesis) storage(ctx context.Context, hold time.Duration) {
 		index = 0
 	}
 	out.Index = index
-	n.record(Fault{Phase: "start", Kind: NemStorage, Target: id, Detail: errString(err, detail)})
+	n.record(history.Fault{Phase: "start", Kind: NemStorage, Target: id, Detail: errString(err, detail)})
 	logBefore := len(p.Tail(1 << 30))
 	if err == nil && index > 0 {
 		if rerr := p.Start(); rerr == nil {
-			out.observe(ctx, cl, id, p, logBefore, hold+10*time.Second)
+			observeStorage(ctx, out, cl, id, p, logBefore, hold+10*time.Second)
 		}
 	}
 	// Heal: replace the node, whatever it did.
@@ -119,13 +102,13 @@ func (n *nemesis) storage(ctx context.Context, hold time.Duration) {
 	case !out.Served:
 		what = "undecided"
 	}
-	n.record(Fault{Phase: "heal", Kind: NemStorage, Target: id, Effective: index > 0 && joined, Storage: out,
+	n.record(history.Fault{Phase: "heal", Kind: NemStorage, Target: id, Effective: index > 0 && joined, Storage: out,
 		Detail: errString(rerr, fmt.Sprintf("after the change it %s; replaced (removed, wiped, rejoined and caught up: %v)", what, joined))})
 }
 
-// observe watches node id for up to d after its restart on corrupt
-// storage.
-func (o *StorageOutcome) observe(ctx context.Context, cl *Cluster, id string, p *Proc, logBefore int, d time.Duration) {
+// observeStorage watches node id for up to d after its restart on corrupt
+// storage, into o.
+func observeStorage(ctx context.Context, o *history.StorageOutcome, cl *Cluster, id string, p *Proc, logBefore int, d time.Duration) {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		select {
@@ -211,7 +194,7 @@ func CorruptCommandEntry(path, prefix string) (uint64, error) {
 // corrupt store) or fence itself; a node that came up and applied past
 // the changed entry as if nothing happened is invalid. The cluster as a
 // whole is held to its other properties by the other checkers.
-func CheckStorageRefused(faults []Fault) Result {
+func CheckStorageRefused(faults []history.Fault) Result {
 	f := newFinding(NameStorage)
 	for _, x := range faults {
 		if x.Kind != NemStorage || x.Phase != "heal" || x.Storage == nil || x.Storage.Index == 0 {

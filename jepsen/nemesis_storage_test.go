@@ -10,6 +10,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // TestCorruptCommandEntryChangesTheNewestNamedEntry: on a real raft.db,
@@ -59,25 +61,25 @@ func TestCorruptCommandEntryChangesTheNewestNamedEntry(t *testing.T) {
 // run in which a node came up on a changed raft.db and applied past the
 // entry, and passes refusals and self-fencing.
 func TestCheckStorageRefusedCatchesANodeThatServedOn(t *testing.T) {
-	heal := func(o StorageOutcome) Fault {
-		return Fault{Phase: "heal", Kind: NemStorage, Target: "n2", TimeNs: int64(time.Second), Storage: &o}
+	heal := func(o history.StorageOutcome) history.Fault {
+		return history.Fault{Phase: "heal", Kind: NemStorage, Target: "n2", TimeNs: int64(time.Second), Storage: &o}
 	}
-	if r := CheckStorageRefused([]Fault{heal(StorageOutcome{Index: 9, Refused: true}), heal(StorageOutcome{Index: 12, Fenced: true}),
-		heal(StorageOutcome{Index: 64, Snapshot: "2-64-1", SetAside: true})}); r.Verdict != Valid || r.Checked != 3 {
+	if r := CheckStorageRefused([]history.Fault{heal(history.StorageOutcome{Index: 9, Refused: true}), heal(history.StorageOutcome{Index: 12, Fenced: true}),
+		heal(history.StorageOutcome{Index: 64, Snapshot: "2-64-1", SetAside: true})}); r.Verdict != Valid || r.Checked != 3 {
 		t.Fatalf("refused and fenced: %v", r)
 	}
-	r := CheckStorageRefused([]Fault{heal(StorageOutcome{Index: 9, Refused: true}), heal(StorageOutcome{Index: 14, Served: true})})
+	r := CheckStorageRefused([]history.Fault{heal(history.StorageOutcome{Index: 9, Refused: true}), heal(history.StorageOutcome{Index: 14, Served: true})})
 	if r.Verdict != Invalid || r.Anomaly != AnomalyServedFromCorruptStore {
 		t.Fatalf("served on: %v", r)
 	}
-	r = CheckStorageRefused([]Fault{heal(StorageOutcome{Index: 64, Snapshot: "2-64-1", Served: true})})
+	r = CheckStorageRefused([]history.Fault{heal(history.StorageOutcome{Index: 64, Snapshot: "2-64-1", Served: true})})
 	if r.Verdict != Invalid || !strings.Contains(r.Witness, "snapshot") {
 		t.Fatalf("restored a changed snapshot: %v", r)
 	}
-	if r := CheckStorageRefused(nil); r.Verdict != Unknown {
+	if r := CheckStorageRefused(nil); r.Verdict != history.Unknown {
 		t.Fatalf("no fault: %v", r)
 	}
-	if r := CheckStorageRefused([]Fault{heal(StorageOutcome{Index: 3})}); r.Verdict != Unknown {
+	if r := CheckStorageRefused([]history.Fault{heal(history.StorageOutcome{Index: 3})}); r.Verdict != history.Unknown {
 		t.Fatalf("undecided: %v", r)
 	}
 }

@@ -1,10 +1,10 @@
 package jepsen
 
 import (
-	"fmt"
 	"sort"
-	"strings"
 	"time"
+
+	"github.com/leasefence/leasefence/internal/netns"
 )
 
 // Net modes (Config.NetMode, cmd/jepsen --net).
@@ -41,44 +41,9 @@ type Net interface {
 	Close() error
 }
 
-// NetStats counts traffic a fault acted on. Units depend on the mode:
-// bytes and chunks in proxy mode, packets in namespace mode.
-type NetStats struct {
-	// Held maps "a->b" to the traffic from a to b held back (stalled
-	// bytes, proxy) or dropped (packets, netns) by the partition.
-	Held map[string]int64 `json:"held,omitempty"`
-	// Delayed counts chunks delivered late by Slow (proxy mode only).
-	Delayed int64 `json:"delayed,omitempty"`
-	// Reset counts connections reset or refused by Flaky (proxy), or
-	// packets answered with a reset (netns).
-	Reset int64 `json:"reset,omitempty"`
-}
-
-// HeldTotal sums Held.
-func (s NetStats) HeldTotal() int64 {
-	var t int64
-	for _, v := range s.Held {
-		t += v
-	}
-	return t
-}
-
-// grudgeString renders a grudge deterministically: "n1<-n2,n3; n2<-n1".
-func grudgeString(g map[string][]string) string {
-	var parts []string
-	for _, b := range sortedIDs(g) {
-		if len(g[b]) == 0 {
-			continue
-		}
-		from := append([]string(nil), g[b]...)
-		sort.Strings(from)
-		parts = append(parts, b+"<-"+strings.Join(from, ","))
-	}
-	if len(parts) == 0 {
-		return "no partition"
-	}
-	return strings.Join(parts, "; ")
-}
+// NetStats counts traffic a fault acted on (netns.Stats, shared with the
+// namespace network).
+type NetStats = netns.Stats
 
 func sortedIDs(g map[string][]string) []string {
 	ids := make([]string, 0, len(g))
@@ -87,19 +52,4 @@ func sortedIDs(g map[string][]string) []string {
 	}
 	sort.Strings(ids)
 	return ids
-}
-
-// checkGrudge refuses node ids the net does not know.
-func checkGrudge(g map[string][]string, known func(string) bool) error {
-	for b, froms := range g {
-		if !known(b) {
-			return fmt.Errorf("partition: unknown node %q", b)
-		}
-		for _, a := range froms {
-			if !known(a) {
-				return fmt.Errorf("partition: unknown node %q", a)
-			}
-		}
-	}
-	return nil
 }

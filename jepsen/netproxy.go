@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/leasefence/leasefence/internal/netns"
 )
 
 // ProxyNet is the proxy mode of Net: the harness owns one TCP proxy per
@@ -137,7 +139,7 @@ func (p *ProxyNet) broadcastLocked() {
 
 // Partition implements Net.
 func (p *ProxyNet) Partition(grudge map[string][]string) error {
-	if err := checkGrudge(grudge, p.known); err != nil {
+	if err := netns.CheckGrudge(grudge, p.known); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -196,7 +198,7 @@ func (p *ProxyNet) Heal() error {
 func (p *ProxyNet) Describe() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := fmt.Sprintf("proxy mode, %d link proxies, open connections %d; %s", len(p.links), len(p.conns), grudgeString(p.grudge))
+	s := fmt.Sprintf("proxy mode, %d link proxies, open connections %d; %s", len(p.links), len(p.conns), netns.GrudgeString(p.grudge))
 	if len(p.grudge) > 0 {
 		s += " (bytes stalled, delivered on heal)"
 	}

@@ -17,6 +17,8 @@ import (
 	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // Plot files of a results folder (WritePlots).
@@ -44,7 +46,7 @@ type faultSpan struct {
 
 // faultSpans pairs nemesis.jsonl's starts and heals by kind and target;
 // a start never healed ends at end.
-func faultSpans(faults []Fault, end int64) []faultSpan {
+func faultSpans(faults []history.Fault, end int64) []faultSpan {
 	open := map[string]int{}
 	var out []faultSpan
 	for _, f := range faults {
@@ -129,7 +131,7 @@ func secs(ns, t0 int64) float64 { return float64(ns-t0) / 1e9 }
 
 // historySpan returns the first and last time of the history (0, 1 for
 // one without times).
-func historySpan(h []Record) (t0, t1 int64) {
+func historySpan(h []history.Record) (t0, t1 int64) {
 	for _, r := range h {
 		if r.TimeNs == 0 {
 			continue
@@ -149,29 +151,29 @@ func historySpan(h []Record) (t0, t1 int64) {
 
 // opStyle is each operation type's colour and shape, shared by the plots.
 var opStyle = map[string]draw.GlyphStyle{
-	OpAcquire: {Color: color.NRGBA{R: 0x4e, G: 0x79, B: 0xa7, A: 0xc0}, Radius: 2, Shape: draw.CircleGlyph{}},
-	OpWrite:   {Color: color.NRGBA{R: 0x59, G: 0xa1, B: 0x4f, A: 0xc0}, Radius: 2, Shape: draw.SquareGlyph{}},
-	OpRenew:   {Color: color.NRGBA{R: 0xb0, G: 0x7a, B: 0xa1, A: 0xc0}, Radius: 2, Shape: draw.PyramidGlyph{}},
-	OpRelease: {Color: color.NRGBA{R: 0xf2, G: 0x8e, B: 0x2b, A: 0xc0}, Radius: 2, Shape: draw.TriangleGlyph{}},
-	OpRead:    {Color: color.NRGBA{R: 0x76, G: 0xb7, B: 0xb2, A: 0xc0}, Radius: 2, Shape: draw.BoxGlyph{}},
+	history.OpAcquire: {Color: color.NRGBA{R: 0x4e, G: 0x79, B: 0xa7, A: 0xc0}, Radius: 2, Shape: draw.CircleGlyph{}},
+	history.OpWrite:   {Color: color.NRGBA{R: 0x59, G: 0xa1, B: 0x4f, A: 0xc0}, Radius: 2, Shape: draw.SquareGlyph{}},
+	history.OpRenew:   {Color: color.NRGBA{R: 0xb0, G: 0x7a, B: 0xa1, A: 0xc0}, Radius: 2, Shape: draw.PyramidGlyph{}},
+	history.OpRelease: {Color: color.NRGBA{R: 0xf2, G: 0x8e, B: 0x2b, A: 0xc0}, Radius: 2, Shape: draw.TriangleGlyph{}},
+	history.OpRead:    {Color: color.NRGBA{R: 0x76, G: 0xb7, B: 0xb2, A: 0xc0}, Radius: 2, Shape: draw.BoxGlyph{}},
 }
 
-var opTypes = []string{OpAcquire, OpWrite, OpRenew, OpRelease, OpRead}
+var opTypes = []string{history.OpAcquire, history.OpWrite, history.OpRenew, history.OpRelease, history.OpRead}
 
 // seenUnknown says whether the client saw a completion as unknown: still
 // unknown, or decided only afterwards from the Raft logs.
-func seenUnknown(r Record) bool { return r.Result == Unknown || r.ResolvedFrom != "" }
+func seenUnknown(r history.Record) bool { return r.Result == history.Unknown || r.ResolvedFrom != "" }
 
 // WritePlots writes latency.png, throughput.png and timeline.png into dir
 // from a history (resolved.jsonl when there is one) and nemesis.jsonl's
 // faults, each with the fault intervals shaded and labelled. Times are
 // seconds since the history's first record. It returns the first error
 // and still tries every plot.
-func WritePlots(dir string, h []Record, faults []Fault) error {
+func WritePlots(dir string, h []history.Record, faults []history.Fault) error {
 	t0, t1 := historySpan(h)
 	spans := faultSpans(faults, t1)
 	var errs []error
-	for name, mk := range map[string]func([]Record, []faultSpan, int64, int64) (*plot.Plot, vg.Length, error){
+	for name, mk := range map[string]func([]history.Record, []faultSpan, int64, int64) (*plot.Plot, vg.Length, error){
 		LatencyPNG: latencyPlot, ThroughputPNG: throughputPlot, TimelinePNG: timelinePlot,
 	} {
 		p, height, err := mk(h, spans, t0, t1)
@@ -211,7 +213,7 @@ func newTimePlot(title string, spans []faultSpan, t0, t1 int64) *plot.Plot {
 // latencyPlot: every completed operation at its completion time, its
 // latency on a log axis, by type; unknown outcomes (as the client saw
 // them) as black crosses whatever their type.
-func latencyPlot(h []Record, spans []faultSpan, t0, t1 int64) (*plot.Plot, vg.Length, error) {
+func latencyPlot(h []history.Record, spans []faultSpan, t0, t1 int64) (*plot.Plot, vg.Length, error) {
 	p := newTimePlot("operation latency (unknown outcomes: crosses)", spans, t0, t1)
 	p.Y.Label.Text = "latency (ms, log)"
 	p.Y.Scale = plot.LogScale{}
@@ -221,13 +223,13 @@ func latencyPlot(h []Record, spans []faultSpan, t0, t1 int64) (*plot.Plot, vg.Le
 	var unknown plotter.XYs
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, r := range h {
-		if r.Worker == "" || r.Type == OpEvent || r.Type == OpWatchGap {
+		if r.Worker == "" || r.Type == history.OpEvent || r.Type == history.OpWatchGap {
 			continue
 		}
 		switch r.Kind {
-		case Invoke:
+		case history.Invoke:
 			inv[r.Op] = r.TimeNs
-		case Complete:
+		case history.Complete:
 			start, ok := inv[r.Op]
 			if !ok {
 				continue
@@ -272,14 +274,14 @@ func latencyPlot(h []Record, spans []faultSpan, t0, t1 int64) (*plot.Plot, vg.Le
 
 // throughputPlot: acknowledged (ok, not resolved afterwards) completions
 // per second per type, in 1 s buckets by completion time.
-func throughputPlot(h []Record, spans []faultSpan, t0, t1 int64) (*plot.Plot, vg.Length, error) {
+func throughputPlot(h []history.Record, spans []faultSpan, t0, t1 int64) (*plot.Plot, vg.Length, error) {
 	p := newTimePlot("throughput: ok operations per second (1 s buckets)", spans, t0, t1)
 	p.Y.Label.Text = "ok ops/s"
 	p.Y.Min = 0
 	n := int((t1-t0)/1e9) + 1
 	counts := map[string][]float64{}
 	for _, r := range h {
-		if r.Kind != Complete || r.Result != OK || r.ResolvedFrom != "" || r.Worker == "" || opStyle[r.Type].Shape == nil {
+		if r.Kind != history.Complete || r.Result != history.OK || r.ResolvedFrom != "" || r.Worker == "" || opStyle[r.Type].Shape == nil {
 			continue
 		}
 		if counts[r.Type] == nil {
@@ -362,7 +364,7 @@ func (b windowBars) DataRange() (xmin, xmax, ymin, ymax float64) {
 // windows (SafeWindows; bars coloured by worker, token inside), the fenced
 // writes' completions above the bars (accepted, refused, unknown), and
 // the faults shaded. The picture to look at first.
-func timelinePlot(h []Record, spans []faultSpan, t0, t1 int64) (*plot.Plot, vg.Length, error) {
+func timelinePlot(h []history.Record, spans []faultSpan, t0, t1 int64) (*plot.Plot, vg.Length, error) {
 	p := newTimePlot("holders' safe windows (bars, token inside) and fenced writes per resource", spans, t0, t1)
 	windows := SafeWindows(h)
 	lanes := map[string]int{}
@@ -377,7 +379,7 @@ func timelinePlot(h []Record, spans []faultSpan, t0, t1 int64) (*plot.Plot, vg.L
 		add(w.resource)
 	}
 	for _, r := range h {
-		if r.Type == OpWrite && r.Kind == Complete {
+		if r.Type == history.OpWrite && r.Kind == history.Complete {
 			add(r.Resource)
 		}
 	}
@@ -391,12 +393,12 @@ func timelinePlot(h []Record, spans []faultSpan, t0, t1 int64) (*plot.Plot, vg.L
 	p.Add(windowBars{windows: windows, lanes: lanes, t0: t0})
 	marks := map[string]plotter.XYs{}
 	for _, r := range h {
-		if r.Type != OpWrite || r.Kind != Complete {
+		if r.Type != history.OpWrite || r.Kind != history.Complete {
 			continue
 		}
 		outcome := r.Result
 		if seenUnknown(r) {
-			outcome = Unknown
+			outcome = history.Unknown
 		}
 		marks[outcome] = append(marks[outcome], plotter.XY{X: secs(r.TimeNs, t0), Y: float64(lanes[r.Resource]) + 0.4})
 	}
@@ -404,9 +406,9 @@ func timelinePlot(h []Record, spans []faultSpan, t0, t1 int64) (*plot.Plot, vg.L
 		outcome, label string
 		sty            draw.GlyphStyle
 	}{
-		{OK, "write accepted", draw.GlyphStyle{Color: color.NRGBA{G: 0x90, A: 0xff}, Radius: 2.5, Shape: draw.CircleGlyph{}}},
-		{Fail, "write refused", draw.GlyphStyle{Color: color.NRGBA{R: 0xd0, A: 0xff}, Radius: 3, Shape: draw.CrossGlyph{}}},
-		{Unknown, "write unknown", draw.GlyphStyle{Color: color.NRGBA{R: 0x60, G: 0x60, B: 0x60, A: 0xff}, Radius: 3, Shape: draw.RingGlyph{}}},
+		{history.OK, "write accepted", draw.GlyphStyle{Color: color.NRGBA{G: 0x90, A: 0xff}, Radius: 2.5, Shape: draw.CircleGlyph{}}},
+		{history.Fail, "write refused", draw.GlyphStyle{Color: color.NRGBA{R: 0xd0, A: 0xff}, Radius: 3, Shape: draw.CrossGlyph{}}},
+		{history.Unknown, "write unknown", draw.GlyphStyle{Color: color.NRGBA{R: 0x60, G: 0x60, B: 0x60, A: 0xff}, Radius: 3, Shape: draw.RingGlyph{}}},
 	} {
 		if len(marks[m.outcome]) == 0 {
 			continue
@@ -429,7 +431,7 @@ func timelinePlot(h []Record, spans []faultSpan, t0, t1 int64) (*plot.Plot, vg.L
 // and report.html again from h and the folder's nemesis.jsonl; report.html
 // shows the results of the run's summary.json (it is skipped when there is
 // none), not those of a re-check.
-func RegenerateArtifacts(dir string, h []Record) error {
+func RegenerateArtifacts(dir string, h []history.Record) error {
 	b, err := os.ReadFile(filepath.Join(dir, "nemesis.jsonl"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err

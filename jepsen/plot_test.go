@@ -10,23 +10,25 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // reportHistory is valid() with an unknown write, a refused write, a
 // second linearizability resource and a fault that is never healed: every
 // kind of mark the plots draw.
-func reportHistory() ([]Record, []Fault) {
+func reportHistory() ([]history.Record, []history.Fault) {
 	b := valid()
-	b.write("w1", "r", "e3", 1, Fail, 180*ms)
+	b.write("w1", "r", "e3", 1, history.Fail, 180*ms)
 	b.recs = append(b.recs,
-		Record{Kind: Invoke, Worker: "w3", Op: "e4-w", Type: OpWrite, Resource: "r2", Element: "e4", TimeNs: 200 * ms},
-		Record{Kind: Complete, Worker: "w3", Op: "e4-w", Type: OpWrite, Resource: "r2", Element: "e4", TimeNs: 1500 * ms, Result: Unknown, Error: "timeout"})
+		history.Record{Kind: history.Invoke, Worker: "w3", Op: "e4-w", Type: history.OpWrite, Resource: "r2", Element: "e4", TimeNs: 200 * ms},
+		history.Record{Kind: history.Complete, Worker: "w3", Op: "e4-w", Type: history.OpWrite, Resource: "r2", Element: "e4", TimeNs: 1500 * ms, Result: history.Unknown, Error: "timeout"})
 	for _, r := range linValid() {
 		r.Resource = "jl/1"
 		r.TimeNs += 1200 * ms
 		b.recs = append(b.recs, r)
 	}
-	faults := []Fault{
+	faults := []history.Fault{
 		{Phase: "start", Kind: NemKillLeader, Target: "n1", Leader: true, TimeNs: 20 * ms},
 		{Phase: "heal", Kind: NemKillLeader, Target: "n1", TimeNs: 90 * ms, Effective: true, Detail: "restarted"},
 		{Phase: "start", Kind: NemPartitionHalves, Target: "n2|n1,n3", TimeNs: 1100 * ms},
@@ -105,7 +107,7 @@ func TestRegenerateArtifactsFromAStoredRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	var nem bytes.Buffer
-	w := NewWriter(&nem)
+	w := history.NewWriter(&nem)
 	for _, f := range faults {
 		_ = w.Write(f)
 	}

@@ -21,18 +21,17 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/internal/netns"
 )
 
-// Build compiles leased and fencedkv (and, when jepsenToo, cmd/jepsen) into
-// dir with `go build`, run from the module that holds this source tree
-// (found with `go env GOMOD` from the working directory). With planted set,
-// leased and fencedkv are built with the plantedbugs tag: a test build
-// whose deliberate defects LEASEFENCE_PLANTED_BUGS switches on.
+// Build compiles leased and fencedkv (and, when jepsenToo, jepsen/cmd/jepsen) into
+// dir with `go build`: leased and fencedkv in the root module, jepsen in
+// the harness's own module (jepsen/, with a replace to the root). Both are
+// found from the module of the working directory (`go env GOMOD`): the
+// repository root or anywhere inside jepsen/. With planted set, leased and
+// fencedkv are built with the plantedbugs tag: a test build whose
+// deliberate defects LEASEFENCE_PLANTED_BUGS switches on.
 func Build(ctx context.Context, dir string, race, jepsenToo, planted bool) error {
-	pkgs := []string{"./cmd/leased", "./cmd/fencedkv"}
-	if jepsenToo {
-		pkgs = append(pkgs, "./cmd/jepsen")
-	}
 	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
 		return fmt.Errorf("go env GOMOD: %w", err)
@@ -41,6 +40,10 @@ func Build(ctx context.Context, dir string, race, jepsenToo, planted bool) error
 	if strings.TrimSpace(string(gomod)) == "" || strings.TrimSpace(string(gomod)) == os.DevNull {
 		return errors.New("not inside the leasefence module: run from the repository or pass --bin-dir")
 	}
+	if _, err := os.Stat(filepath.Join(root, "cmd", "leased")); err != nil {
+		// Inside the harness's module: the root module is its parent.
+		root = filepath.Dir(root)
+	}
 	args := []string{"build", "-o", dir + "/"}
 	if race {
 		args = append(args, "-race")
@@ -48,10 +51,22 @@ func Build(ctx context.Context, dir string, race, jepsenToo, planted bool) error
 	if planted {
 		args = append(args, "-tags", "plantedbugs")
 	}
-	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %v\n%s", err, out)
+	builds := []struct {
+		dir  string
+		pkgs []string
+	}{{root, []string{"./cmd/leased", "./cmd/fencedkv"}}}
+	if jepsenToo {
+		builds = append(builds, struct {
+			dir  string
+			pkgs []string
+		}{filepath.Join(root, "jepsen"), []string{"./cmd/jepsen"}})
+	}
+	for _, b := range builds {
+		cmd := exec.CommandContext(ctx, "go", append(args, b.pkgs...)...)
+		cmd.Dir = b.dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build: %v\n%s", err, out)
+		}
 	}
 	return nil
 }
@@ -411,11 +426,11 @@ func startClusterNet(ctx context.Context, bin, dir string, n int, extra, env []s
 	}
 	var addrs []string
 	var err error
-	var nsnet *NSNet
+	var nsnet *netns.NSNet
 	var pnet *ProxyNet
 	switch netMode {
 	case NetNS:
-		if nsnet, err = NewNSNet(ids); err != nil {
+		if nsnet, err = netns.NewNSNet(ids); err != nil {
 			return nil, err
 		}
 		for _, id := range ids {

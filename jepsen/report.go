@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // WriteReport writes report.html: the checker results, the plots
@@ -23,7 +25,7 @@ import (
 // completion (green accepted, red refused, grey unknown), and the faults
 // shaded with their kind. A plot or visualization that fails is named in
 // the report and in the returned error; the report is still written.
-func WriteReport(path string, sum *Summary, h []Record, faults []Fault) error {
+func WriteReport(path string, sum *Summary, h []history.Record, faults []history.Fault) error {
 	dir := filepath.Dir(path)
 	var notes []string
 	plotErr := WritePlots(dir, h, faults)
@@ -75,7 +77,7 @@ func writeArtifacts(w io.Writer, a artifacts) {
 	}
 }
 
-func writeReport(w io.Writer, sum *Summary, h []Record, faults []Fault, a artifacts) {
+func writeReport(w io.Writer, sum *Summary, h []history.Record, faults []history.Fault, a artifacts) {
 	var t0, t1 int64
 	for _, r := range h {
 		if r.TimeNs == 0 {
@@ -132,7 +134,7 @@ func writeReport(w io.Writer, sum *Summary, h []Record, faults []Fault, a artifa
 	fmt.Fprintf(w, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d'>\n", left+width+20, height)
 
 	// Faults.
-	open := map[string]Fault{}
+	open := map[string]history.Fault{}
 	for _, f := range faults {
 		key := f.Kind + "/" + f.Target
 		if f.Phase == "start" {
@@ -172,14 +174,14 @@ func writeReport(w io.Writer, sum *Summary, h []Record, faults []Fault, a artifa
 		}
 	}
 	for _, r := range h {
-		if r.Type != OpWrite || r.Kind != Complete {
+		if r.Type != history.OpWrite || r.Kind != history.Complete {
 			continue
 		}
 		y, ok := lanes[r.Resource]
 		if !ok {
 			continue
 		}
-		c := map[string]string{OK: "#080", Fail: "#d00", Unknown: "#888"}[r.Result]
+		c := map[string]string{history.OK: "#080", history.Fail: "#d00", history.Unknown: "#888"}[r.Result]
 		fmt.Fprintf(w, "<line x1='%.1f' x2='%.1f' y1='%d' y2='%d' stroke='%s'><title>%s %s token %d: %s %s</title></line>\n",
 			x(r.TimeNs), x(r.TimeNs), 30+y*lane+28, 30+y*lane+40, c, r.Worker, r.Element, r.Token, r.Result, html.EscapeString(r.Error))
 	}

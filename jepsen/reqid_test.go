@@ -1,19 +1,23 @@
 package jepsen
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/leasefence/leasefence/jepsen/history"
+)
 
 // requestIDHistory is one acquire of r under request id R (lease L1), then
 // the reuses given.
-func requestIDHistory(reuses ...Record) []Record {
-	h := []Record{
-		{Kind: Invoke, Worker: "w1", Op: "a", Type: OpAcquire, Resource: "r", RequestID: "R", TimeNs: 1},
-		{Kind: Complete, Worker: "w1", Op: "a", Type: OpAcquire, Resource: "r", RequestID: "R", TimeNs: 2, Result: OK, Token: 1, Lease: "L1"},
+func requestIDHistory(reuses ...history.Record) []history.Record {
+	h := []history.Record{
+		{Kind: history.Invoke, Worker: "w1", Op: "a", Type: history.OpAcquire, Resource: "r", RequestID: "R", TimeNs: 1},
+		{Kind: history.Complete, Worker: "w1", Op: "a", Type: history.OpAcquire, Resource: "r", RequestID: "R", TimeNs: 2, Result: history.OK, Token: 1, Lease: "L1"},
 	}
 	for i, r := range reuses {
-		r.Worker, r.Type, r.RequestID, r.TimeNs = "w1", OpReuse, "R", int64(10+2*i)
+		r.Worker, r.Type, r.RequestID, r.TimeNs = "w1", history.OpReuse, "R", int64(10+2*i)
 		inv := r
-		inv.Kind, inv.Result, inv.Value, inv.Token = Invoke, "", "", 0
-		r.Kind = Complete
+		inv.Kind, inv.Result, inv.Value, inv.Token = history.Invoke, "", "", 0
+		r.Kind = history.Complete
 		h = append(h, inv, r)
 	}
 	return h
@@ -22,25 +26,25 @@ func requestIDHistory(reuses ...Record) []Record {
 func TestRequestIDCheckerCatchesReplaysAcrossParametersAndSecondGrants(t *testing.T) {
 	cases := []struct {
 		name    string
-		h       []Record
+		h       []history.Record
 		verdict string
 		anomaly string
 	}{
 		{"refused reuses", requestIDHistory(
-			Record{Op: "u1", Changed: "scope", Result: Fail},
-			Record{Op: "u2", Changed: "ttl", Result: Fail},
-			Record{Op: "d1", Result: Fail},                        // ended
-			Record{Op: "d2", Result: OK, Value: "L1", Token: 1},   // replayed while live
-			Record{Op: "u3", Changed: "holder", Result: Unknown}), // undecided: not held against it
+			history.Record{Op: "u1", Changed: "scope", Result: history.Fail},
+			history.Record{Op: "u2", Changed: "ttl", Result: history.Fail},
+			history.Record{Op: "d1", Result: history.Fail},                        // ended
+			history.Record{Op: "d2", Result: history.OK, Value: "L1", Token: 1},   // replayed while live
+			history.Record{Op: "u3", Changed: "holder", Result: history.Unknown}), // undecided: not held against it
 			Valid, ""},
-		{"replay across a scope", requestIDHistory(Record{Op: "u1", Changed: "scope", Result: OK, Value: "L1", Token: 1}),
+		{"replay across a scope", requestIDHistory(history.Record{Op: "u1", Changed: "scope", Result: history.OK, Value: "L1", Token: 1}),
 			Invalid, AnomalyReplayAcrossParams},
-		{"a duplicate granted afresh", requestIDHistory(Record{Op: "d1", Result: OK, Value: "L2", Token: 2}),
+		{"a duplicate granted afresh", requestIDHistory(history.Record{Op: "d1", Result: history.OK, Value: "L2", Token: 2}),
 			Invalid, AnomalySecondGrantForRequest},
 		{"two acquires, two leases", append(requestIDHistory(),
-			Record{Kind: Complete, Worker: "w2", Op: "b", Type: OpAcquire, Resource: "r", RequestID: "R", TimeNs: 5, Result: OK, Token: 2, Lease: "L2"}),
+			history.Record{Kind: history.Complete, Worker: "w2", Op: "b", Type: history.OpAcquire, Resource: "r", RequestID: "R", TimeNs: 5, Result: history.OK, Token: 2, Lease: "L2"}),
 			Invalid, AnomalySecondGrantForRequest},
-		{"nothing reused", requestIDHistory(), Unknown, ""},
+		{"nothing reused", requestIDHistory(), history.Unknown, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

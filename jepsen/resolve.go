@@ -9,6 +9,9 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/leasefence/leasefence/internal/dumplog"
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // ResolvedFromRaftLog is Record.ResolvedFrom for an outcome decided from
@@ -20,33 +23,10 @@ const ResolvedFromRaftLog = "raft-log"
 // deciding whether a log reaches back to an operation's invocation.
 const CoverMargin = time.Second
 
-// LogEntry is one line of `leased dump-log` (cluster.LogRecord, which
-// jepsen may not import): a range record, a request id remembered by the
+// LogEntry is one line of `leased dump-log` (dumplog.Record, the schema
+// cluster.DumpLog writes): a range record, a request id remembered by the
 // snapshot the dump started from, or a replayed command with its result.
-type LogEntry struct {
-	Kind string `json:"kind"`
-
-	LogFirst          uint64 `json:"log_first,omitempty"`
-	LogLast           uint64 `json:"log_last,omitempty"`
-	SnapshotIndex     uint64 `json:"snapshot_index,omitempty"`
-	Replayed          uint64 `json:"replayed_from,omitempty"`
-	FirstAppendedAtNs int64  `json:"first_appended_at_ns,omitempty"`
-
-	Index        uint64 `json:"index,omitempty"`
-	Term         uint64 `json:"term,omitempty"`
-	AppendedAtNs int64  `json:"appended_at_ns,omitempty"`
-	NowNs        int64  `json:"now_ns,omitempty"`
-	Type         string `json:"type,omitempty"`
-	RequestID    string `json:"request_id,omitempty"`
-	Resource     string `json:"resource,omitempty"`
-	Scope        string `json:"scope,omitempty"`
-	Holder       string `json:"holder,omitempty"`
-	LeaseID      string `json:"lease_id,omitempty"`
-	Token        uint64 `json:"token,omitempty"`
-	Result       string `json:"result,omitempty"`
-	Error        string `json:"error,omitempty"`
-	Expired      int    `json:"expired,omitempty"`
-}
+type LogEntry = dumplog.Record
 
 // NodeLog is one node's dumped log, reduced to what resolution needs.
 type NodeLog struct {
@@ -79,10 +59,10 @@ func ReadLogDump(node string, r io.Reader) (*NodeLog, error) {
 			return nil, fmt.Errorf("dump of %s, line %d: %w", node, line, err)
 		}
 		switch {
-		case e.Kind == "range":
+		case e.Kind == dumplog.KindRange:
 			n.Range = e
 			ranges++
-		case e.RequestID != "" && (e.Kind == "dedup" || e.Type == OpAcquire):
+		case e.RequestID != "" && (e.Kind == dumplog.KindDedup || e.Type == history.OpAcquire):
 			n.ByRequestID[e.RequestID] = append(n.ByRequestID[e.RequestID], e)
 		}
 	}
@@ -148,24 +128,24 @@ func (s ResolveStats) Resolved() int { return s.ResolvedOK + s.ResolvedNotApplie
 //
 // The outcome's time is not known: a resolved completion keeps the time
 // the client gave up, and the checkers treat it as never returned.
-func Resolve(h []Record, logs []*NodeLog, clusterSize int, bootOffset int64) ([]Record, ResolveStats) {
+func Resolve(h []history.Record, logs []*NodeLog, clusterSize int, bootOffset int64) ([]history.Record, ResolveStats) {
 	st := ResolveStats{Logs: len(logs)}
-	invokes := map[string]Record{}
-	out := make([]Record, 0, len(h))
+	invokes := map[string]history.Record{}
+	out := make([]history.Record, 0, len(h))
 	for _, r := range h {
-		if r.Kind == Invoke {
+		if r.Kind == history.Invoke {
 			invokes[r.Op] = r
 		}
 		inv, ok := invokes[r.Op]
-		if r.Kind == Complete && r.Type == OpAcquire && r.Result == OK && ok && inv.RequestID != "" {
+		if r.Kind == history.Complete && r.Type == history.OpAcquire && r.Result == history.OK && ok && inv.RequestID != "" {
 			st.crossCheck(r, inv.RequestID, logs)
 		}
-		if r.Kind != Complete || r.Result != Unknown {
+		if r.Kind != history.Complete || r.Result != history.Unknown {
 			out = append(out, r)
 			continue
 		}
 		rid := inv.RequestID
-		if r.Type != OpAcquire || !ok || rid == "" {
+		if r.Type != history.OpAcquire || !ok || rid == "" {
 			st.UnknownOther++
 			out = append(out, r)
 			continue
@@ -173,9 +153,9 @@ func Resolve(h []Record, logs []*NodeLog, clusterSize int, bootOffset int64) ([]
 		st.Unknown++
 		res, why := resolveOne(rid, inv.TimeNs, logs, clusterSize, bootOffset)
 		switch res.Result {
-		case OK:
+		case history.OK:
 			st.ResolvedOK++
-		case Fail:
+		case history.Fail:
 			st.ResolvedNotApplied++
 		default:
 			st.StillUnknown++
@@ -198,10 +178,10 @@ func Resolve(h []Record, logs []*NodeLog, clusterSize int, bootOffset int64) ([]
 	return out, st
 }
 
-func (st *ResolveStats) crossCheck(r Record, rid string, logs []*NodeLog) {
+func (st *ResolveStats) crossCheck(r history.Record, rid string, logs []*NodeLog) {
 	for _, n := range logs {
 		for _, e := range n.ByRequestID[rid] {
-			if (e.Result != OK && e.Result != "replayed") || (e.Kind != "dedup" && (n.Applied == 0 || e.Index > n.Applied)) {
+			if (e.Result != history.OK && e.Result != "replayed") || (e.Kind != dumplog.KindDedup && (n.Applied == 0 || e.Index > n.Applied)) {
 				continue
 			}
 			if e.LeaseID == r.Lease && e.Token == r.Token {
@@ -218,20 +198,20 @@ func (st *ResolveStats) crossCheck(r Record, rid string, logs []*NodeLog) {
 	st.AckedNotInLogs++
 }
 
-func resolveOne(rid string, invokedAt int64, logs []*NodeLog, clusterSize int, bootOffset int64) (Record, string) {
+func resolveOne(rid string, invokedAt int64, logs []*NodeLog, clusterSize int, bootOffset int64) (history.Record, string) {
 	var refused []string
 	maybe := ""
 	for _, n := range logs {
 		for _, e := range n.ByRequestID[rid] {
-			committed := e.Kind == "dedup" || (n.Applied > 0 && e.Index <= n.Applied)
-			granted := e.Result == OK || e.Result == "replayed"
+			committed := e.Kind == dumplog.KindDedup || (n.Applied > 0 && e.Index <= n.Applied)
+			granted := e.Result == history.OK || e.Result == "replayed"
 			switch {
 			case granted && committed:
 				where := fmt.Sprintf("granted at index %d on %s", e.Index, n.Node)
-				if e.Kind == "dedup" {
+				if e.Kind == dumplog.KindDedup {
 					where = fmt.Sprintf("granted before the snapshot at %d on %s (remembered request id)", n.Range.SnapshotIndex, n.Node)
 				}
-				return Record{Result: OK, Token: e.Token, Lease: e.LeaseID, Error: where}, ""
+				return history.Record{Result: history.OK, Token: e.Token, Lease: e.LeaseID, Error: where}, ""
 			case !committed && maybe == "":
 				maybe = fmt.Sprintf("index %d on %s, above its applied index %d", e.Index, n.Node, n.Applied)
 			case committed:
@@ -240,7 +220,7 @@ func resolveOne(rid string, invokedAt int64, logs []*NodeLog, clusterSize int, b
 		}
 	}
 	if maybe != "" {
-		return Record{Result: Unknown, Error: maybe}, "uncommitted"
+		return history.Record{Result: history.Unknown, Error: maybe}, "uncommitted"
 	}
 	var covering []string
 	for _, n := range logs {
@@ -249,14 +229,14 @@ func resolveOne(rid string, invokedAt int64, logs []*NodeLog, clusterSize int, b
 		}
 	}
 	if len(covering) <= clusterSize/2 {
-		return Record{Result: Unknown}, "uncovered"
+		return history.Record{Result: history.Unknown}, "uncovered"
 	}
 	sort.Strings(covering)
 	msg := "not applied: request id absent from the logs of " + strings.Join(covering, ",") + ", which reach back before its invocation"
 	if len(refused) > 0 {
 		msg = "not applied: only refused, at " + strings.Join(refused, "; ")
 	}
-	return Record{Result: Fail, Error: msg}, ""
+	return history.Record{Result: history.Fail, Error: msg}, ""
 }
 
 // neverReturned is the completion time checkers use for a resolved

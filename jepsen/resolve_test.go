@@ -3,12 +3,14 @@ package jepsen
 import (
 	"testing"
 	"time"
+
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // resolved marks the completion of op as decided from the Raft logs.
-func resolved(recs []Record, op string) []Record {
+func resolved(recs []history.Record, op string) []history.Record {
 	for i := range recs {
-		if recs[i].Op == op && recs[i].Kind == Complete {
+		if recs[i].Op == op && recs[i].Kind == history.Complete {
 			recs[i].ResolvedFrom = ResolvedFromRaftLog
 		}
 	}
@@ -51,7 +53,7 @@ func TestCheckersTreatAResolvedAcquireAsNeverReturned(t *testing.T) {
 	expect(t, CheckLinearizable(resolved(m.recs, "l2-a"), time.Minute), Invalid, AnomalyNotLinearizable)
 	// Resolved as not applied: left out, it constrains nothing.
 	n := &lin{}
-	n.op("l2", "l2-a", OpAcquire, 0, 10*ms, Fail, 0, "", "resolved from the raft logs: not applied", "").
+	n.op("l2", "l2-a", history.OpAcquire, 0, 10*ms, history.Fail, 0, "", "resolved from the raft logs: not applied", "").
 		read("l1", "l1-g", 20*ms, 30*ms, "", 0)
 	expect(t, CheckLinearizable(resolved(n.recs, "l2-a"), time.Minute), Valid, "")
 }

@@ -2,13 +2,15 @@ package jepsen
 
 import (
 	"testing"
+
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // restoreHistory: before the loss (at 1000 ms) w1 got token 5 on r and the
 // probe tokens 1, 2 in jn/1-0; the new cluster served at 2000 ms; after it,
 // the probe got newProbe in jn/1-0 and wrote with it (probeWrite), w1 got
 // newR on r.
-func restoreHistory(newProbe, newR uint64, probeWrite string) ([]Record, []Fault) {
+func restoreHistory(newProbe, newR uint64, probeWrite string) ([]history.Record, []history.Fault) {
 	b := &hb{}
 	b.acquire("w1", "a1", "r", 5, "L1", 0, 10*ms, 0).
 		acquire("restore", "p1", "jn/1-0", 1, "P1", 20*ms, 30*ms, 0).
@@ -16,9 +18,9 @@ func restoreHistory(newProbe, newR uint64, probeWrite string) ([]Record, []Fault
 		acquire("restore", "p3", "jn/1-0", newProbe, "P3", 2100*ms, 2110*ms, 0).
 		acquire("w1", "a2", "r", newR, "L2", 2200*ms, 2210*ms, 0)
 	b.recs = append(b.recs,
-		Record{Kind: Invoke, Worker: "restore", Op: "p3-w", Type: OpProbeWrite, Resource: "jn/1-0", Token: newProbe, TimeNs: 2120 * ms},
-		Record{Kind: Complete, Worker: "restore", Op: "p3-w", Type: OpProbeWrite, Resource: "jn/1-0", Token: newProbe, TimeNs: 2130 * ms, Result: probeWrite, Error: map[string]string{Fail: "fence: stale token"}[probeWrite]})
-	faults := []Fault{
+		history.Record{Kind: history.Invoke, Worker: "restore", Op: "p3-w", Type: OpProbeWrite, Resource: "jn/1-0", Token: newProbe, TimeNs: 2120 * ms},
+		history.Record{Kind: history.Complete, Worker: "restore", Op: "p3-w", Type: OpProbeWrite, Resource: "jn/1-0", Token: newProbe, TimeNs: 2130 * ms, Result: probeWrite, Error: map[string]string{history.Fail: "fence: stale token"}[probeWrite]})
+	faults := []history.Fault{
 		{Phase: "start", Kind: NemRestore, TimeNs: 1000 * ms},
 		{Phase: "heal", Kind: NemRestore, TimeNs: 2000 * ms, Effective: true},
 	}
@@ -26,7 +28,7 @@ func restoreHistory(newProbe, newR uint64, probeWrite string) ([]Record, []Fault
 }
 
 func TestCheckRestorePassesTokensAboveTheLoss(t *testing.T) {
-	h, faults := restoreHistory(1<<32+3, 1<<32+6, OK)
+	h, faults := restoreHistory(1<<32+3, 1<<32+6, history.OK)
 	if r := CheckRestore(h, faults); r.Verdict != Valid || r.Checked != 3 {
 		t.Fatalf("%v", r)
 	}
@@ -35,7 +37,7 @@ func TestCheckRestorePassesTokensAboveTheLoss(t *testing.T) {
 func TestCheckRestoreCatchesATokenNotAboveTheLoss(t *testing.T) {
 	// Issue 13's restore: the probe's scope, unknown to the backup, starts
 	// at 1 again, and fencedkv (highest 2) refuses its new holder.
-	h, faults := restoreHistory(1, 1<<32+6, Fail)
+	h, faults := restoreHistory(1, 1<<32+6, history.Fail)
 	r := CheckRestore(h, faults)
 	if r.Verdict != Invalid || r.Anomaly != AnomalyTokenNotAboveLoss || r.Anomalies != 2 {
 		t.Fatalf("%v", r)
@@ -48,26 +50,26 @@ func TestCheckRestoreCatchesATokenNotAboveTheLoss(t *testing.T) {
 		t.Fatalf("restore-mismatch: %v", r)
 	}
 	// A known scope left where it was is caught too.
-	h, faults = restoreHistory(1<<32+3, 5, OK)
+	h, faults = restoreHistory(1<<32+3, 5, history.OK)
 	if r := CheckRestore(h, faults); r.Verdict != Invalid || r.Anomaly != AnomalyTokenNotAboveLoss {
 		t.Fatalf("%v", r)
 	}
 	// The refusal alone is reported as such.
-	h, faults = restoreHistory(1<<32+3, 1<<32+6, Fail)
+	h, faults = restoreHistory(1<<32+3, 1<<32+6, history.Fail)
 	if r := CheckRestore(h, faults); r.Verdict != Invalid || r.Anomaly != AnomalyNewHolderRefused {
 		t.Fatalf("%v", r)
 	}
 }
 
 func TestCheckRestoreIgnoresWhatItCannotPlace(t *testing.T) {
-	h, faults := restoreHistory(1, 1, Fail)
+	h, faults := restoreHistory(1, 1, history.Fail)
 	// No completed restore: unknown, never valid.
-	if r := CheckRestore(h, faults[:1]); r.Verdict != Unknown {
+	if r := CheckRestore(h, faults[:1]); r.Verdict != history.Unknown {
 		t.Fatalf("no heal: %v", r)
 	}
-	failed := append([]Fault(nil), faults...)
+	failed := append([]history.Fault(nil), faults...)
 	failed[1].Effective = false
-	if r := CheckRestore(h, failed); r.Verdict != Unknown {
+	if r := CheckRestore(h, failed); r.Verdict != history.Unknown {
 		t.Fatalf("restore that did not complete: %v", r)
 	}
 	// An acquire in flight across the loss (invoked before the new

@@ -18,6 +18,7 @@ import (
 
 	"github.com/leasefence/leasefence/client"
 	"github.com/leasefence/leasefence/fence/fencekv"
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // Config is one run. Everything needed to replay it is here (and in
@@ -127,10 +128,95 @@ const (
 	WatchPrefix    = "j"
 )
 
-// Run runs one test: build, start, workload and nemesis, quiet phase,
-// final reads, checkers, results folder. An error is a harness failure;
-// the checkers' verdicts are in the Summary.
+// Run runs one test, in phases: prepare (config, results folder),
+// binaries, start the cluster and fencedkv, open the logs, start the
+// watcher, the workers and the availability probers, the workload under
+// the nemesis and the quiet phase, collect (sentinel, final reads, audit,
+// convergence, Raft logs), check, and print. An error is a harness
+// failure; the checkers' verdicts are in the Summary.
 func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
+	r, err := prepareRun(cfg)
+	if err != nil {
+		return nil, err
+	}
+	sum = r.sum
+	defer func() {
+		if err != nil {
+			sum.HarnessError = err.Error()
+		}
+		r.phase("total", r.t0)
+		writeJSON(filepath.Join(r.dir, "summary.json"), sum)
+	}()
+	defer r.cleanup()
+	if err := writeJSON(filepath.Join(r.dir, "config.json"), r.cfg); err != nil {
+		return sum, err
+	}
+	r.say("run %s, seed %d, %s, results in %s", r.mode, r.cfg.Seed, strings.Join(r.cfg.Nemeses, ","), r.dir)
+	if len(r.dropped) > 0 {
+		r.say("left out in %s mode, which cannot realise them (see Network faults in jepsen/README.md): %s", r.cfg.NetMode, strings.Join(r.dropped, ","))
+	}
+	for _, step := range []func(context.Context) error{
+		r.binaries, r.startCluster, r.openLogs, r.startWatcher, r.startWorkers, r.startProbes,
+		r.workload, r.collect, r.check,
+	} {
+		if err := step(ctx); err != nil {
+			return sum, err
+		}
+	}
+	r.print()
+	if sum.AllValid() && sum.NotCounted == 0 {
+		r.dropDataDirs()
+	}
+	return sum, nil
+}
+
+// run is the state one Run shares between its phases.
+type run struct {
+	cfg     Config
+	t0      time.Time
+	durs    map[string]string
+	mode    string
+	dir     string
+	dropped []string // nemeses the net mode cannot realise
+	linTTL  time.Duration
+	sum     *Summary
+
+	// cleanups run last to first when Run returns, as defers would.
+	cleanups []func()
+
+	binDir string
+	cl     *Cluster
+	kvProc *Proc
+	kvURL  string
+	kv     *fencekv.Client
+
+	hist, nlog, alog *history.Writer
+
+	wt        *watcher
+	stopWatch context.CancelFunc
+	wwg       sync.WaitGroup
+
+	rng                    *rand.Rand
+	resources, kaResources []string
+	workers, fencedWorkers []*workerProc
+	badLines               int
+	badMu                  sync.Mutex
+	stopProbes             context.CancelFunc
+	pwg                    sync.WaitGroup
+	nem                    *nemesis
+	tc                     time.Time // start of collect and check
+	serves                 *finding
+	audit                  []fencekv.AuditRecord
+	rounds                 [][]NodeStatus
+	converge               Result
+	raw, h                 []history.Record
+	stats                  ResolveStats
+}
+
+// prepareRun checks and completes cfg (net mode, the nemeses the mode
+// can realise, the lin workload's ttl), names the run and creates its
+// results folder.
+func prepareRun(cfg Config) (*run, error) {
 	if cfg.Out == nil {
 		cfg.Out = os.Stdout
 	}
@@ -179,159 +265,182 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	if cfg.Duration+cfg.Quiet+time.Minute > linTTL || cfg.LinResources == 0 {
 		cfg.LinWorkers = 0 // leases would expire within the run: expiry is not in the model
 	}
-	t0 := time.Now()
-	durs := map[string]string{}
-	phase := func(name string, since time.Time) { durs[name] = time.Since(since).Round(time.Millisecond).String() }
-	mode := "fenced"
+	r := &run{t0: time.Now(), durs: map[string]string{}, dropped: dropped, linTTL: linTTL}
+	r.mode = "fenced"
 	if cfg.Unfenced {
-		mode = "unfenced"
+		r.mode = "unfenced"
 	}
 	for _, b := range cfg.Bugs {
 		if _, err := FindPlantedBug(b); err != nil {
 			return nil, err
 		}
-		mode += "-bug-" + b
+		r.mode += "-bug-" + b
 	}
-	dir := filepath.Join(cfg.ResultsDir, fmt.Sprintf("%s-seed%d-%s", t0.UTC().Format("20060102T150405"), cfg.Seed, mode))
-	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+	r.dir = filepath.Join(cfg.ResultsDir, fmt.Sprintf("%s-seed%d-%s", r.t0.UTC().Format("20060102T150405"), cfg.Seed, r.mode))
+	if err := os.MkdirAll(filepath.Join(r.dir, "logs"), 0o755); err != nil {
 		return nil, err
 	}
-	sum = &Summary{Dir: dir, Config: cfg, Started: t0.UTC().Format(time.RFC3339), Durations: durs}
-	defer func() {
-		if err != nil {
-			sum.HarnessError = err.Error()
-		}
-		phase("total", t0)
-		writeJSON(filepath.Join(dir, "summary.json"), sum)
-	}()
-	if err := writeJSON(filepath.Join(dir, "config.json"), cfg); err != nil {
-		return sum, err
-	}
-	say := func(format string, args ...any) {
-		fmt.Fprintf(cfg.Out, "[%6.1fs] %s\n", time.Since(t0).Seconds(), fmt.Sprintf(format, args...))
-	}
-	say("run %s, seed %d, %s, results in %s", mode, cfg.Seed, strings.Join(cfg.Nemeses, ","), dir)
-	if len(dropped) > 0 {
-		say("left out in %s mode, which cannot realise them (see Network faults in jepsen/README.md): %s", cfg.NetMode, strings.Join(dropped, ","))
-	}
+	r.cfg = cfg
+	r.sum = &Summary{Dir: r.dir, Config: cfg, Started: r.t0.UTC().Format(time.RFC3339), Durations: r.durs}
+	return r, nil
+}
 
-	// Binaries.
-	binDir := cfg.BinDir
-	if binDir == "" {
+// phase records how long a phase took in the summary's durations.
+func (r *run) phase(name string, since time.Time) {
+	r.durs[name] = time.Since(since).Round(time.Millisecond).String()
+}
+
+// say prints a progress line, stamped with the time since the start.
+func (r *run) say(format string, args ...any) {
+	fmt.Fprintf(r.cfg.Out, "[%6.1fs] %s\n", time.Since(r.t0).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// onExit registers f to run when Run returns, after those registered
+// later.
+func (r *run) onExit(f func()) { r.cleanups = append(r.cleanups, f) }
+
+func (r *run) cleanup() {
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
+	}
+}
+
+// binaries builds leased and fencedkv unless --bin-dir names them, and a
+// plantedbugs build of this binary for the workers when they carry the
+// client's planted bugs.
+func (r *run) binaries(ctx context.Context) error {
+	cfg := &r.cfg
+	r.binDir = cfg.BinDir
+	if r.binDir == "" {
 		tb := time.Now()
 		tmp, err := os.MkdirTemp("", "jepsen-bin-")
 		if err != nil {
-			return sum, err
+			return err
 		}
-		defer os.RemoveAll(tmp)
+		r.onExit(func() { os.RemoveAll(tmp) })
 		if err := Build(ctx, tmp, cfg.Race, clientBugs(cfg.Bugs) && cfg.Self == "" && !PlantedBuild, len(cfg.Bugs) > 0); err != nil {
-			return sum, err
+			return err
 		}
-		binDir = tmp
+		r.binDir = tmp
 		if clientBugs(cfg.Bugs) && cfg.Self == "" && !PlantedBuild {
 			cfg.Self = filepath.Join(tmp, "jepsen")
 		}
-		phase("build", tb)
+		r.phase("build", tb)
 	}
 	if clientBugs(cfg.Bugs) && cfg.Self == "" && !PlantedBuild {
 		// The workers carry the client's planted bugs: they must be a
 		// plantedbugs build of this binary.
 		tmp, err := os.MkdirTemp("", "jepsen-worker-")
 		if err != nil {
-			return sum, err
+			return err
 		}
-		defer os.RemoveAll(tmp)
+		r.onExit(func() { os.RemoveAll(tmp) })
 		if err := Build(ctx, tmp, cfg.Race, true, true); err != nil {
-			return sum, err
+			return err
 		}
 		cfg.Self = filepath.Join(tmp, "jepsen")
 	}
 	if cfg.Self == "" {
+		var err error
 		if cfg.Self, err = os.Executable(); err != nil {
-			return sum, err
+			return err
 		}
 	}
+	return nil
+}
 
-	// Cluster and resource.
+// startCluster starts the leased nodes (processes behind the net mode, or
+// containers) and fencedkv.
+func (r *run) startCluster(ctx context.Context) error {
+	cfg := r.cfg
 	ts := time.Now()
-	extra := append([]string{"--min-ttl", "1s", "--max-ttl", max(linTTL+time.Minute, 10*time.Minute).String(),
+	extra := append([]string{"--min-ttl", "1s", "--max-ttl", max(r.linTTL+time.Minute, 10*time.Minute).String(),
 		"--skew-margin", cfg.SkewMargin.String(), "--tick", "250ms"}, SnapshotArgs...)
 	if UsesClock(cfg.Nemeses) {
-		extra = append(extra, ClockArgs(filepath.Join(dir, "logs"))...)
+		extra = append(extra, ClockArgs(filepath.Join(r.dir, "logs"))...)
 	}
-	var cl *Cluster
+	var err error
 	if cfg.NetMode == NetDocker {
-		cl, err = StartClusterDocker(ctx, cfg.Image, filepath.Join(dir, "logs"), cfg.Nodes, extra)
+		r.cl, err = StartClusterDocker(ctx, cfg.Image, filepath.Join(r.dir, "logs"), cfg.Nodes, extra)
 	} else {
-		cl, err = StartClusterNet(ctx, filepath.Join(binDir, "leased"), filepath.Join(dir, "logs"), cfg.Nodes, extra,
+		r.cl, err = StartClusterNet(ctx, filepath.Join(r.binDir, "leased"), filepath.Join(r.dir, "logs"), cfg.Nodes, extra,
 			plantedEnv(cfg.Bugs, "leased"), cfg.NetMode, cfg.Seed)
 	}
 	if err != nil {
-		return sum, err
+		return err
 	}
-	defer cl.Stop()
-	kvProc, kvURL, err := StartKV(ctx, filepath.Join(binDir, "fencedkv"), filepath.Join(dir, "logs"), cfg.Unfenced, plantedEnv(cfg.Bugs, "fencedkv"))
+	r.onExit(r.cl.Stop)
+	r.kvProc, r.kvURL, err = StartKV(ctx, filepath.Join(r.binDir, "fencedkv"), filepath.Join(r.dir, "logs"), cfg.Unfenced, plantedEnv(cfg.Bugs, "fencedkv"))
 	if err != nil {
-		return sum, err
+		return err
 	}
-	defer kvProc.Kill(syscall.SIGKILL, 5*time.Second)
-	kv := &fencekv.Client{BaseURL: kvURL}
-	phase("start", ts)
-	say("%d leased nodes at %s (net %s), fencedkv (%s) at %s", cfg.Nodes, strings.Join(cl.Endpoints(), ","), cfg.NetMode, mode, kvURL)
+	kvProc := r.kvProc
+	r.onExit(func() { kvProc.Kill(syscall.SIGKILL, 5*time.Second) })
+	r.kv = &fencekv.Client{BaseURL: r.kvURL}
+	r.phase("start", ts)
+	r.say("%d leased nodes at %s (net %s), fencedkv (%s) at %s", cfg.Nodes, strings.Join(r.cl.Endpoints(), ","), cfg.NetMode, r.mode, r.kvURL)
+	return nil
+}
 
-	// History and nemesis log.
-	hf, err := os.Create(filepath.Join(dir, "history.jsonl"))
+// openLogs creates history.jsonl and nemesis.jsonl.
+func (r *run) openLogs(context.Context) error {
+	hf, err := os.Create(filepath.Join(r.dir, "history.jsonl"))
 	if err != nil {
-		return sum, err
+		return err
 	}
-	defer hf.Close()
-	hist := NewWriter(hf)
-	nf, err := os.Create(filepath.Join(dir, "nemesis.jsonl"))
+	r.onExit(func() { hf.Close() })
+	r.hist = history.NewWriter(hf)
+	nf, err := os.Create(filepath.Join(r.dir, "nemesis.jsonl"))
 	if err != nil {
-		return sum, err
+		return err
 	}
-	defer nf.Close()
-	nlog := NewWriter(nf)
-	defer nlog.Flush()
+	r.onExit(func() { nf.Close() })
+	r.nlog = history.NewWriter(nf)
+	r.onExit(func() { r.nlog.Flush() })
+	return nil
+}
 
-	// Watcher.
+// startWatcher starts the watcher of the replicated log's lease events and
+// waits until its first stream is open.
+func (r *run) startWatcher(ctx context.Context) error {
 	wctx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	wt := &watcher{endpoints: cl.Endpoints(), prefix: WatchPrefix, hist: hist}
+	r.stopWatch = stopWatch
+	r.onExit(stopWatch)
+	r.wt = &watcher{endpoints: r.cl.Endpoints(), prefix: WatchPrefix, hist: r.hist}
 	ready := make(chan struct{})
-	var wwg sync.WaitGroup
-	wwg.Add(1)
-	go func() { defer wwg.Done(); wt.run(wctx, ready) }()
-	defer wwg.Wait()
-	defer stopWatch()
+	r.wwg.Add(1)
+	go func() { defer r.wwg.Done(); r.wt.run(wctx, ready) }()
+	r.onExit(r.wwg.Wait)
+	r.onExit(stopWatch)
 	select {
 	case <-ready:
+		return nil
 	case <-time.After(15 * time.Second):
-		return sum, errors.New("the watcher could not start a stream within 15s")
+		return errors.New("the watcher could not start a stream within 15s")
 	}
+}
 
-	// Workers.
-	var resources []string
+// startWorkers starts the fenced, linearizability and keep-alive worker
+// processes.
+func (r *run) startWorkers(context.Context) error {
+	cfg := r.cfg
 	for i := 0; i < cfg.Resources; i++ {
-		resources = append(resources, fmt.Sprintf("%s%d", ResourcePrefix, i))
+		r.resources = append(r.resources, fmt.Sprintf("%s%d", ResourcePrefix, i))
 	}
-	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6e656d65736973))
-	var workers []*workerProc
-	badLines := 0
-	var badMu sync.Mutex
+	r.rng = rand.New(rand.NewPCG(cfg.Seed, 0x6e656d65736973))
 	for i := 0; i < cfg.Workers; i++ {
 		wp := &workerProc{id: fmt.Sprintf("w%d", i+1), paused: make(chan PauseNotice, 1)}
-		wp.proc = &Proc{Name: wp.id, Bin: cfg.Self, Log: filepath.Join(dir, "logs", wp.id+".log"), Stdin: true,
-			Args: []string{"worker", "--id", wp.id, "--endpoints", strings.Join(cl.Endpoints(), ","), "--kv", kvURL,
-				"--resources", strings.Join(resources, ","), "--ttl", cfg.TTL.String(), "--skew-margin", cfg.SkewMargin.String(),
-				"--duration", (cfg.Duration + cfg.Quiet + time.Minute).String(), "--seed", fmt.Sprint(rng.Uint64())},
-			Env: plantedEnv(cfg.Bugs, "client"), Stdout: recordLines(hist, &badMu, &badLines, wp.paused)}
+		wp.proc = &Proc{Name: wp.id, Bin: cfg.Self, Log: filepath.Join(r.dir, "logs", wp.id+".log"), Stdin: true,
+			Args: []string{"worker", "--id", wp.id, "--endpoints", strings.Join(r.cl.Endpoints(), ","), "--kv", r.kvURL,
+				"--resources", strings.Join(r.resources, ","), "--ttl", cfg.TTL.String(), "--skew-margin", cfg.SkewMargin.String(),
+				"--duration", (cfg.Duration + cfg.Quiet + time.Minute).String(), "--seed", fmt.Sprint(r.rng.Uint64())},
+			Env: plantedEnv(cfg.Bugs, "client"), Stdout: recordLines(r.hist, &r.badMu, &r.badLines, wp.paused)}
 		if err := wp.proc.Start(); err != nil {
-			return sum, err
+			return err
 		}
-		workers = append(workers, wp)
+		r.workers = append(r.workers, wp)
 	}
-	fencedWorkers := workers
+	r.fencedWorkers = r.workers
 	var linResources []string
 	for i := 0; i < cfg.LinResources; i++ {
 		linResources = append(linResources, fmt.Sprintf("%s%d", LinPrefix, i))
@@ -339,74 +448,85 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	for i := 0; i < cfg.LinWorkers; i++ {
 		id := fmt.Sprintf("l%d", i+1)
 		wp := &workerProc{id: id, paused: make(chan PauseNotice, 1)}
-		wp.proc = &Proc{Name: id, Bin: cfg.Self, Log: filepath.Join(dir, "logs", id+".log"), Stdin: true,
-			Args: []string{"worker", "--lin", "--id", id, "--endpoints", strings.Join(cl.Endpoints(), ","), "--kv", kvURL,
-				"--resources", strings.Join(linResources, ","), "--ttl", linTTL.String(),
-				"--duration", (cfg.Duration + cfg.Quiet + time.Minute).String(), "--seed", fmt.Sprint(rng.Uint64())},
-			Stdout: recordLines(hist, &badMu, &badLines, nil)}
+		wp.proc = &Proc{Name: id, Bin: cfg.Self, Log: filepath.Join(r.dir, "logs", id+".log"), Stdin: true,
+			Args: []string{"worker", "--lin", "--id", id, "--endpoints", strings.Join(r.cl.Endpoints(), ","), "--kv", r.kvURL,
+				"--resources", strings.Join(linResources, ","), "--ttl", r.linTTL.String(),
+				"--duration", (cfg.Duration + cfg.Quiet + time.Minute).String(), "--seed", fmt.Sprint(r.rng.Uint64())},
+			Stdout: recordLines(r.hist, &r.badMu, &r.badLines, nil)}
 		if err := wp.proc.Start(); err != nil {
-			return sum, err
+			return err
 		}
-		workers = append(workers, wp)
+		r.workers = append(r.workers, wp)
 	}
-	var kaResources []string
 	for i := 0; i < cfg.KeepAliveWorkers; i++ {
-		kaResources = append(kaResources, fmt.Sprintf("%s%d", KeepAlivePrefix, i))
+		r.kaResources = append(r.kaResources, fmt.Sprintf("%s%d", KeepAlivePrefix, i))
 	}
 	for i := 0; i < cfg.KeepAliveWorkers; i++ {
 		id := fmt.Sprintf("k%d", i+1)
 		wp := &workerProc{id: id, paused: make(chan PauseNotice, 1)}
-		wp.proc = &Proc{Name: id, Bin: cfg.Self, Log: filepath.Join(dir, "logs", id+".log"), Stdin: true,
-			Args: []string{"worker", "--keepalive", "--id", id, "--endpoints", strings.Join(cl.Endpoints(), ","), "--kv", kvURL,
-				"--resources", strings.Join(kaResources, ","),
-				"--duration", (cfg.Duration + cfg.Quiet + time.Minute).String(), "--seed", fmt.Sprint(rng.Uint64())},
-			Env: plantedEnv(cfg.Bugs, "client"), Stdout: recordLines(hist, &badMu, &badLines, nil)}
+		wp.proc = &Proc{Name: id, Bin: cfg.Self, Log: filepath.Join(r.dir, "logs", id+".log"), Stdin: true,
+			Args: []string{"worker", "--keepalive", "--id", id, "--endpoints", strings.Join(r.cl.Endpoints(), ","), "--kv", r.kvURL,
+				"--resources", strings.Join(r.kaResources, ","),
+				"--duration", (cfg.Duration + cfg.Quiet + time.Minute).String(), "--seed", fmt.Sprint(r.rng.Uint64())},
+			Env: plantedEnv(cfg.Bugs, "client"), Stdout: recordLines(r.hist, &r.badMu, &r.badLines, nil)}
 		if err := wp.proc.Start(); err != nil {
-			return sum, err
+			return err
 		}
-		workers = append(workers, wp)
+		r.workers = append(r.workers, wp)
 	}
-	stopWorkers := func() {
-		for _, w := range workers {
-			_ = w.proc.Signal(syscall.SIGCONT)
-			_ = w.proc.Send(CmdStop)
-		}
-		deadline := time.After(30 * time.Second)
-		for _, w := range workers {
-			select {
-			case <-w.proc.Exited():
-			case <-deadline:
-			}
-			w.proc.Kill(syscall.SIGKILL, 5*time.Second)
-		}
-	}
-	defer stopWorkers()
-	say("%d workers on %d resources, ttl %v; %d linearizability workers on %d resources, ttl %v",
-		cfg.Workers, cfg.Resources, cfg.TTL, cfg.LinWorkers, cfg.LinResources, linTTL)
+	r.onExit(r.stopWorkers)
+	r.say("%d workers on %d resources, ttl %v; %d linearizability workers on %d resources, ttl %v",
+		cfg.Workers, cfg.Resources, cfg.TTL, cfg.LinWorkers, cfg.LinResources, r.linTTL)
+	return nil
+}
 
-	// Availability probers, one pinned to each node (availability.go).
-	af, err := os.Create(filepath.Join(dir, "availability.jsonl"))
+// stopWorkers asks every worker to stop (resuming a paused one first) and
+// kills those still running after 30 s.
+func (r *run) stopWorkers() {
+	for _, w := range r.workers {
+		_ = w.proc.Signal(syscall.SIGCONT)
+		_ = w.proc.Send(CmdStop)
+	}
+	deadline := time.After(30 * time.Second)
+	for _, w := range r.workers {
+		select {
+		case <-w.proc.Exited():
+		case <-deadline:
+		}
+		w.proc.Kill(syscall.SIGKILL, 5*time.Second)
+	}
+}
+
+// startProbes starts the availability probers, one pinned to each node
+// (availability.go).
+func (r *run) startProbes(ctx context.Context) error {
+	af, err := os.Create(filepath.Join(r.dir, "availability.jsonl"))
 	if err != nil {
-		return sum, err
+		return err
 	}
-	defer af.Close()
-	alog := NewWriter(af)
-	defer alog.Flush()
+	r.onExit(func() { af.Close() })
+	r.alog = history.NewWriter(af)
+	r.onExit(func() { r.alog.Flush() })
 	pctx, stopProbes := context.WithCancel(ctx)
-	var pwg sync.WaitGroup
-	pwg.Add(1)
-	go func() { defer pwg.Done(); probeAvailability(pctx, cl.Nodes(), cl.Endpoints(), alog) }()
-	defer pwg.Wait()
-	defer stopProbes()
+	r.stopProbes = stopProbes
+	r.pwg.Add(1)
+	go func() { defer r.pwg.Done(); probeAvailability(pctx, r.cl.Nodes(), r.cl.Endpoints(), r.alog) }()
+	r.onExit(r.pwg.Wait)
+	r.onExit(stopProbes)
+	return nil
+}
 
-	// Nemesis, then the quiet phase.
+// workload runs the nemesis for the run's duration, heals, holds the
+// quiet phase and stops the probers and the workers.
+func (r *run) workload(ctx context.Context) error {
+	cfg := r.cfg
 	tw := time.Now()
-	nem := &nemesis{kinds: append([]string(nil), cfg.Nemeses...), rng: rng, nodes: cl, net: cl.Net(), workers: fencedWorkers, kv: kv, ttl: cfg.TTL, log: nlog, hist: hist,
-		counts: map[string]int{}, effect: map[string]int{}, progress: func(s string) { say("%s", s) }}
+	r.nem = &nemesis{kinds: append([]string(nil), cfg.Nemeses...), rng: r.rng, nodes: r.cl, net: r.cl.Net(), workers: r.fencedWorkers, kv: r.kv, ttl: cfg.TTL, log: r.nlog, hist: r.hist,
+		counts: map[string]int{}, effect: map[string]int{}, progress: func(s string) { r.say("%s", s) }}
 	if UsesClock(cfg.Nemeses) {
-		nem.clocks = fileClocks{c: cl, dir: filepath.Join(dir, "logs")}
+		r.nem.clocks = fileClocks{c: r.cl, dir: filepath.Join(r.dir, "logs")}
 	}
-	nem.onRestore = wt.clusterReplaced
+	r.nem.onRestore = r.wt.clusterReplaced
 	nctx, stopNem := context.WithTimeout(ctx, cfg.Duration)
 	progressDone := make(chan struct{})
 	go func() {
@@ -417,112 +537,130 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 			case <-progressDone:
 				return
 			case <-t.C:
-				c, _ := nem.Counts()
-				say("progress: %d history records, %d lease events, faults %v", hist.Len(), wt.events, c)
+				c, _ := r.nem.Counts()
+				r.say("progress: %d history records, %d lease events, faults %v", r.hist.Len(), r.wt.events, c)
 			}
 		}
 	}()
-	nem.run(nctx)
+	r.nem.run(nctx)
 	stopNem()
 	if ctx.Err() != nil {
 		close(progressDone)
-		return sum, ctx.Err()
+		return ctx.Err()
 	}
-	say("faults healed; quiet phase %v", cfg.Quiet)
+	r.say("faults healed; quiet phase %v", cfg.Quiet)
 	sleepCtx(ctx, cfg.Quiet)
 	close(progressDone)
-	stopProbes()
-	pwg.Wait()
-	stopWorkers()
-	phase("workload", tw)
-	say("workers stopped")
+	r.stopProbes()
+	r.pwg.Wait()
+	r.stopWorkers()
+	r.phase("workload", tw)
+	r.say("workers stopped")
+	return nil
+}
 
-	// The cluster serves after healing; the watcher catches up to it.
-	tc := time.Now()
-	serves := newFinding("serves-after-heal")
-	if err := sentinel(ctx, cl.Endpoints(), wt); err != nil {
-		serves.invalid("unavailable-after-heal", "%v", err)
+// collect gathers what the checkers read: the sentinel acquire (the
+// cluster serves after healing), final reads, fencedkv's audit, replica
+// convergence, and the nodes' Raft logs, which decide the acquires whose
+// outcome the clients never learnt (resolved.jsonl; history.jsonl stays
+// raw).
+func (r *run) collect(ctx context.Context) error {
+	cfg := r.cfg
+	r.tc = time.Now()
+	r.serves = newFinding("serves-after-heal")
+	if err := sentinel(ctx, r.cl.Endpoints(), r.wt); err != nil {
+		r.serves.invalid("unavailable-after-heal", "%v", err)
 	} else {
-		serves.r.Checked = 1
+		r.serves.r.Checked = 1
 	}
 
-	// Final reads.
-	for _, res := range append(resources, kaResources...) {
-		inv := Record{Kind: Invoke, Worker: "final", Op: "final-" + res, Type: OpRead, Resource: res, TimeNs: Now()}
-		_ = hist.Write(inv)
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		v, _, err := kv.Get(rctx, res)
-		cancel()
-		done := inv
-		done.Kind, done.TimeNs = Complete, Now()
-		switch {
-		case err == nil || errors.Is(err, fencekv.ErrNotFound):
-			done.Result, done.Value = OK, string(v)
-		default:
-			done.Result, done.Error = Unknown, err.Error()
-		}
-		_ = hist.Write(done)
-	}
-	stopWatch()
-	wwg.Wait()
-	if err := hist.Flush(); err != nil {
-		return sum, err
+	r.finalReads(ctx)
+	r.stopWatch()
+	r.wwg.Wait()
+	if err := r.hist.Flush(); err != nil {
+		return err
 	}
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	audit, err := kv.AuditAll(actx)
+	audit, err := r.kv.AuditAll(actx)
 	cancel()
 	if err != nil {
-		return sum, fmt.Errorf("reading fencedkv's audit: %w", err)
+		return fmt.Errorf("reading fencedkv's audit: %w", err)
 	}
-	writeJSON(filepath.Join(dir, "audit.json"), audit)
+	r.audit = audit
+	writeJSON(filepath.Join(r.dir, "audit.json"), audit)
 
 	// Replicas converge: every node reaches one state index with one state
 	// hash (bounded by 20 s).
-	rounds, converge := PollConvergence(ctx, cl, 20*time.Second)
-	writeJSON(filepath.Join(dir, "convergence.json"), rounds)
-	say("%s", converge)
+	r.rounds, r.converge = PollConvergence(ctx, r.cl, 20*time.Second)
+	writeJSON(filepath.Join(r.dir, "convergence.json"), r.rounds)
+	r.say("%s", r.converge)
 
-	// The nodes stop; their Raft logs decide the acquires whose outcome
-	// the clients never learnt (resolved.jsonl; history.jsonl stays raw).
-	raw, err := ReadHistoryFile(filepath.Join(dir, "history.jsonl"))
+	r.raw, err = history.ReadHistoryFile(filepath.Join(r.dir, "history.jsonl"))
 	if err != nil {
-		return sum, err
+		return err
 	}
 	applied := map[string]uint64{}
-	for _, round := range rounds {
+	for _, round := range r.rounds {
 		for _, s := range round {
 			if s.Err == "" && s.AppliedIndex > applied[s.Node] {
 				applied[s.Node] = s.AppliedIndex
 			}
 		}
 	}
-	cl.Stop()
-	logs, dumpErrs := DumpLogs(ctx, filepath.Join(binDir, "leased"), filepath.Join(dir, "logs"), cl.Nodes(), applied)
-	sum.DumpErrors = dumpErrs
-	h, stats := Resolve(raw, logs, cfg.Nodes, Now()-time.Now().UnixNano())
-	sum.Resolution = &stats
-	if err := writeHistory(filepath.Join(dir, "resolved.jsonl"), h); err != nil {
-		return sum, err
+	r.cl.Stop()
+	logs, dumpErrs := DumpLogs(ctx, filepath.Join(r.binDir, "leased"), filepath.Join(r.dir, "logs"), r.cl.Nodes(), applied)
+	r.sum.DumpErrors = dumpErrs
+	r.h, r.stats = Resolve(r.raw, logs, cfg.Nodes, history.Now()-time.Now().UnixNano())
+	r.sum.Resolution = &r.stats
+	if err := writeHistory(filepath.Join(r.dir, "resolved.jsonl"), r.h); err != nil {
+		return err
 	}
-	say("unknown acquires resolved from %d raft logs: %d of %d (ok %d, not applied %d); still unknown %d; other unknown ops (not resolvable) %d",
+	stats := r.stats
+	r.say("unknown acquires resolved from %d raft logs: %d of %d (ok %d, not applied %d); still unknown %d; other unknown ops (not resolvable) %d",
 		stats.Logs, stats.Resolved(), stats.Unknown, stats.ResolvedOK, stats.ResolvedNotApplied, stats.StillUnknown, stats.UnknownOther)
-	say("acknowledged acquires in the raft logs: %d found alike, %d with another lease or token, %d not found %s",
+	r.say("acknowledged acquires in the raft logs: %d found alike, %d with another lease or token, %d not found %s",
 		stats.AckedInLogs, stats.AckedMismatch, stats.AckedNotInLogs, stats.AckedMismatchExample)
+	return nil
+}
 
-	// Checkers, over the resolved history.
-	sum.Ops = countOps(raw)
-	sum.Faults, sum.FaultsEffective = nem.Counts()
-	faults, _ := ReadFaults(mustRead(filepath.Join(dir, "nemesis.jsonl"), nlog))
-	samples, _ := ReadProbeSamples(mustRead(filepath.Join(dir, "availability.jsonl"), alog))
+// finalReads reads every fenced and keep-alive resource from fencedkv
+// once, into the history.
+func (r *run) finalReads(ctx context.Context) {
+	for _, res := range append(r.resources, r.kaResources...) {
+		inv := history.Record{Kind: history.Invoke, Worker: "final", Op: "final-" + res, Type: history.OpRead, Resource: res, TimeNs: history.Now()}
+		_ = r.hist.Write(inv)
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		v, _, err := r.kv.Get(rctx, res)
+		cancel()
+		done := inv
+		done.Kind, done.TimeNs = history.Complete, history.Now()
+		switch {
+		case err == nil || errors.Is(err, fencekv.ErrNotFound):
+			done.Result, done.Value = history.OK, string(v)
+		default:
+			done.Result, done.Error = history.Unknown, err.Error()
+		}
+		_ = r.hist.Write(done)
+	}
+}
+
+// check runs the checkers over the resolved history, tallies them and
+// writes report.html.
+func (r *run) check(context.Context) error {
+	cfg, sum, h := r.cfg, r.sum, r.h
+	sum.Ops = countOps(r.raw)
+	sum.Faults, sum.FaultsEffective = r.nem.Counts()
+	faults, _ := ReadFaults(mustRead(filepath.Join(r.dir, "nemesis.jsonl"), r.nlog))
+	samples, _ := ReadProbeSamples(mustRead(filepath.Join(r.dir, "availability.jsonl"), r.alog))
 	unavail, windows := CheckUnavailabilityBounded(samples, faults, UnavailabilityBound)
-	say("client-observed unavailability during faults that leave a quorum up (callers pinned to one node): %s", windowsString(windows))
-	sum.Results = append(withRestoreCheck(cfg.Nemeses, CheckAll(h, audit, cfg.SkewMargin), h, faults), serves.done("sentinel"), converge,
+	r.say("client-observed unavailability during faults that leave a quorum up (callers pinned to one node): %s", windowsString(windows))
+	sum.Results = append(withRestoreCheck(cfg.Nemeses, CheckAll(h, r.audit, cfg.SkewMargin), h, faults), r.serves.done("sentinel"), r.converge,
 		CheckMeaningful(cfg, h, faults), unavail)
 	if slices.Contains(cfg.Nemeses, NemStorage) {
 		sum.Results = append(sum.Results, CheckStorageRefused(faults))
 	}
 	if cfg.KeepAliveWorkers > 0 {
-		say("keep-alive workload: %s", KeepAliveSummary(h, faults))
+		r.say("keep-alive workload: %s", KeepAliveSummary(h, faults))
 		sum.Results = append(sum.Results, CheckRenewalsBounded(h, faults))
 	}
 	if slices.Contains(cfg.Nemeses, NemMemberUnreachable) {
@@ -531,53 +669,60 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	MarkRequired(cfg.Nemeses, sum.Results)
 	sum.Passed, sum.Failed = Tally(sum.Results)
 	sum.NotCounted = NotCounted(sum.Results)
-	sum.WatchEvents = wt.events
-	if err := WriteReport(filepath.Join(dir, "report.html"), sum, h, faults); err != nil {
-		say("report.html: %v", err)
+	sum.WatchEvents = r.wt.events
+	if err := WriteReport(filepath.Join(r.dir, "report.html"), sum, h, faults); err != nil {
+		r.say("report.html: %v", err)
 	}
-	phase("check", tc)
-	if badLines > 0 {
-		return sum, fmt.Errorf("%d unreadable record lines from workers", badLines)
+	r.phase("check", r.tc)
+	if r.badLines > 0 {
+		return fmt.Errorf("%d unreadable record lines from workers", r.badLines)
 	}
+	return nil
+}
 
-	fmt.Fprintf(cfg.Out, "\nops:")
-	for _, t := range []string{OpAcquire, OpWrite, OpRenew, OpRelease, OpRead} {
-		fmt.Fprintf(cfg.Out, " %s %v;", t, sum.Ops[t])
+// print writes the closing lines: operations, faults, lease events,
+// resolution, each checker's result and the tally.
+func (r *run) print() {
+	out, sum, stats := r.cfg.Out, r.sum, r.stats
+	fmt.Fprintf(out, "\nops:")
+	for _, t := range []string{history.OpAcquire, history.OpWrite, history.OpRenew, history.OpRelease, history.OpRead} {
+		fmt.Fprintf(out, " %s %v;", t, sum.Ops[t])
 	}
-	fmt.Fprintf(cfg.Out, "\nfaults: ")
+	fmt.Fprintf(out, "\nfaults: ")
 	for _, k := range sortedKeys(sum.Faults) {
-		fmt.Fprintf(cfg.Out, "%s %d (effective %d)  ", k, sum.Faults[k], sum.FaultsEffective[k])
+		fmt.Fprintf(out, "%s %d (effective %d)  ", k, sum.Faults[k], sum.FaultsEffective[k])
 	}
-	fmt.Fprintf(cfg.Out, "\nlease events watched: %d\nunknown acquires resolved from the raft logs: %d of %d (ok %d, not applied %d, still unknown %d)\n\n",
-		wt.events, stats.Resolved(), stats.Unknown, stats.ResolvedOK, stats.ResolvedNotApplied, stats.StillUnknown)
-	for _, r := range sum.Results {
-		fmt.Fprintln(cfg.Out, r)
+	fmt.Fprintf(out, "\nlease events watched: %d\nunknown acquires resolved from the raft logs: %d of %d (ok %d, not applied %d, still unknown %d)\n\n",
+		r.wt.events, stats.Resolved(), stats.Unknown, stats.ResolvedOK, stats.ResolvedNotApplied, stats.StillUnknown)
+	for _, res := range sum.Results {
+		fmt.Fprintln(out, res)
 	}
-	fmt.Fprintf(cfg.Out, "\n%d passed, %d failed%s  (%s run, %s)\n", sum.Passed, sum.Failed, notCounted(sum.NotCounted), mode, dir)
-	if sum.AllValid() && sum.NotCounted == 0 {
-		// Keep the logs; the data dirs only matter when something failed
-		// (a not-required result too).
-		cl.Stop()
-		kvProc.Kill(syscall.SIGKILL, 5*time.Second)
-		for _, id := range cl.Nodes() {
-			os.RemoveAll(filepath.Join(dir, "logs", id))
-		}
-		lost, _ := filepath.Glob(filepath.Join(dir, "logs", "lost-*")) // data dirs a restore moved aside
-		for _, d := range lost {
-			os.RemoveAll(d)
-		}
-		os.Remove(filepath.Join(dir, "logs", "kv.db"))
+	fmt.Fprintf(out, "\n%d passed, %d failed%s  (%s run, %s)\n", sum.Passed, sum.Failed, notCounted(sum.NotCounted), r.mode, r.dir)
+}
+
+// dropDataDirs removes the nodes' and fencedkv's data after a run where
+// everything passed (a not-required result too); the logs stay. The data
+// dirs only matter when something failed.
+func (r *run) dropDataDirs() {
+	r.cl.Stop()
+	r.kvProc.Kill(syscall.SIGKILL, 5*time.Second)
+	for _, id := range r.cl.Nodes() {
+		os.RemoveAll(filepath.Join(r.dir, "logs", id))
 	}
-	return sum, nil
+	lost, _ := filepath.Glob(filepath.Join(r.dir, "logs", "lost-*")) // data dirs a restore moved aside
+	for _, d := range lost {
+		os.RemoveAll(d)
+	}
+	os.Remove(filepath.Join(r.dir, "logs", "kv.db"))
 }
 
 // recordLines handles a worker's stdout: records into the history, pause
 // notices to paused.
-func recordLines(hist *Writer, mu *sync.Mutex, bad *int, paused chan PauseNotice) func(string) {
+func recordLines(hist *history.Writer, mu *sync.Mutex, bad *int, paused chan PauseNotice) func(string) {
 	return func(line string) {
 		switch {
 		case strings.HasPrefix(line, RecordPrefix):
-			var r Record
+			var r history.Record
 			if json.Unmarshal([]byte(line[len(RecordPrefix):]), &r) != nil {
 				mu.Lock()
 				*bad++
@@ -621,11 +766,11 @@ func sentinel(ctx context.Context, endpoints []string, wt *watcher) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	_ = wt.hist.Write(Record{Kind: Observe, Worker: "watch", Op: "gap-catch-up", Type: OpWatchGap, TimeNs: Now(), Error: "the watcher did not see the sentinel's release within 15s"})
+	_ = wt.hist.Write(history.Record{Kind: history.Observe, Worker: "watch", Op: "gap-catch-up", Type: history.OpWatchGap, TimeNs: history.Now(), Error: "the watcher did not see the sentinel's release within 15s"})
 	return nil
 }
 
-func mustRead(path string, flush *Writer) []byte {
+func mustRead(path string, flush *history.Writer) []byte {
 	_ = flush.Flush()
 	b, _ := os.ReadFile(path)
 	return b
@@ -636,7 +781,7 @@ func mustRead(path string, flush *Writer) []byte {
 // seen to take effect at least once, acknowledged fenced writes, and
 // linearizability operations when that workload ran. A run that is not
 // meaningful is unknown, not invalid: it says nothing about the system.
-func CheckMeaningful(cfg Config, h []Record, faults []Fault) Result {
+func CheckMeaningful(cfg Config, h []history.Record, faults []history.Fault) Result {
 	f := newFinding("run-meaningful")
 	first := int64(0)
 	started, effective := map[string]int{}, map[string]int{}
@@ -653,14 +798,14 @@ func CheckMeaningful(cfg Config, h []Record, faults []Fault) Result {
 	}
 	before, writes, lin := 0, 0, 0
 	for _, r := range h {
-		if r.Kind != Complete || r.Result != OK || r.ResolvedFrom != "" {
+		if r.Kind != history.Complete || r.Result != history.OK || r.ResolvedFrom != "" {
 			continue // resolved afterwards: never acknowledged to the client
 		}
 		if first == 0 || r.TimeNs < first {
 			before++
 		}
 		switch {
-		case r.Type == OpWrite:
+		case r.Type == history.OpWrite:
 			writes++
 		case strings.HasPrefix(r.Resource, LinPrefix):
 			lin++
@@ -683,10 +828,10 @@ func CheckMeaningful(cfg Config, h []Record, faults []Fault) Result {
 	return f.done("operation")
 }
 
-func countOps(h []Record) map[string]map[string]int {
+func countOps(h []history.Record) map[string]map[string]int {
 	out := map[string]map[string]int{}
 	for _, r := range h {
-		if r.Kind != Complete {
+		if r.Kind != history.Complete {
 			continue
 		}
 		if out[r.Type] == nil {
@@ -719,9 +864,9 @@ func Recheck(dir string, out io.Writer) ([]Result, error) {
 		return nil, fmt.Errorf("config.json: %w", err)
 	}
 	// The resolved history when the run wrote one.
-	h, err := ReadHistoryFile(filepath.Join(dir, "resolved.jsonl"))
+	h, err := history.ReadHistoryFile(filepath.Join(dir, "resolved.jsonl"))
 	if errors.Is(err, os.ErrNotExist) {
-		h, err = ReadHistoryFile(filepath.Join(dir, "history.jsonl"))
+		h, err = history.ReadHistoryFile(filepath.Join(dir, "history.jsonl"))
 	}
 	if err != nil {
 		return nil, err
@@ -811,12 +956,12 @@ func dumpOne(ctx context.Context, leased, dataDir, path, id string) (*NodeLog, e
 	return ReadLogDump(id, f)
 }
 
-func writeHistory(path string, h []Record) error {
+func writeHistory(path string, h []history.Record) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	w := NewWriter(f)
+	w := history.NewWriter(f)
 	for _, r := range h {
 		if err := w.Write(r); err != nil {
 			f.Close()

@@ -5,18 +5,20 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 func TestSoakTableHasARowPerRunAndTotals(t *testing.T) {
 	dir := t.TempDir()
-	pass := &Summary{Config: Config{Seed: 2}, Ops: map[string]map[string]int{OpAcquire: {OK: 10, Fail: 5}, OpWrite: {OK: 3}},
+	pass := &Summary{Config: Config{Seed: 2}, Ops: map[string]map[string]int{history.OpAcquire: {history.OK: 10, history.Fail: 5}, history.OpWrite: {history.OK: 3}},
 		Faults: map[string]int{NemKill: 2, NemPause: 1}, FaultsEffective: map[string]int{NemKill: 2, NemPause: 1},
 		Results: []Result{{Checker: "a", Verdict: Valid}}, Passed: 1}
-	bad := &Summary{Config: Config{Seed: 1}, Ops: map[string]map[string]int{OpAcquire: {OK: 4}},
+	bad := &Summary{Config: Config{Seed: 1}, Ops: map[string]map[string]int{history.OpAcquire: {history.OK: 4}},
 		Faults: map[string]int{NemKill: 1}, FaultsEffective: map[string]int{},
 		Results: []Result{{Checker: "a", Verdict: Invalid}, {Checker: "b", Verdict: Invalid, NotRequired: "out of spec"}}, Failed: 1}
 	short := &Summary{Config: Config{Seed: 4}, Results: []Result{{Checker: "a", Verdict: Valid},
-		{Checker: "run-meaningful", Verdict: Unknown}, {Checker: "c", Verdict: Unknown, NotRequired: "out of spec"}}, Failed: 1}
+		{Checker: "run-meaningful", Verdict: history.Unknown}, {Checker: "c", Verdict: history.Unknown, NotRequired: "out of spec"}}, Failed: 1}
 	for name, s := range map[string]*Summary{"r2": pass, "r1": bad, "r4": short} {
 		if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
 			t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // watcher records every lease event of the replicated log under a prefix
@@ -25,7 +26,7 @@ import (
 type watcher struct {
 	endpoints []string
 	prefix    string
-	hist      *Writer
+	hist      *history.Writer
 	events    int
 	gaps      int
 	lastIndex atomic.Uint64 // Raft index of the last event position recorded
@@ -90,7 +91,7 @@ func (w *watcher) run(ctx context.Context, ready chan<- struct{}) {
 		}
 		if w.replaced.Swap(false) {
 			w.gaps++
-			_ = w.hist.Write(Record{Kind: Observe, Worker: "watch", Op: fmt.Sprintf("gap-%d", w.gaps), Type: OpWatchGap, TimeNs: Now(),
+			_ = w.hist.Write(history.Record{Kind: history.Observe, Worker: "watch", Op: fmt.Sprintf("gap-%d", w.gaps), Type: history.OpWatchGap, TimeNs: history.Now(),
 				Error: "the cluster was restored from a backup", Position: posString(last)})
 			last = nil
 			refused = 0
@@ -102,7 +103,7 @@ func (w *watcher) run(ctx context.Context, ready chan<- struct{}) {
 			// No node retains our position: start afresh and say so.
 			refused = 0
 			w.gaps++
-			_ = w.hist.Write(Record{Kind: Observe, Worker: "watch", Op: fmt.Sprintf("gap-%d", w.gaps), Type: OpWatchGap, TimeNs: Now(),
+			_ = w.hist.Write(history.Record{Kind: history.Observe, Worker: "watch", Op: fmt.Sprintf("gap-%d", w.gaps), Type: history.OpWatchGap, TimeNs: history.Now(),
 				Error: err.Error(), Position: posString(last)})
 			last = nil
 		}
@@ -163,8 +164,8 @@ func (w *watcher) once(ctx context.Context, conn *grpc.ClientConn, last **api.Po
 		if ev.Type == api.EventType_EVENT_TYPE_RELEASED {
 			w.released.Store(api.FormatLeaseID(l.Id), true)
 		}
-		_ = w.hist.Write(Record{
-			Kind: Observe, Worker: "watch", Op: posString(p), Type: OpEvent, TimeNs: Now(),
+		_ = w.hist.Write(history.Record{
+			Kind: history.Observe, Worker: "watch", Op: posString(p), Type: history.OpEvent, TimeNs: history.Now(),
 			Resource: l.Resource, Token: l.Token, Lease: api.FormatLeaseID(l.Id),
 			Event:    strings.ToLower(strings.TrimPrefix(ev.Type.String(), "EVENT_TYPE_")),
 			Position: posString(p), ClusterNow: ev.NowNs, GrantedAt: l.GrantedAtNs, ExpiresAt: l.ExpiresAtNs, EventHolder: l.Holder,

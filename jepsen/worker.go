@@ -27,6 +27,7 @@ import (
 	"github.com/leasefence/leasefence/client"
 	"github.com/leasefence/leasefence/fence"
 	"github.com/leasefence/leasefence/fence/fencekv"
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // Lines a worker prints on stdout.
@@ -219,10 +220,10 @@ func RunWorker(c WorkerConfig, stdin io.Reader, stdout io.Writer) error {
 	return nil
 }
 
-func (w *workerState) emit(r Record) {
+func (w *workerState) emit(r history.Record) {
 	r.Worker = w.cfg.ID
 	if r.TimeNs == 0 {
-		r.TimeNs = Now()
+		r.TimeNs = history.Now()
 	}
 	b, _ := json.Marshal(r)
 	w.mu.Lock()
@@ -231,7 +232,7 @@ func (w *workerState) emit(r Record) {
 }
 
 func safeUntilNs(l *client.Lease) int64 {
-	return Now() + int64(time.Until(l.SafeUntil()))
+	return history.Now() + int64(time.Until(l.SafeUntil()))
 }
 
 func (w *workerState) sleep(min, max time.Duration) {
@@ -307,10 +308,10 @@ func (w *workerState) reuse(op, res, rid, change string) {
 	case "wait":
 		req.Wait = true
 	}
-	inv := Record{Kind: Invoke, Op: op, Type: OpReuse, Resource: req.Resource, RequestID: rid, Changed: change}
+	inv := history.Record{Kind: history.Invoke, Op: op, Type: history.OpReuse, Resource: req.Resource, RequestID: rid, Changed: change}
 	w.emit(inv)
 	done := inv
-	done.Kind, done.TimeNs, done.Result = Complete, 0, Unknown
+	done.Kind, done.TimeNs, done.Result = history.Complete, 0, history.Unknown
 	var lease *api.Lease
 	err := w.callNodes(func(ctx context.Context, c api.LeaseServiceClient) (bool, error) {
 		resp, err := c.Acquire(ctx, req)
@@ -325,9 +326,9 @@ func (w *workerState) reuse(op, res, rid, change string) {
 	})
 	switch code := status.Code(err); {
 	case err == nil && lease != nil:
-		done.Result, done.Token, done.Value = OK, lease.Token, api.FormatLeaseID(lease.Id)
+		done.Result, done.Token, done.Value = history.OK, lease.Token, api.FormatLeaseID(lease.Id)
 	case code == codes.FailedPrecondition, code == codes.InvalidArgument, code == codes.NotFound:
-		done.Result, done.Error = Fail, err.Error()
+		done.Result, done.Error = history.Fail, err.Error()
 	case err != nil:
 		done.Error = err.Error()
 	}
@@ -337,17 +338,17 @@ func (w *workerState) reuse(op, res, rid, change string) {
 // acquire acquires res through the client library (no wait; the request
 // id derived from op) and records the invocation and its completion.
 func (w *workerState) acquire(op, res string) (*client.Lease, error) {
-	acq := Record{Kind: Invoke, Op: op, Type: OpAcquire, Resource: res, RequestID: RequestIDOf(op)}
+	acq := history.Record{Kind: history.Invoke, Op: op, Type: history.OpAcquire, Resource: res, RequestID: RequestIDOf(op)}
 	w.emit(acq)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	lease, err := w.leases.Acquire(ctx, res, client.WithTTL(w.cfg.TTL), client.WithHolder(w.cfg.ID), client.WithRequestID(acq.RequestID))
 	cancel()
 	done := acq
-	done.Kind, done.TimeNs = Complete, 0
+	done.Kind, done.TimeNs = history.Complete, 0
 	if err != nil {
 		done.Result, done.Error = acquireOutcome(err), acquireError(err)
 	} else {
-		done.Result, done.Token, done.Lease, done.SafeUntilNs = OK, lease.Token(), lease.ID().String(), safeUntilNs(lease)
+		done.Result, done.Token, done.Lease, done.SafeUntilNs = history.OK, lease.Token(), lease.ID().String(), safeUntilNs(lease)
 	}
 	w.emit(done)
 	return lease, err
@@ -356,17 +357,17 @@ func (w *workerState) acquire(op, res string) (*client.Lease, error) {
 // release releases lease through the client library and records it (an
 // error is an unknown outcome).
 func (w *workerState) release(op, res string, lease *client.Lease) error {
-	rel := Record{Kind: Invoke, Op: op, Type: OpRelease, Resource: res, Token: lease.Token(), Lease: lease.ID().String(), SafeUntilNs: safeUntilNs(lease)}
+	rel := history.Record{Kind: history.Invoke, Op: op, Type: history.OpRelease, Resource: res, Token: lease.Token(), Lease: lease.ID().String(), SafeUntilNs: safeUntilNs(lease)}
 	w.emit(rel)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	err := lease.Release(ctx)
 	cancel()
 	done := rel
-	done.Kind, done.TimeNs, done.SafeUntilNs = Complete, 0, 0
+	done.Kind, done.TimeNs, done.SafeUntilNs = history.Complete, 0, 0
 	if err != nil {
-		done.Result, done.Error = Unknown, err.Error()
+		done.Result, done.Error = history.Unknown, err.Error()
 	} else {
-		done.Result = OK
+		done.Result = history.OK
 	}
 	w.emit(done)
 	return err
@@ -385,10 +386,10 @@ func (w *workerState) release(op, res string, lease *client.Lease) error {
 // gives the safe-until time recorded with the write (0: none).
 func (w *workerState) write(op, res string, tok fence.Token, leaseID string, check func() error, safe func() int64) {
 	elem := op
-	inv := Record{Kind: Invoke, Op: op, Type: OpWrite, Resource: res, Element: elem, Token: tok.Value, Lease: leaseID, SafeUntilNs: safe()}
+	inv := history.Record{Kind: history.Invoke, Op: op, Type: history.OpWrite, Resource: res, Element: elem, Token: tok.Value, Lease: leaseID, SafeUntilNs: safe()}
 	w.emit(inv)
 	done := inv
-	done.Kind, done.TimeNs, done.SafeUntilNs = Complete, 0, 0
+	done.Kind, done.TimeNs, done.SafeUntilNs = history.Complete, 0, 0
 	finish := func(result string, err error) {
 		done.Result = result
 		if err != nil {
@@ -399,24 +400,24 @@ func (w *workerState) write(op, res string, tok fence.Token, leaseID string, che
 	}
 	if check != nil {
 		if err := check(); err != nil {
-			finish(Fail, fmt.Errorf("not sent: %w", err))
+			finish(history.Fail, fmt.Errorf("not sent: %w", err))
 			return
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := w.kv.Append(ctx, res, tok, nil); err != nil {
-		finish(Fail, fmt.Errorf("claim failed, element not sent: %w", err))
+		finish(history.Fail, fmt.Errorf("claim failed, element not sent: %w", err))
 		return
 	}
 	old, _, err := w.kv.Get(ctx, res)
 	if err != nil && !errors.Is(err, fencekv.ErrNotFound) {
-		finish(Fail, fmt.Errorf("read failed, element not sent: %w", err))
+		finish(history.Fail, fmt.Errorf("read failed, element not sent: %w", err))
 		return
 	}
 	if w.pause.Swap(false) {
 		if err := w.suspend(PauseNotice{Worker: w.cfg.ID, Op: inv.Op, Resource: res, Token: tok.Value}); err != nil {
-			finish(Fail, fmt.Errorf("SIGSTOP failed, element not sent: %w", err))
+			finish(history.Fail, fmt.Errorf("SIGSTOP failed, element not sent: %w", err))
 			return
 		}
 		// Resumed by SIGCONT, our read and our lease check long out of date.
@@ -428,11 +429,11 @@ func (w *workerState) write(op, res string, tok fence.Token, leaseID string, che
 	_, err = w.kv.Put(ctx, res, tok, []byte(value))
 	switch {
 	case err == nil:
-		finish(OK, nil)
+		finish(history.OK, nil)
 	case errors.Is(err, fencekv.ErrIndeterminate):
-		finish(Unknown, err)
+		finish(history.Unknown, err)
 	default:
-		finish(Fail, err)
+		finish(history.Fail, err)
 	}
 }
 
@@ -491,20 +492,20 @@ func (w *workerState) linCycle() {
 // ok, fail (NotFound: the lease is gone) or unknown. It goes straight to
 // the API, trying each node in turn (followers forward to the leader).
 func (w *workerState) renew(op, res string, id client.ID, token uint64) {
-	inv := Record{Kind: Invoke, Op: op, Type: OpRenew, Resource: res, Lease: id.String(), Token: token}
+	inv := history.Record{Kind: history.Invoke, Op: op, Type: history.OpRenew, Resource: res, Lease: id.String(), Token: token}
 	w.emit(inv)
 	done := inv
-	done.Kind, done.TimeNs = Complete, 0
-	done.Result = Unknown
+	done.Kind, done.TimeNs = history.Complete, 0
+	done.Result = history.Unknown
 	err := w.callNodes(func(ctx context.Context, c api.LeaseServiceClient) (bool, error) {
 		_, err := c.Renew(ctx, &api.RenewRequest{LeaseId: id[:]})
 		return err == nil || status.Code(err) == codes.NotFound, err
 	})
 	switch {
 	case err == nil:
-		done.Result, done.Error = OK, ""
+		done.Result, done.Error = history.OK, ""
 	case status.Code(err) == codes.NotFound:
-		done.Result, done.Error = Fail, err.Error()
+		done.Result, done.Error = history.Fail, err.Error()
 	default:
 		done.Error = err.Error()
 	}
@@ -555,10 +556,10 @@ func (w *workerState) conn(i int) *grpc.ClientConn {
 // linRead reads the lease on res linearizably: Lease is the holder's lease
 // id ("" when free), Token the scope's highest token.
 func (w *workerState) linRead(op, res string) {
-	inv := Record{Kind: Invoke, Op: op, Type: OpRead, Resource: res}
+	inv := history.Record{Kind: history.Invoke, Op: op, Type: history.OpRead, Resource: res}
 	w.emit(inv)
 	done := inv
-	done.Kind, done.TimeNs, done.Result = Complete, 0, Unknown
+	done.Kind, done.TimeNs, done.Result = history.Complete, 0, history.Unknown
 	// Each read goes to a node picked at random (followers answer through
 	// the leader), so a node that answered from its own state without
 	// confirming it is current would be seen.
@@ -568,7 +569,7 @@ func (w *workerState) linRead(op, res string) {
 	err := w.callNodes(func(ctx context.Context, c api.LeaseServiceClient) (bool, error) {
 		g, err := c.Get(ctx, &api.GetRequest{Resource: res})
 		if err == nil {
-			done.Result, done.Token = OK, g.ScopeToken
+			done.Result, done.Token = history.OK, g.ScopeToken
 			if g.Lease != nil {
 				done.Lease = api.FormatLeaseID(g.Lease.Id)
 			}
@@ -586,11 +587,11 @@ func (w *workerState) linRead(op, res string) {
 func acquireOutcome(err error) string {
 	switch {
 	case errors.Is(err, client.ErrHeld), errors.Is(err, client.ErrInvalidArgument):
-		return Fail
+		return history.Fail
 	case errors.Is(err, client.ErrLeaseLost):
-		return Fail
+		return history.Fail
 	}
-	return Unknown
+	return history.Unknown
 }
 
 // suspend says why it stops (note), then stops the whole process, as a
@@ -719,10 +720,10 @@ func (w *workerState) stallCycle() {
 // rawAcquire acquires res through the API (no keep-alive), trying the
 // nodes in turn with one request id, and records it.
 func (w *workerState) rawAcquire(op, res string, ttl time.Duration) (*api.Lease, bool) {
-	inv := Record{Kind: Invoke, Op: op, Type: OpAcquire, Resource: res, RequestID: RequestIDOf(op)}
+	inv := history.Record{Kind: history.Invoke, Op: op, Type: history.OpAcquire, Resource: res, RequestID: RequestIDOf(op)}
 	w.emit(inv)
 	done := inv
-	done.Kind, done.TimeNs, done.Result = Complete, 0, Unknown
+	done.Kind, done.TimeNs, done.Result = history.Complete, 0, history.Unknown
 	req := &api.AcquireRequest{Resource: res, Holder: w.cfg.ID, Ttl: durationpb.New(ttl), RequestId: inv.RequestID}
 	var lease *api.Lease
 	err := w.callNodes(func(ctx context.Context, c api.LeaseServiceClient) (bool, error) {
@@ -738,11 +739,11 @@ func (w *workerState) rawAcquire(op, res string, ttl time.Duration) (*api.Lease,
 	})
 	switch code := status.Code(err); {
 	case err == nil:
-		done.Result, done.Token, done.Lease = OK, lease.Token, api.FormatLeaseID(lease.Id)
+		done.Result, done.Token, done.Lease = history.OK, lease.Token, api.FormatLeaseID(lease.Id)
 	case code == codes.FailedPrecondition:
-		done.Result, done.Error = Fail, HeldPrefix+err.Error()
+		done.Result, done.Error = history.Fail, HeldPrefix+err.Error()
 	case code == codes.InvalidArgument:
-		done.Result, done.Error = Fail, err.Error()
+		done.Result, done.Error = history.Fail, err.Error()
 	default:
 		done.Error = err.Error()
 	}
@@ -753,14 +754,14 @@ func (w *workerState) rawAcquire(op, res string, ttl time.Duration) (*api.Lease,
 // rawRelease releases a lease by id through the API and records whether
 // the node said it released it (Value "released" or "not-released").
 func (w *workerState) rawRelease(op, res string, id []byte, token uint64) {
-	inv := Record{Kind: Invoke, Op: op, Type: OpRelease, Resource: res, Lease: api.FormatLeaseID(id), Token: token}
+	inv := history.Record{Kind: history.Invoke, Op: op, Type: history.OpRelease, Resource: res, Lease: api.FormatLeaseID(id), Token: token}
 	w.emit(inv)
 	done := inv
-	done.Kind, done.TimeNs, done.Result = Complete, 0, Unknown
+	done.Kind, done.TimeNs, done.Result = history.Complete, 0, history.Unknown
 	err := w.callNodes(func(ctx context.Context, c api.LeaseServiceClient) (bool, error) {
 		resp, err := c.Release(ctx, &api.ReleaseRequest{LeaseId: id})
 		if err == nil {
-			done.Result, done.Value = OK, NotReleased
+			done.Result, done.Value = history.OK, NotReleased
 			if resp.Released {
 				done.Value = Released
 			}

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/internal/netns"
 	"github.com/leasefence/leasefence/internal/testcluster"
-	"github.com/leasefence/leasefence/jepsen"
 )
 
 // BenchmarkFailoverSilentNetns is BenchmarkFailoverSilent with each node
@@ -39,7 +39,7 @@ func BenchmarkFailoverSilentNetns(b *testing.B) {
 	for _, first := range []string{"leader-first", "follower-first"} {
 		b.Run(first, func(b *testing.B) {
 			ids := []string{"n1", "n2", "n3"}
-			nsnet, err := jepsen.NewNSNet(ids)
+			nsnet, err := netns.NewNSNet(ids)
 			if err != nil {
 				b.Fatal(err)
 			}

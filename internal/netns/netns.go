@@ -1,4 +1,9 @@
-package jepsen
+// Package netns builds the harness's namespace network (jepsen's --net
+// netns): a Linux network namespace per node joined by a bridge, with
+// partitions, flaky links, delay and silence as iptables and tc rules
+// inside a node's namespace. Root only. It lives outside the jepsen module
+// because internal/perf's silent-leader benchmark uses it too.
+package netns
 
 import (
 	"bytes"
@@ -50,21 +55,21 @@ type NSNet struct {
 	closed bool
 }
 
-var _ Net = (*NSNet)(nil)
-
 // NSPort is the port every node listens on inside its namespace.
 const NSPort = 7001
 
+// Paths of the tools the namespace network runs (docker mode uses them too).
 var (
-	ipBin       = "/usr/sbin/ip"
-	iptablesBin = "/usr/sbin/iptables"
-	tcBin       = "/usr/sbin/tc"
+	IPBin       = "/usr/sbin/ip"
+	IptablesBin = "/usr/sbin/iptables"
+	TCBin       = "/usr/sbin/tc"
 )
 
 // ErrNotRoot is returned by NewNSNet when the harness is not root.
 var ErrNotRoot = errors.New("jepsen: namespace mode needs root")
 
-func nsRun(bin string, args ...string) error {
+// Run runs bin with args and returns its output in the error when it fails.
+func Run(bin string, args ...string) error {
 	out, err := exec.Command(bin, args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s %s: %v: %s", bin, strings.Join(args, " "), err, bytes.TrimSpace(out))
@@ -72,7 +77,8 @@ func nsRun(bin string, args ...string) error {
 	return nil
 }
 
-func nsOutput(bin string, args ...string) string {
+// Output runs bin with args and returns its stdout ("" on error).
+func Output(bin string, args ...string) string {
 	out, _ := exec.Command(bin, args...).Output()
 	return string(out)
 }
@@ -96,33 +102,33 @@ func NewNSNet(ids []string) (*NSNet, error) {
 		return nil, fmt.Errorf("namespace mode: %w", err)
 	}
 	steps := [][]string{
-		{ipBin, "link", "add", n.bridge, "type", "bridge"},
-		{ipBin, "addr", "add", n.prefix + "1/24", "dev", n.bridge},
-		{ipBin, "link", "set", n.bridge, "up"},
-		{iptablesBin, "-I", "FORWARD", "1", "-i", n.bridge, "-o", n.bridge, "-j", "ACCEPT"},
+		{IPBin, "link", "add", n.bridge, "type", "bridge"},
+		{IPBin, "addr", "add", n.prefix + "1/24", "dev", n.bridge},
+		{IPBin, "link", "set", n.bridge, "up"},
+		{IptablesBin, "-I", "FORWARD", "1", "-i", n.bridge, "-o", n.bridge, "-j", "ACCEPT"},
 	}
 	for i, id := range ids {
 		ns := fmt.Sprintf("lfj-%d-%s", n.pid, id)
 		host, peer := fmt.Sprintf("lfj%dh%d", n.pid, i), fmt.Sprintf("lfj%dp%d", n.pid, i)
 		n.ns[id], n.ip[id] = ns, fmt.Sprintf("%s%d", n.prefix, 11+i)
-		in := func(args ...string) []string { return append([]string{ipBin, "netns", "exec", ns}, args...) }
+		in := func(args ...string) []string { return append([]string{IPBin, "netns", "exec", ns}, args...) }
 		steps = append(steps,
-			[]string{ipBin, "netns", "add", ns},
-			[]string{ipBin, "link", "add", host, "type", "veth", "peer", "name", peer},
-			[]string{ipBin, "link", "set", peer, "netns", ns},
-			[]string{ipBin, "link", "set", host, "master", n.bridge, "up"},
-			in(ipBin, "link", "set", peer, "name", "eth0"),
-			in(ipBin, "addr", "add", n.ip[id]+"/24", "dev", "eth0"),
-			in(ipBin, "link", "set", "eth0", "up"),
-			in(ipBin, "link", "set", "lo", "up"),
-			in(iptablesBin, "-N", "LFJ-PART"),
-			in(iptablesBin, "-N", "LFJ-FLAKY"),
-			in(iptablesBin, "-A", "INPUT", "-j", "LFJ-PART"),
-			in(iptablesBin, "-A", "INPUT", "-j", "LFJ-FLAKY"),
+			[]string{IPBin, "netns", "add", ns},
+			[]string{IPBin, "link", "add", host, "type", "veth", "peer", "name", peer},
+			[]string{IPBin, "link", "set", peer, "netns", ns},
+			[]string{IPBin, "link", "set", host, "master", n.bridge, "up"},
+			in(IPBin, "link", "set", peer, "name", "eth0"),
+			in(IPBin, "addr", "add", n.ip[id]+"/24", "dev", "eth0"),
+			in(IPBin, "link", "set", "eth0", "up"),
+			in(IPBin, "link", "set", "lo", "up"),
+			in(IptablesBin, "-N", "LFJ-PART"),
+			in(IptablesBin, "-N", "LFJ-FLAKY"),
+			in(IptablesBin, "-A", "INPUT", "-j", "LFJ-PART"),
+			in(IptablesBin, "-A", "INPUT", "-j", "LFJ-FLAKY"),
 		)
 	}
 	for _, s := range steps {
-		if err := nsRun(s[0], s[1:]...); err != nil {
+		if err := Run(s[0], s[1:]...); err != nil {
 			return fail(err)
 		}
 	}
@@ -132,7 +138,7 @@ func NewNSNet(ids []string) (*NSNet, error) {
 // freeSubnet picks K such that 10.213.K.0/24 appears in no address or
 // route of the root namespace.
 func freeSubnet() (int, error) {
-	used := nsOutput(ipBin, "-4", "-o", "addr") + nsOutput(ipBin, "-4", "route")
+	used := Output(IPBin, "-4", "-o", "addr") + Output(IPBin, "-4", "route")
 	for k := 0; k < 256; k++ {
 		if !strings.Contains(used, fmt.Sprintf("10.213.%d.", k)) {
 			return k, nil
@@ -143,7 +149,8 @@ func freeSubnet() (int, error) {
 
 var staleRe = regexp.MustCompile(`lfj(?:-|br)?(\d+)`)
 
-func alive(pid int) bool {
+// Alive reports whether process pid exists.
+func Alive(pid int) bool {
 	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
 	return err == nil
 }
@@ -158,31 +165,31 @@ func CleanupStaleNS() {
 			return false
 		}
 		pid, err := strconv.Atoi(m[1])
-		return err == nil && !alive(pid)
+		return err == nil && !Alive(pid)
 	}
-	for _, l := range strings.Split(nsOutput(ipBin, "netns", "list"), "\n") {
+	for _, l := range strings.Split(Output(IPBin, "netns", "list"), "\n") {
 		f := strings.Fields(l)
 		if len(f) > 0 && strings.HasPrefix(f[0], "lfj-") && stale(f[0]) {
-			_ = nsRun(ipBin, "netns", "del", f[0])
+			_ = Run(IPBin, "netns", "del", f[0])
 		}
 	}
-	for _, l := range strings.Split(nsOutput(ipBin, "-o", "link"), "\n") {
+	for _, l := range strings.Split(Output(IPBin, "-o", "link"), "\n") {
 		f := strings.Fields(l) // "7: lfjbr123: <...>" or "8: lfj123h0@if2: ..."
 		if len(f) < 2 {
 			continue
 		}
 		name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
 		if strings.HasPrefix(name, "lfj") && stale(name) {
-			_ = nsRun(ipBin, "link", "del", name)
+			_ = Run(IPBin, "link", "del", name)
 		}
 	}
-	for _, l := range strings.Split(nsOutput(iptablesBin, "-S", "FORWARD"), "\n") {
+	for _, l := range strings.Split(Output(IptablesBin, "-S", "FORWARD"), "\n") {
 		if !strings.HasPrefix(l, "-A FORWARD -i lfjbr") {
 			continue
 		}
 		f := strings.Fields(l)
 		if stale(f[3]) {
-			_ = nsRun(iptablesBin, append([]string{"-D"}, f[1:]...)...)
+			_ = Run(IptablesBin, append([]string{"-D"}, f[1:]...)...)
 		}
 	}
 }
@@ -194,18 +201,18 @@ func (n *NSNet) Addr(id string) string { return fmt.Sprintf("%s:%d", n.ip[id], N
 // namespace. `ip netns exec` execs bin, so the process is bin's own:
 // signals, /proc and Pdeathsig apply to it.
 func (n *NSNet) Command(id, bin string, args []string) (string, []string) {
-	return ipBin, append([]string{"netns", "exec", n.ns[id], bin}, args...)
+	return IPBin, append([]string{"netns", "exec", n.ns[id], bin}, args...)
 }
 
 func (n *NSNet) known(id string) bool { _, ok := n.ns[id]; return ok }
 
 func (n *NSNet) in(id string, args ...string) error {
-	return nsRun(ipBin, append([]string{"netns", "exec", n.ns[id], iptablesBin}, args...)...)
+	return Run(IPBin, append([]string{"netns", "exec", n.ns[id], IptablesBin}, args...)...)
 }
 
 // Partition implements Net.
 func (n *NSNet) Partition(grudge map[string][]string) error {
-	if err := checkGrudge(grudge, n.known); err != nil {
+	if err := CheckGrudge(grudge, n.known); err != nil {
 		return err
 	}
 	n.mu.Lock()
@@ -251,11 +258,11 @@ func (n *NSNet) Slow(delay, jitter time.Duration) error {
 	defer n.mu.Unlock()
 	var errs []error
 	for _, id := range n.ids {
-		_ = nsRun(ipBin, "netns", "exec", n.ns[id], tcBin, "qdisc", "del", "dev", "eth0", "root")
+		_ = Run(IPBin, "netns", "exec", n.ns[id], TCBin, "qdisc", "del", "dev", "eth0", "root")
 		if delay == 0 && jitter == 0 {
 			continue
 		}
-		err := nsRun(ipBin, "netns", "exec", n.ns[id], tcBin, "qdisc", "add", "dev", "eth0", "root", "netem",
+		err := Run(IPBin, "netns", "exec", n.ns[id], TCBin, "qdisc", "add", "dev", "eth0", "root", "netem",
 			"delay", fmt.Sprintf("%dus", delay.Microseconds()), fmt.Sprintf("%dus", jitter.Microseconds()))
 		if err != nil {
 			return fmt.Errorf("namespace mode cannot delay packets (the kernel has no netem qdisc?): %w", err)
@@ -306,7 +313,7 @@ func (n *NSNet) Heal() error {
 func (n *NSNet) Describe() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	s := fmt.Sprintf("namespace mode (bridge %s, %s0/24); %s (iptables DROP in the receiver's namespace)", n.bridge, n.prefix, grudgeString(n.grudge))
+	s := fmt.Sprintf("namespace mode (bridge %s, %s0/24); %s (iptables DROP in the receiver's namespace)", n.bridge, n.prefix, GrudgeString(n.grudge))
 	if n.delay > 0 || n.jitter > 0 {
 		s += fmt.Sprintf("; netem delay %v jitter %v", n.delay, n.jitter)
 	}
@@ -317,26 +324,26 @@ func (n *NSNet) Describe() string {
 }
 
 // Stats implements Net from the packet counters of the iptables rules.
-func (n *NSNet) Stats() NetStats {
+func (n *NSNet) Stats() Stats {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	s := NetStats{Held: map[string]int64{}}
+	s := Stats{Held: map[string]int64{}}
 	byIP := map[string]string{}
 	for id, ip := range n.ip {
 		byIP[ip] = id
 	}
 	for _, b := range n.ids {
 		for _, chain := range []string{"LFJ-PART", "LFJ-FLAKY"} {
-			s.addRuleCounters(chain, b, byIP, nsOutput(ipBin, "netns", "exec", n.ns[b], iptablesBin, "-L", chain, "-v", "-x", "-n"))
+			s.AddRuleCounters(chain, b, byIP, Output(IPBin, "netns", "exec", n.ns[b], IptablesBin, "-L", chain, "-v", "-x", "-n"))
 		}
 	}
 	return s
 }
 
-// addRuleCounters adds the packet counters of `iptables -L chain -v -x -n`
+// AddRuleCounters adds the packet counters of `iptables -L chain -v -x -n`
 // in node b's namespace (out) to s: LFJ-PART's as packets held from the
 // source's node (byIP) to b, LFJ-FLAKY's as resets.
-func (s *NetStats) addRuleCounters(chain, b string, byIP map[string]string, out string) {
+func (s *Stats) AddRuleCounters(chain, b string, byIP map[string]string, out string) {
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l) // pkts bytes target prot opt in out source destination ...
 		if len(f) < 9 {
@@ -368,20 +375,20 @@ func (n *NSNet) Close() error {
 	var errs []error
 	for i, id := range n.ids {
 		if ns, ok := n.ns[id]; ok {
-			_ = nsRun(ipBin, "netns", "del", ns)
+			_ = Run(IPBin, "netns", "del", ns)
 		}
 		// The veth goes with the namespace once its last process is gone;
 		// delete the host side in case it is still there.
 		host := fmt.Sprintf("lfj%dh%d", n.pid, i)
-		if strings.Contains(nsOutput(ipBin, "-o", "link", "show", host), host) {
-			_ = nsRun(ipBin, "link", "del", host)
+		if strings.Contains(Output(IPBin, "-o", "link", "show", host), host) {
+			_ = Run(IPBin, "link", "del", host)
 		}
 	}
-	if strings.Contains(nsOutput(iptablesBin, "-S", "FORWARD"), "-i "+n.bridge+" ") {
-		errs = append(errs, nsRun(iptablesBin, "-D", "FORWARD", "-i", n.bridge, "-o", n.bridge, "-j", "ACCEPT"))
+	if strings.Contains(Output(IptablesBin, "-S", "FORWARD"), "-i "+n.bridge+" ") {
+		errs = append(errs, Run(IptablesBin, "-D", "FORWARD", "-i", n.bridge, "-o", n.bridge, "-j", "ACCEPT"))
 	}
-	if strings.Contains(nsOutput(ipBin, "-o", "link", "show", n.bridge), n.bridge) {
-		errs = append(errs, nsRun(ipBin, "link", "del", n.bridge))
+	if strings.Contains(Output(IPBin, "-o", "link", "show", n.bridge), n.bridge) {
+		errs = append(errs, Run(IPBin, "link", "del", n.bridge))
 	}
 	return errors.Join(errs...)
 }

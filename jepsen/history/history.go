@@ -1,9 +1,11 @@
-// Package jepsen is leasefence's fault-injection harness: it runs real
-// leased nodes, a real fencedkv and real worker processes on loopback,
-// injects faults on a seeded schedule, records every invocation and
-// completion in a history, and checks the properties of DESIGN.md ("What is
-// checked") with independent checkers over that history. See README.md.
-package jepsen
+// Package history is the harness's record of a run: the operations of
+// history.jsonl (Record: invocations, completions, observations of the
+// watcher), the faults of nemesis.jsonl (Fault, with what a storage or
+// membership nemesis observed), the writer both are appended with, and
+// CLOCK_BOOTTIME, the one clock every process of a run stamps with.
+// Checkers, the nemesis, the workers and the report all read and write
+// these; history imports nothing of the harness.
+package history
 
 import (
 	"bufio"

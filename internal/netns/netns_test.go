@@ -1,4 +1,4 @@
-package jepsen
+package netns
 
 import (
 	"net"
@@ -51,7 +51,7 @@ func TestNamespaceModeCutsOnlyNodeToNodeTraffic(t *testing.T) {
 		if err := n.Close(); err != nil {
 			t.Error(err)
 		}
-		if l := nsOutput(ipBin, "netns", "list"); strings.Contains(l, n.ns["a"]) || strings.Contains(nsOutput(ipBin, "-o", "link"), n.bridge) {
+		if l := Output(IPBin, "netns", "list"); strings.Contains(l, n.ns["a"]) || strings.Contains(Output(IPBin, "-o", "link"), n.bridge) {
 			t.Errorf("left behind after Close: %s", l)
 		}
 	}()

@@ -1,0 +1,6 @@
+// Package jepsen is leasefence's fault-injection harness: it runs real
+// leased nodes, a real fencedkv and real worker processes on loopback,
+// injects faults on a seeded schedule, records every invocation and
+// completion in a history, and checks the properties of DESIGN.md ("What is
+// checked") with independent checkers over that history. See README.md.
+package jepsen

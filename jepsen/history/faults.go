@@ -1,0 +1,40 @@
+package history
+
+// StorageOutcome is what a node did after NemStorage changed its raft.db.
+type StorageOutcome struct {
+	// Index is the entry whose body was changed, or the last index of the
+	// snapshot that was (0: nothing found to change).
+	Index uint64 `json:"index"`
+	// Snapshot names the snapshot changed ("": an entry in raft.db).
+	Snapshot string `json:"snapshot,omitempty"`
+	// SetAside: the node logged that it will not restore the changed
+	// snapshot (and started from an older one and its log).
+	SetAside bool `json:"set_aside,omitempty"`
+	// Refused: the process exited saying the store is corrupt.
+	Refused bool `json:"refused,omitempty"`
+	// Fenced: it runs but reports its state corrupt (serves nothing).
+	Fenced bool `json:"fenced,omitempty"`
+	// Served: it ran, answered status with an applied index at or past
+	// Index, and did neither of the above.
+	Served bool `json:"served,omitempty"`
+}
+
+// MemberAdd is one add NemMemberUnreachable asked for.
+type MemberAdd struct {
+	ID     string `json:"id"`
+	Addr   string `json:"addr"`
+	Answer string `json:"answer"`
+	Error  string `json:"error,omitempty"`
+	TookNs int64  `json:"took_ns"`
+}
+
+// MembershipOutcome is what NemMemberUnreachable saw (on its heal record).
+type MembershipOutcome struct {
+	Adds []MemberAdd `json:"adds"`
+	// Voters lists "node: id at addr" for every unreachable member a node
+	// listed as a voter, during the hold or after the heal.
+	Voters []string `json:"voters,omitempty"`
+	// Left lists "node: id at addr" for every unreachable member a node
+	// still listed (voter or not) once the heal was over.
+	Left []string `json:"left,omitempty"`
+}
