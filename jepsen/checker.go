@@ -709,4 +709,5 @@ func MarkRequired(nemeses []string, rs []Result) {
 		}
 	}
 	restoreRequired(nemeses, rs)
+	driftEdgeRequired(nemeses, rs)
 }

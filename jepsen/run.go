@@ -61,6 +61,9 @@ type Config struct {
 	// With a planted client bug (In "client") it must be a plantedbugs
 	// build; empty means this binary if it is one, otherwise one is built.
 	Self string `json:"self"`
+	// DriftEdge is set by Run when NemClockDriftEdge is enabled: the
+	// settings it ran with (driftedge.go).
+	DriftEdge *DriftEdge `json:"drift_edge,omitempty"`
 	// Out receives progress and the report; nil means stdout.
 	Out io.Writer `json:"-"`
 }
@@ -171,6 +174,7 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 			return nil, errors.New("docker mode runs the image as built: planted bugs need a plantedbugs build (use proxy or netns mode)")
 		}
 	}
+	cfg, edge := DriftEdgeFor(cfg) // clock-drift-edge: drift bound, max ttl, skew margin
 	// The lin workload's leases outlive the run (the nodes' --max-ttl is
 	// raised to allow it), up to runs of about two hours, and as far as
 	// the skew margin covers the drift of such a lease (the nodes refuse
@@ -211,6 +215,10 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 		fmt.Fprintf(cfg.Out, "[%6.1fs] %s\n", time.Since(t0).Seconds(), fmt.Sprintf(format, args...))
 	}
 	say("run %s, seed %d, %s, results in %s", mode, cfg.Seed, strings.Join(cfg.Nemeses, ","), dir)
+	if edge != nil {
+		say("clock-drift-edge: drift %g, max ttl %v, skew margin %v; fenced workers' client margin %v, client clocks at %g×; no lin or keep-alive workers",
+			edge.Drift, edge.MaxTTL, edge.SkewMargin, edge.ClientMargin, edge.ClientClockRate)
+	}
 	if len(dropped) > 0 {
 		say("left out in %s mode, which cannot realise them (see Network faults in jepsen/README.md): %s", cfg.NetMode, strings.Join(dropped, ","))
 	}
@@ -256,6 +264,7 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	ts := time.Now()
 	extra := append([]string{"--min-ttl", "1s", "--max-ttl", max(linTTL+time.Minute, 10*time.Minute).String(),
 		"--skew-margin", cfg.SkewMargin.String(), "--tick", "250ms"}, SnapshotArgs...)
+	extra = append(extra, edge.NodeArgs()...)
 	if UsesClock(cfg.Nemeses) {
 		extra = append(extra, ClockArgs(filepath.Join(dir, "logs"))...)
 	}
@@ -326,6 +335,7 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 				"--resources", strings.Join(resources, ","), "--ttl", cfg.TTL.String(), "--skew-margin", cfg.SkewMargin.String(),
 				"--duration", (cfg.Duration + cfg.Quiet + time.Minute).String(), "--seed", fmt.Sprint(rng.Uint64())},
 			Env: plantedEnv(cfg.Bugs, "client"), Stdout: recordLines(hist, &badMu, &badLines, wp.paused)}
+		wp.proc.Args = append(wp.proc.Args, edge.WorkerArgs()...)
 		if err := wp.proc.Start(); err != nil {
 			return sum, err
 		}

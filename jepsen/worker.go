@@ -91,6 +91,14 @@ type WorkerConfig struct {
 	// this worker's client library: only a plantedbugs build of the worker
 	// has them. WorkerMain takes them from LEASEFENCE_PLANTED_BUGS.
 	Bugs []string
+	// Drift and ClientMargin are the client's (0: its defaults);
+	// ClockRate, unless 0 or 1, runs its clock at that rate of
+	// CLOCK_BOOTTIME, and ClockTick, unless 0, makes it read in ticks
+	// (NemClockDriftEdge, driftedge.go).
+	Drift        float64
+	ClientMargin time.Duration
+	ClockRate    float64
+	ClockTick    time.Duration
 }
 
 // WorkerMain is the hidden "jepsen worker" subcommand.
@@ -110,6 +118,10 @@ func WorkerMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&c.Seed, "seed", 1, "random seed")
 	fs.BoolVar(&c.Lin, "lin", false, "linearizability workload: acquire, read, release; ttl longer than the run")
 	fs.BoolVar(&c.KeepAlive, "keepalive", false, "keep-alive workload: 10s and 30s ttls held across idle gaps")
+	fs.Float64Var(&c.Drift, "drift", 0, "the client's drift bound (0: its default)")
+	fs.DurationVar(&c.ClientMargin, "client-margin", 0, "the client's margin (0: its default)")
+	fs.Float64Var(&c.ClockRate, "clock-rate", 0, "run the client's clock at this rate of CLOCK_BOOTTIME (0: at its rate)")
+	fs.DurationVar(&c.ClockTick, "clock-tick", 0, "the client's clock reads in ticks of this (0: to the nanosecond)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -142,7 +154,10 @@ type workerState struct {
 	loseAnswer  atomic.Bool
 	// host is the simulated host's monotonic clock, which stands still
 	// while the worker is stopped (see hostClock).
-	host   *hostClock
+	host *hostClock
+	// clock is the client's clock when it runs at another rate or in
+	// ticks (nil: the client's own, client.BootClock).
+	clock  *rateClock
 	ka     kaCounter
 	stop   atomic.Bool
 	leases *client.Client
@@ -170,9 +185,14 @@ func RunWorker(c WorkerConfig, stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var clock client.Clock
+	if (c.ClockRate != 0 && c.ClockRate != 1) || c.ClockTick > 0 {
+		w.clock = newRateClock(c.ClockRate, c.ClockTick)
+		clock = w.clock
+	}
 	leases, err := client.New(client.Config{Endpoints: c.Endpoints, RequestTimeout: 2 * time.Second, RetryFor: 4 * time.Second,
 		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(w.interceptAcquire), grpc.WithStreamInterceptor(w.ka.intercept)},
-		Testing:     knobs})
+		Drift:       c.Drift, Margin: c.ClientMargin, Clock: clock, Testing: knobs})
 	if err != nil {
 		return err
 	}
@@ -230,7 +250,13 @@ func (w *workerState) emit(r Record) {
 	fmt.Fprintf(w.out, "%s%s\n", RecordPrefix, b)
 }
 
-func safeUntilNs(l *client.Lease) int64 {
+// safeUntilNs is the real time (CLOCK_BOOTTIME) at which the lease's safe
+// deadline passes on the client's clock. SafeUntil states it as the
+// client sees it, on a clock it takes to be exact.
+func (w *workerState) safeUntilNs(l *client.Lease) int64 {
+	if w.clock != nil {
+		return w.clock.deadlineNs(l)
+	}
 	return Now() + int64(time.Until(l.SafeUntil()))
 }
 
@@ -259,7 +285,7 @@ func (w *workerState) cycle() {
 	}
 	tok := fence.TokenOf(lease)
 
-	w.write(base+"-w", res, tok, lease.ID().String(), lease.Err, func() int64 { return safeUntilNs(lease) })
+	w.write(base+"-w", res, tok, lease.ID().String(), lease.Err, func() int64 { return w.safeUntilNs(lease) })
 	// Sometimes send the acquire's request id again with one parameter
 	// changed, while the lease is held: it must be refused, never replayed.
 	if w.rng.IntN(4) == 0 {
@@ -347,7 +373,7 @@ func (w *workerState) acquire(op, res string) (*client.Lease, error) {
 	if err != nil {
 		done.Result, done.Error = acquireOutcome(err), acquireError(err)
 	} else {
-		done.Result, done.Token, done.Lease, done.SafeUntilNs = OK, lease.Token(), lease.ID().String(), safeUntilNs(lease)
+		done.Result, done.Token, done.Lease, done.SafeUntilNs = OK, lease.Token(), lease.ID().String(), w.safeUntilNs(lease)
 	}
 	w.emit(done)
 	return lease, err
@@ -356,7 +382,7 @@ func (w *workerState) acquire(op, res string) (*client.Lease, error) {
 // release releases lease through the client library and records it (an
 // error is an unknown outcome).
 func (w *workerState) release(op, res string, lease *client.Lease) error {
-	rel := Record{Kind: Invoke, Op: op, Type: OpRelease, Resource: res, Token: lease.Token(), Lease: lease.ID().String(), SafeUntilNs: safeUntilNs(lease)}
+	rel := Record{Kind: Invoke, Op: op, Type: OpRelease, Resource: res, Token: lease.Token(), Lease: lease.ID().String(), SafeUntilNs: w.safeUntilNs(lease)}
 	w.emit(rel)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	err := lease.Release(ctx)
