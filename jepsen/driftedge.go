@@ -41,16 +41,17 @@ import (
 const NemClockDriftEdge = "clock-drift-edge"
 
 // NemClockDriftEdgeCoarse is NemClockDriftEdge with client clocks that
-// read in ticks of EdgeCoarseTick (each reading the last tick passed), and
-// a client margin of one tick, the least that covers a reading's error.
-// A deadline sent_at + T(1 − d) − m is reached at the first tick at or
-// after it; with a margin of one tick that tick is never later than
-// sent_at + T(1 − d) on an exact clock, so the correct client still ends
-// by sent_at + T. With no margin it may be almost a tick later: at T = 2 s,
-// d = 0.05, T(1 − d) = 1.9 s is 7.6 ticks of 250 ms, so a send at phase φ
-// of its tick (the send time read φ early) ends 100 ms − φ (real: ÷ 0.95)
-// after sent_at + T, an overlap whenever φ is short of 100 ms less the
-// next holder's delay.
+// read in ticks (each reading the last tick passed), and a client margin
+// of one tick, the least that covers a reading's error. A deadline
+// sent_at + T(1 − d) − m is reached at the first tick at or after it; with
+// a margin of one tick that tick is never later than sent_at + T(1 − d) on
+// an exact clock, so the correct client still ends by sent_at + T. With no
+// margin it may be up to a tick later. The tick is chosen for the worst
+// case, a full-ttl deadline just past a tick (coarseTick): at T = 2 s, d =
+// 0.05, ticks of 270 ms, T(1 − d) = 1.9 s is 7 ticks and 10 ms, so a send
+// read φ after its tick ends (260 ms − φ)/0.95 after sent_at + T, an
+// overlap whenever that is more than the next holder's delay (its way to
+// the leader and back once the resource is free).
 const NemClockDriftEdgeCoarse = "clock-drift-edge-coarse"
 
 // The drift-edge settings.
@@ -64,11 +65,19 @@ const (
 	// Clock readings here are nanoseconds; a millisecond covers a reading
 	// error many times over.
 	EdgeClientMargin = time.Millisecond
-	// EdgeCoarseTick is the client clocks' tick under
-	// NemClockDriftEdgeCoarse, and their client margin there: the client's
-	// default margin, which thus covers a reading's error.
-	EdgeCoarseTick = 250 * time.Millisecond
+	// edgeTicksPerTTL and edgeTickSlack set the client clocks' tick under
+	// NemClockDriftEdgeCoarse (coarseTick).
+	edgeTicksPerTTL = 7
+	edgeTickSlack   = 10 * time.Millisecond
 )
+
+// coarseTick is the tick that puts the deadline of a full-ttl grant (ttl ×
+// (1 − drift) after its send) edgeTickSlack past the edgeTicksPerTTL-th
+// tick after the send's reading: the client then sees it a tick less the
+// slack late, the most a reading in ticks can be late. 270 ms at 2 s.
+func coarseTick(ttl time.Duration, drift float64) time.Duration {
+	return (time.Duration(float64(ttl)*(1-drift)) - edgeTickSlack) / edgeTicksPerTTL
+}
 
 // DriftEdge is the run configuration of NemClockDriftEdge (config.json's
 // drift_edge).
@@ -111,7 +120,8 @@ func DriftEdgeFor(cfg Config) (Config, *DriftEdge) {
 	e := &DriftEdge{Drift: EdgeDrift, MaxTTL: maxTTL, SkewMargin: time.Duration(EdgeDrift * float64(maxTTL)),
 		ClientMargin: EdgeClientMargin, ClientClockRate: 1 - EdgeDrift}
 	if coarse {
-		e.ClientTick, e.ClientMargin = EdgeCoarseTick, EdgeCoarseTick
+		e.ClientTick = coarseTick(cfg.TTL, e.Drift)
+		e.ClientMargin = e.ClientTick
 	}
 	cfg.SkewMargin = e.SkewMargin
 	cfg.LinWorkers, cfg.KeepAliveWorkers = 0, 0
