@@ -710,4 +710,5 @@ func MarkRequired(nemeses []string, rs []Result) {
 		}
 	}
 	restoreRequired(nemeses, rs)
+	driftEdgeRequired(nemeses, rs)
 }

@@ -122,7 +122,7 @@ func (w *workerState) keepAliveCycle() {
 	hexID := hex.EncodeToString(id[:])
 	start := history.Now()
 	tok := fence.TokenOf(lease)
-	safe := func() int64 { return safeUntilNs(lease) }
+	safe := func() int64 { return w.safeUntilNs(lease) }
 	w.write(base+"-w", res, tok, lease.ID().String(), lease.Err, safe)
 	hold := ttl/2 + time.Duration(w.rng.Int64N(int64(ttl)))
 	for end := time.Now().Add(hold); time.Now().Before(end) && !w.stop.Load() && lease.Err() == nil; {
@@ -155,7 +155,7 @@ func (w *workerState) acquireTTL(op, res string, ttl time.Duration) (*client.Lea
 	if err != nil {
 		done.Result, done.Error = acquireOutcome(err), acquireError(err)
 	} else {
-		done.Result, done.Token, done.Lease, done.SafeUntilNs = history.OK, lease.Token(), lease.ID().String(), safeUntilNs(lease)
+		done.Result, done.Token, done.Lease, done.SafeUntilNs = history.OK, lease.Token(), lease.ID().String(), w.safeUntilNs(lease)
 	}
 	w.emit(done)
 	return lease, err

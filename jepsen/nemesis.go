@@ -44,14 +44,15 @@ const (
 var AllNemeses = slices.Concat(
 	[]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemClientPauseAcquire, NemClientPauseReplay, NemSnapshot, NemMember, NemStorage, NemMemberUnreachable},
 	NetNemeses, []string{NemSilentLeader}, ComboNemeses,
-	[]string{NemClockBump, NemClockStrobe, NemClockRate, NemClockRateClientPause, NemRestore, NemRestoreMismatch})
+	[]string{NemClockBump, NemClockStrobe, NemClockRate, NemClockRateClientPause, NemClockDriftEdge, NemClockDriftEdgeCoarse, NemRestore, NemRestoreMismatch})
 
 // InSpecNemeses is AllNemeses without the out-of-spec clock-rate and
-// restore.
+// restore, and without clock-drift-edge and clock-drift-edge-coarse,
+// which are in spec but set up the whole run (driftedge.go).
 func InSpecNemeses() []string {
 	var out []string
 	for _, k := range AllNemeses {
-		if k != NemClockRate && k != NemClockRateClientPause && !isRestore(k) {
+		if k != NemClockRate && k != NemClockRateClientPause && !isDriftEdge(k) && !isRestore(k) {
 			out = append(out, k)
 		}
 	}
@@ -154,6 +155,8 @@ func (n *nemesis) run(ctx context.Context) {
 			n.clientPause(ctx, kind)
 		case NemClockRateClientPause:
 			n.clockRateClientPause(ctx)
+		case NemClockDriftEdge, NemClockDriftEdgeCoarse:
+			n.clockDriftEdge(ctx, kind)
 		case NemSnapshot:
 			n.snapshot(ctx, hold)
 		case NemMember:

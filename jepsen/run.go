@@ -62,6 +62,9 @@ type Config struct {
 	// With a planted client bug (In "client") it must be a plantedbugs
 	// build; empty means this binary if it is one, otherwise one is built.
 	Self string `json:"self"`
+	// DriftEdge is set by Run when NemClockDriftEdge is enabled: the
+	// settings it ran with (driftedge.go).
+	DriftEdge *DriftEdge `json:"drift_edge,omitempty"`
 	// Out receives progress and the report; nil means stdout.
 	Out io.Writer `json:"-"`
 }
@@ -152,6 +155,10 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 		return sum, err
 	}
 	r.say("run %s, seed %d, %s, results in %s", r.mode, r.cfg.Seed, strings.Join(r.cfg.Nemeses, ","), r.dir)
+	if e := r.edge; e != nil {
+		r.say("clock-drift-edge: drift %g, max ttl %v, skew margin %v; fenced workers' client margin %v, client clocks at %g×; no lin or keep-alive workers",
+			e.Drift, e.MaxTTL, e.SkewMargin, e.ClientMargin, e.ClientClockRate)
+	}
 	if len(r.dropped) > 0 {
 		r.say("left out in %s mode, which cannot realise them (see Network faults in jepsen/README.md): %s", r.cfg.NetMode, strings.Join(r.dropped, ","))
 	}
@@ -179,6 +186,7 @@ type run struct {
 	dir     string
 	dropped []string // nemeses the net mode cannot realise
 	linTTL  time.Duration
+	edge    *DriftEdge // clock-drift-edge's settings, or nil (driftedge.go)
 	sum     *Summary
 
 	// cleanups run last to first when Run returns, as defers would.
@@ -257,6 +265,7 @@ func prepareRun(cfg Config) (*run, error) {
 			return nil, errors.New("docker mode runs the image as built: planted bugs need a plantedbugs build (use proxy or netns mode)")
 		}
 	}
+	cfg, edge := DriftEdgeFor(cfg) // clock-drift-edge: drift bound, max ttl, skew margin
 	// The lin workload's leases outlive the run (the nodes' --max-ttl is
 	// raised to allow it), up to runs of about two hours, and as far as
 	// the skew margin covers the drift of such a lease (the nodes refuse
@@ -265,7 +274,7 @@ func prepareRun(cfg Config) (*run, error) {
 	if cfg.Duration+cfg.Quiet+time.Minute > linTTL || cfg.LinResources == 0 {
 		cfg.LinWorkers = 0 // leases would expire within the run: expiry is not in the model
 	}
-	r := &run{t0: time.Now(), durs: map[string]string{}, dropped: dropped, linTTL: linTTL}
+	r := &run{t0: time.Now(), durs: map[string]string{}, dropped: dropped, linTTL: linTTL, edge: edge}
 	r.mode = "fenced"
 	if cfg.Unfenced {
 		r.mode = "unfenced"
@@ -356,6 +365,7 @@ func (r *run) startCluster(ctx context.Context) error {
 	ts := time.Now()
 	extra := append([]string{"--min-ttl", "1s", "--max-ttl", max(r.linTTL+time.Minute, 10*time.Minute).String(),
 		"--skew-margin", cfg.SkewMargin.String(), "--tick", "250ms"}, SnapshotArgs...)
+	extra = append(extra, r.edge.NodeArgs()...)
 	if UsesClock(cfg.Nemeses) {
 		extra = append(extra, ClockArgs(filepath.Join(r.dir, "logs"))...)
 	}
@@ -435,6 +445,7 @@ func (r *run) startWorkers(context.Context) error {
 				"--resources", strings.Join(r.resources, ","), "--ttl", cfg.TTL.String(), "--skew-margin", cfg.SkewMargin.String(),
 				"--duration", (cfg.Duration + cfg.Quiet + time.Minute).String(), "--seed", fmt.Sprint(r.rng.Uint64())},
 			Env: plantedEnv(cfg.Bugs, "client"), Stdout: recordLines(r.hist, &r.badMu, &r.badLines, wp.paused)}
+		wp.proc.Args = append(wp.proc.Args, r.edge.WorkerArgs()...)
 		if err := wp.proc.Start(); err != nil {
 			return err
 		}

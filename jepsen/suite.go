@@ -76,6 +76,8 @@ var FencedGroups = []struct {
 	{"process faults", []string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemClientPauseAcquire, NemClientPauseReplay, NemSnapshot, NemMember}, 80 * time.Second},
 	{"network faults", NetNemeses, 60 * time.Second},
 	{"clock faults", []string{NemClockBump, NemClockStrobe}, 25 * time.Second},
+	{"clocks at the drift edge", []string{NemClockDriftEdge}, 30 * time.Second},
+	{"clocks at the drift edge, read in ticks", []string{NemClockDriftEdgeCoarse}, 45 * time.Second},
 	{"combined faults", ComboNemeses, 45 * time.Second},
 	{"restore from a backup", []string{NemRestore, NemRestoreMismatch}, 35 * time.Second},
 }

@@ -92,6 +92,14 @@ type WorkerConfig struct {
 	// this worker's client library: only a plantedbugs build of the worker
 	// has them. WorkerMain takes them from LEASEFENCE_PLANTED_BUGS.
 	Bugs []string
+	// Drift and ClientMargin are the client's (0: its defaults);
+	// ClockRate, unless 0 or 1, runs its clock at that rate of
+	// CLOCK_BOOTTIME, and ClockTick, unless 0, makes it read in ticks
+	// (NemClockDriftEdge, driftedge.go).
+	Drift        float64
+	ClientMargin time.Duration
+	ClockRate    float64
+	ClockTick    time.Duration
 }
 
 // WorkerMain is the hidden "jepsen worker" subcommand.
@@ -111,6 +119,10 @@ func WorkerMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&c.Seed, "seed", 1, "random seed")
 	fs.BoolVar(&c.Lin, "lin", false, "linearizability workload: acquire, read, release; ttl longer than the run")
 	fs.BoolVar(&c.KeepAlive, "keepalive", false, "keep-alive workload: 10s and 30s ttls held across idle gaps")
+	fs.Float64Var(&c.Drift, "drift", 0, "the client's drift bound (0: its default)")
+	fs.DurationVar(&c.ClientMargin, "client-margin", 0, "the client's margin (0: its default)")
+	fs.Float64Var(&c.ClockRate, "clock-rate", 0, "run the client's clock at this rate of CLOCK_BOOTTIME (0: at its rate)")
+	fs.DurationVar(&c.ClockTick, "clock-tick", 0, "the client's clock reads in ticks of this (0: to the nanosecond)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -143,7 +155,10 @@ type workerState struct {
 	loseAnswer  atomic.Bool
 	// host is the simulated host's monotonic clock, which stands still
 	// while the worker is stopped (see hostClock).
-	host   *hostClock
+	host *hostClock
+	// clock is the client's clock when it runs at another rate or in
+	// ticks (nil: the client's own, client.BootClock).
+	clock  *rateClock
 	ka     kaCounter
 	stop   atomic.Bool
 	leases *client.Client
@@ -171,9 +186,14 @@ func RunWorker(c WorkerConfig, stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var clock client.Clock
+	if (c.ClockRate != 0 && c.ClockRate != 1) || c.ClockTick > 0 {
+		w.clock = newRateClock(c.ClockRate, c.ClockTick)
+		clock = w.clock
+	}
 	leases, err := client.New(client.Config{Endpoints: c.Endpoints, RequestTimeout: 2 * time.Second, RetryFor: 4 * time.Second,
 		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(w.interceptAcquire), grpc.WithStreamInterceptor(w.ka.intercept)},
-		Testing:     knobs})
+		Drift:       c.Drift, Margin: c.ClientMargin, Clock: clock, Testing: knobs})
 	if err != nil {
 		return err
 	}
@@ -231,7 +251,13 @@ func (w *workerState) emit(r history.Record) {
 	fmt.Fprintf(w.out, "%s%s\n", RecordPrefix, b)
 }
 
-func safeUntilNs(l *client.Lease) int64 {
+// safeUntilNs is the real time (CLOCK_BOOTTIME) at which the lease's safe
+// deadline passes on the client's clock. SafeUntil states it as the
+// client sees it, on a clock it takes to be exact.
+func (w *workerState) safeUntilNs(l *client.Lease) int64 {
+	if w.clock != nil {
+		return w.clock.deadlineNs(l)
+	}
 	return history.Now() + int64(time.Until(l.SafeUntil()))
 }
 
@@ -260,7 +286,7 @@ func (w *workerState) cycle() {
 	}
 	tok := fence.TokenOf(lease)
 
-	w.write(base+"-w", res, tok, lease.ID().String(), lease.Err, func() int64 { return safeUntilNs(lease) })
+	w.write(base+"-w", res, tok, lease.ID().String(), lease.Err, func() int64 { return w.safeUntilNs(lease) })
 	// Sometimes send the acquire's request id again with one parameter
 	// changed, while the lease is held: it must be refused, never replayed.
 	if w.rng.IntN(4) == 0 {
@@ -348,7 +374,7 @@ func (w *workerState) acquire(op, res string) (*client.Lease, error) {
 	if err != nil {
 		done.Result, done.Error = acquireOutcome(err), acquireError(err)
 	} else {
-		done.Result, done.Token, done.Lease, done.SafeUntilNs = history.OK, lease.Token(), lease.ID().String(), safeUntilNs(lease)
+		done.Result, done.Token, done.Lease, done.SafeUntilNs = history.OK, lease.Token(), lease.ID().String(), w.safeUntilNs(lease)
 	}
 	w.emit(done)
 	return lease, err
@@ -357,7 +383,7 @@ func (w *workerState) acquire(op, res string) (*client.Lease, error) {
 // release releases lease through the client library and records it (an
 // error is an unknown outcome).
 func (w *workerState) release(op, res string, lease *client.Lease) error {
-	rel := history.Record{Kind: history.Invoke, Op: op, Type: history.OpRelease, Resource: res, Token: lease.Token(), Lease: lease.ID().String(), SafeUntilNs: safeUntilNs(lease)}
+	rel := history.Record{Kind: history.Invoke, Op: op, Type: history.OpRelease, Resource: res, Token: lease.Token(), Lease: lease.ID().String(), SafeUntilNs: w.safeUntilNs(lease)}
 	w.emit(rel)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	err := lease.Release(ctx)
