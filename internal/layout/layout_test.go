@@ -64,18 +64,24 @@ type pkg struct {
 }
 
 func TestPackagesImportOnlyWhatTheLayoutAllows(t *testing.T) {
-	out, err := exec.Command("go", "list", "-json=ImportPath,Imports,Deps", module+"/...").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
+	// Both builds: the planted defects' files (plantedbugs tag) obey the
+	// same arrows as the release build.
+	var out []byte
+	for _, tags := range []string{"", "plantedbugs"} {
+		list := func(dir, pattern string) []byte {
+			t.Helper()
+			cmd := exec.Command("go", "list", "-tags="+tags, "-json=ImportPath,Imports,Deps", pattern)
+			cmd.Dir = dir
+			o, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("go list -tags=%q in %q: %v", tags, dir, err)
+			}
+			return o
+		}
+		out = append(out, list("", module+"/...")...)
+		// The harness's module, listed from its own directory.
+		out = append(out, list(filepath.Join("..", "..", "jepsen"), "./...")...)
 	}
-	// The harness's module, listed from its own directory.
-	harness := exec.Command("go", "list", "-json=ImportPath,Imports,Deps", "./...")
-	harness.Dir = filepath.Join("..", "..", "jepsen")
-	hout, err := harness.Output()
-	if err != nil {
-		t.Fatalf("go list in jepsen/: %v", err)
-	}
-	out = append(out, hout...)
 	dec := json.NewDecoder(strings.NewReader(string(out)))
 	checked, harnessChecked := 0, 0
 	for dec.More() {
