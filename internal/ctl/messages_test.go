@@ -297,3 +297,19 @@ func TestMembersAddWarnsWhenNothingAnswersAtTheAddress(t *testing.T) {
 		t.Errorf("live address: exit %d, stderr %q", res.code, res.stderr)
 	}
 }
+
+// A TLS node closing a plaintext connection shows as EOF or, when our
+// bytes were still unread as it closed, as a reset (seen under load:
+// the hint was missing); both get the TLS hint, other errors do not.
+func TestClosedBeforePrefaceCoversEOFAndReset(t *testing.T) {
+	for msg, want := range map[string]bool{
+		`connection error: desc = "error reading server preface: EOF"`:                                                               true,
+		`connection error: desc = "error reading server preface: connection reset by peer"`:                                          true,
+		`connection error: desc = "error reading server preface: read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer"`: true,
+		`connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:2: connect: connection refused"`:               false,
+	} {
+		if got := closedBeforePreface(msg); got != want {
+			t.Errorf("closedBeforePreface(%q) = %v, want %v", msg, got, want)
+		}
+	}
+}

@@ -221,7 +221,7 @@ func (a *app) report(ctx context.Context, err error) int {
 	if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
 		code = ExitInterrupted
 	}
-	if a.tlsConfig == nil && strings.Contains(st.Message(), "error reading server preface: EOF") {
+	if a.tlsConfig == nil && closedBeforePreface(st.Message()) {
 		// A TLS node closes a plaintext connection at once.
 		note = strings.TrimPrefix(note+"\n"+tlsHint, "\n")
 	}
@@ -268,6 +268,16 @@ func (a *app) report(ctx context.Context, err error) int {
 
 // tlsHint follows an error where a node closed a plaintext connection
 // before answering, as a node that speaks TLS does.
+// closedBeforePreface reports whether a connection error says the node
+// closed the connection before its HTTP/2 preface: EOF, or a reset when
+// our bytes were still unread as it closed (which one the client sees
+// depends on timing).
+func closedBeforePreface(msg string) bool {
+	return strings.Contains(msg, "error reading server preface: EOF") ||
+		strings.Contains(msg, "error reading server preface: read tcp") && strings.Contains(msg, "connection reset by peer") ||
+		strings.Contains(msg, "error reading server preface: connection reset by peer")
+}
+
 const tlsHint = "leasectl: the node closed the connection before answering: it may speak TLS; pass --tls-ca FILE (with --tls-cert and --tls-key where it asks for a client certificate)"
 
 // failure is how leasectl reports one class of error.
