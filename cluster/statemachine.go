@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -167,6 +168,16 @@ func (m *stateMachine) Snapshot() (raft.FSMSnapshot, error) {
 
 // Restore implements raft.FSM: builds fresh state from the snapshot and
 // swaps it in; on error the current state is kept.
+//
+// A snapshot older than the state already applied is refused (errStaleSnapshot):
+// everything applied is committed, so it holds nothing this node lacks,
+// and hashicorp/raft would install it anyway — rewinding its applied
+// index to the snapshot's while the entries after it may be compacted
+// by this node's own newer snapshot, so the next commit panics on "log
+// not found" (a stale InstallSnapshot from a leader whose view of this
+// follower fell behind; hashicorp/raft issues 85 and 697). Raft fails the
+// InstallSnapshot instead, and the leader retries with entries or a newer
+// snapshot.
 func (m *stateMachine) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	var hdr [8]byte
@@ -176,6 +187,14 @@ func (m *stateMachine) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	index := binary.BigEndian.Uint64(hdr[:])
+	m.mu.RLock()
+	have := m.index
+	m.mu.RUnlock()
+	if index < have {
+		err := fmt.Errorf("%w: snapshot at index %d, state applied to %d", errStaleSnapshot, index, have)
+		m.log.Warn("refused a snapshot older than the applied state; the leader will send entries or a newer one", "snapshot-index", index, "applied", have)
+		return err
+	}
 	st, err := fsm.Restore(rc, m.opts...)
 	if err != nil {
 		m.log.Error("snapshot restore failed", "error", err)
@@ -190,6 +209,9 @@ func (m *stateMachine) Restore(rc io.ReadCloser) error {
 	m.setApplied(index)
 	return nil
 }
+
+// errStaleSnapshot refuses a snapshot older than the applied state.
+var errStaleSnapshot = errors.New("cluster: refused a snapshot older than the state already applied")
 
 // fsmSnapshot is written as the index of the last entry it contains (8
 // bytes, big endian) followed by the fsm snapshot.
