@@ -11,35 +11,37 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/leasefence/leasefence/jepsen/checker"
+	"github.com/leasefence/leasefence/jepsen/checker/checkertest"
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
-// reportHistory is valid() with an unknown write, a refused write, a
+// reportHistory is checkertest.Valid() with an unknown write, a refused write, a
 // second linearizability resource and a fault that is never healed: every
 // kind of mark the plots draw.
 func reportHistory() ([]history.Record, []history.Fault) {
-	b := valid()
-	b.write("w1", "r", "e3", 1, history.Fail, 180*ms)
-	b.recs = append(b.recs,
+	b := checkertest.Valid()
+	b.Write("w1", "r", "e3", 1, history.Fail, 180*ms)
+	b.Recs = append(b.Recs,
 		history.Record{Kind: history.Invoke, Worker: "w3", Op: "e4-w", Type: history.OpWrite, Resource: "r2", Element: "e4", TimeNs: 200 * ms},
 		history.Record{Kind: history.Complete, Worker: "w3", Op: "e4-w", Type: history.OpWrite, Resource: "r2", Element: "e4", TimeNs: 1500 * ms, Result: history.Unknown, Error: "timeout"})
-	for _, r := range linValid() {
+	for _, r := range checkertest.LinValid() {
 		r.Resource = "jl/1"
 		r.TimeNs += 1200 * ms
-		b.recs = append(b.recs, r)
+		b.Recs = append(b.Recs, r)
 	}
 	faults := []history.Fault{
-		{Phase: "start", Kind: NemKillLeader, Target: "n1", Leader: true, TimeNs: 20 * ms},
-		{Phase: "heal", Kind: NemKillLeader, Target: "n1", TimeNs: 90 * ms, Effective: true, Detail: "restarted"},
-		{Phase: "start", Kind: NemPartitionHalves, Target: "n2|n1,n3", TimeNs: 1100 * ms},
+		{Phase: "start", Kind: history.NemKillLeader, Target: "n1", Leader: true, TimeNs: 20 * ms},
+		{Phase: "heal", Kind: history.NemKillLeader, Target: "n1", TimeNs: 90 * ms, Effective: true, Detail: "restarted"},
+		{Phase: "start", Kind: history.NemPartitionHalves, Target: "n2|n1,n3", TimeNs: 1100 * ms},
 	}
-	return b.recs, faults
+	return b.Recs, faults
 }
 
 func TestReportWritesPlotsAndLinearizabilityVisualization(t *testing.T) {
 	dir := t.TempDir()
 	h, faults := reportHistory()
-	sum := &Summary{Dir: dir, Results: CheckAll(h, validAudit(), 300*time.Millisecond)}
+	sum := &Summary{Dir: dir, Results: checker.CheckAll(h, checkertest.ValidAudit(), 300*time.Millisecond)}
 	if err := WriteReport(filepath.Join(dir, "report.html"), sum, h, faults); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +82,7 @@ func TestReportWritesPlotsAndLinearizabilityVisualization(t *testing.T) {
 
 func TestLinearizabilityInfoKeepsOnePartitionPerResource(t *testing.T) {
 	h, _ := reportHistory()
-	_, result, info := LinearizabilityInfo(h, 10*time.Second)
+	_, result, info := checker.LinearizabilityInfo(h, 10*time.Second)
 	if result != porcupine.Ok {
 		t.Fatalf("result %v", result)
 	}
@@ -102,7 +104,7 @@ func TestLinearizabilityInfoKeepsOnePartitionPerResource(t *testing.T) {
 func TestRegenerateArtifactsFromAStoredRun(t *testing.T) {
 	dir := t.TempDir()
 	h, faults := reportHistory()
-	sum := &Summary{Dir: dir, Results: CheckAll(h, validAudit(), 300*time.Millisecond)}
+	sum := &Summary{Dir: dir, Results: checker.CheckAll(h, checkertest.ValidAudit(), 300*time.Millisecond)}
 	if err := writeJSON(filepath.Join(dir, "summary.json"), sum); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +126,7 @@ func TestRegenerateArtifactsFromAStoredRun(t *testing.T) {
 		}
 	}
 	report, _ := os.ReadFile(filepath.Join(dir, "report.html"))
-	if !strings.Contains(string(report), "kill-leader n1") || !strings.Contains(string(report), NameLinearizable) {
+	if !strings.Contains(string(report), "kill-leader n1") || !strings.Contains(string(report), checker.NameLinearizable) {
 		t.Fatal("report.html lacks the faults or the checker table")
 	}
 }
@@ -143,6 +145,17 @@ func TestPlotsOfAnEmptyHistoryAreStillWritten(t *testing.T) {
 		f.Close()
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestReportRenders(t *testing.T) {
+	var buf bytes.Buffer
+	sum := &Summary{Dir: "x", Results: checker.CheckAll(checkertest.Valid().Recs, checkertest.ValidAudit(), 300*time.Millisecond)}
+	writeReport(&buf, sum, checkertest.Valid().Recs, []history.Fault{{Phase: "start", Kind: history.NemKill, Target: "n1", TimeNs: 20 * ms}, {Phase: "heal", Kind: history.NemKill, Target: "n1", TimeNs: 90 * ms}}, artifacts{})
+	for _, want := range []string{"<svg", "fenced-tokens-monotonic", "kill n1", "token 2"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Fatalf("report lacks %q", want)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
@@ -103,13 +104,13 @@ func writeReport(w io.Writer, sum *Summary, h []history.Record, faults []history
 		}
 		return left + float64(ns-t0)/float64(t1-t0)*width
 	}
-	windows := SafeWindows(h)
+	windows := checker.SafeWindows(h)
 	lanes := map[string]int{}
 	var names []string
 	for _, win := range windows {
-		if _, ok := lanes[win.resource]; !ok {
-			lanes[win.resource] = 0
-			names = append(names, win.resource)
+		if _, ok := lanes[win.Resource]; !ok {
+			lanes[win.Resource] = 0
+			names = append(names, win.Resource)
 		}
 	}
 	sort.Strings(names)
@@ -147,7 +148,7 @@ func writeReport(w io.Writer, sum *Summary, h []history.Record, faults []history
 		}
 		delete(open, key)
 		color := "#fdd"
-		if strings.HasPrefix(f.Kind, NemClientPause) {
+		if strings.HasPrefix(f.Kind, history.NemClientPause) {
 			color = "#ddf"
 		} else if strings.HasPrefix(f.Kind, "pause") {
 			color = "#ffd"
@@ -162,15 +163,15 @@ func writeReport(w io.Writer, sum *Summary, h []history.Record, faults []history
 	}
 	palette := []string{"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f", "#bab0ac"}
 	for _, win := range windows {
-		if win.end <= win.start {
+		if win.End <= win.Start {
 			continue
 		}
-		y := 30 + lanes[win.resource]*lane
-		c := palette[workerIndex(win.worker)%len(palette)]
+		y := 30 + lanes[win.Resource]*lane
+		c := palette[workerIndex(win.Worker)%len(palette)]
 		fmt.Fprintf(w, "<rect x='%.1f' y='%d' width='%.1f' height='22' fill='%s' opacity='.8'><title>%s token %d</title></rect>\n",
-			x(win.start), y+4, x(win.end)-x(win.start)+0.3, c, win.worker, win.token)
-		if x(win.end)-x(win.start) > 14 {
-			fmt.Fprintf(w, "<text x='%.1f' y='%d' font-size='9' fill='#fff'>%d</text>\n", x(win.start)+1, y+19, win.token)
+			x(win.Start), y+4, x(win.End)-x(win.Start)+0.3, c, win.Worker, win.Token)
+		if x(win.End)-x(win.Start) > 14 {
+			fmt.Fprintf(w, "<text x='%.1f' y='%d' font-size='9' fill='#fff'>%d</text>\n", x(win.Start)+1, y+19, win.Token)
 		}
 	}
 	for _, r := range h {

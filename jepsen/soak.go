@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/leasefence/leasefence/jepsen/checker"
 )
 
 // SoakRow is one run of a soak (`make jepsen-soak`), read from its
@@ -36,7 +38,7 @@ func SoakRowOf(s *Summary) SoakRow {
 		}
 	}
 	for _, x := range s.Results {
-		if x.Verdict == Invalid && x.Required() {
+		if x.Verdict == checker.Invalid && x.Required() {
 			r.Anomalies++
 		}
 	}
@@ -50,7 +52,7 @@ func SoakRowOf(s *Summary) SoakRow {
 	default:
 		var undecided []string
 		for _, x := range s.Results {
-			if x.Verdict != Valid && x.Required() {
+			if x.Verdict != checker.Valid && x.Required() {
 				undecided = append(undecided, x.Checker)
 			}
 		}

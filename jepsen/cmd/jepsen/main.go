@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/leasefence/leasefence/jepsen"
+	"github.com/leasefence/leasefence/jepsen/checker"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
@@ -53,7 +54,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "jepsen:", err)
 			return 2
 		}
-		if _, failed := jepsen.Tally(rs); failed > 0 {
+		if _, failed := checker.Tally(rs); failed > 0 {
 			return 1
 		}
 		return 0
