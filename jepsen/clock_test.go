@@ -16,6 +16,7 @@ import (
 	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/checker/checkertest"
 	"github.com/leasefence/leasefence/jepsen/history"
+	"github.com/leasefence/leasefence/jepsen/report"
 )
 
 // In a run with clock-rate faults the exclusion checkers are reported but
@@ -74,9 +75,9 @@ func TestOutOfSpecClockRateMakesOnlyExclusionCheckersNotRequired(t *testing.T) {
 	if sum.Anomalous() || !sum.AllValid() {
 		t.Fatal("out of spec: a not-required anomaly decided the run")
 	}
-	var report bytes.Buffer
-	writeReport(&report, sum, b.Recs, nil, artifacts{})
-	if !strings.Contains(report.String(), "invalid (not required: out-of-spec clock rate)") {
+	var page bytes.Buffer
+	report.Render(&page, sum.reportRun(), b.Recs, nil)
+	if !strings.Contains(page.String(), "invalid (not required: out-of-spec clock rate)") {
 		t.Fatal("report.html does not say the verdict is not required")
 	}
 
@@ -190,7 +191,7 @@ func TestClockNemesesRecordVerifyAndHeal(t *testing.T) {
 				n.clockRate(context.Background(), hold)
 			}
 			log.Flush()
-			faults, err := ReadFaults(buf.Bytes())
+			faults, err := history.ReadFaults(buf.Bytes())
 			if err != nil || len(faults) != 2 || faults[0].Phase != "start" || faults[1].Phase != "heal" || faults[1].Kind != kind {
 				t.Fatalf("faults %+v (%v)", faults, err)
 			}

@@ -158,7 +158,7 @@ func TestClockDriftEdgeRunsEveryNodeFastThenHeals(t *testing.T) {
 		ttl: 50 * time.Millisecond, counts: map[string]int{}, effect: map[string]int{}, progress: func(string) {}}
 	n.clockDriftEdge(context.Background(), history.NemClockDriftEdge)
 	log.Flush()
-	faults, err := ReadFaults(buf.Bytes())
+	faults, err := history.ReadFaults(buf.Bytes())
 	if err != nil || len(faults) != 2 || faults[0].Phase != "start" || faults[1].Phase != "heal" || faults[1].Kind != history.NemClockDriftEdge {
 		t.Fatalf("faults %+v (%v)", faults, err)
 	}

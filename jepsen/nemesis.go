@@ -2,7 +2,6 @@ package jepsen
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -330,20 +329,4 @@ func sortedKeys(m map[string]int) []string {
 	}
 	sort.Strings(ks)
 	return ks
-}
-
-// ReadFaults reads a nemesis.jsonl.
-func ReadFaults(b []byte) ([]history.Fault, error) {
-	var out []history.Fault
-	for i, l := range strings.Split(string(b), "\n") {
-		if strings.TrimSpace(l) == "" {
-			continue
-		}
-		var f history.Fault
-		if err := json.Unmarshal([]byte(l), &f); err != nil {
-			return out, fmt.Errorf("nemesis line %d: %w", i+1, err)
-		}
-		out = append(out, f)
-	}
-	return out, nil
 }

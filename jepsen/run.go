@@ -20,6 +20,7 @@ import (
 	"github.com/leasefence/leasefence/fence/fencekv"
 	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
+	"github.com/leasefence/leasefence/jepsen/report"
 )
 
 // Config is one run. Everything needed to replay it is here (and in
@@ -117,6 +118,15 @@ func (s *Summary) Anomalous() bool {
 
 // AllValid reports whether every checker passed.
 func (s *Summary) AllValid() bool { return len(s.Results) > 0 && s.Failed == 0 }
+
+// reportRun is what report.html shows of the summary.
+func (s *Summary) reportRun() report.Run {
+	return report.Run{
+		Dir: s.Dir, Seed: s.Config.Seed, Nodes: s.Config.Nodes, Workers: s.Config.Workers, Resources: s.Config.Resources,
+		Nemeses: s.Config.Nemeses, Unfenced: s.Config.Unfenced,
+		Results: s.Results, Passed: s.Passed, Failed: s.Failed, NotCounted: s.NotCounted,
+	}
+}
 
 type workerProc struct {
 	id     string
@@ -662,7 +672,7 @@ func (r *run) check(context.Context) error {
 	cfg, sum, h := r.cfg, r.sum, r.h
 	sum.Ops = countOps(r.raw)
 	sum.Faults, sum.FaultsEffective = r.nem.Counts()
-	faults, _ := ReadFaults(mustRead(filepath.Join(r.dir, "nemesis.jsonl"), r.nlog))
+	faults, _ := history.ReadFaults(mustRead(filepath.Join(r.dir, "nemesis.jsonl"), r.nlog))
 	samples, _ := history.ReadProbeSamples(mustRead(filepath.Join(r.dir, "availability.jsonl"), r.alog))
 	unavail, windows := checker.CheckUnavailabilityBounded(samples, faults, checker.UnavailabilityBound)
 	r.say("client-observed unavailability during faults that leave a quorum up (callers pinned to one node): %s", checker.WindowsString(windows))
@@ -682,7 +692,7 @@ func (r *run) check(context.Context) error {
 	sum.Passed, sum.Failed = checker.Tally(sum.Results)
 	sum.NotCounted = checker.NotCounted(sum.Results)
 	sum.WatchEvents = r.wt.events
-	if err := WriteReport(filepath.Join(r.dir, "report.html"), sum, h, faults); err != nil {
+	if err := report.WriteReport(filepath.Join(r.dir, "report.html"), sum.reportRun(), h, faults); err != nil {
 		r.say("report.html: %v", err)
 	}
 	r.phase("check", r.tc)
@@ -709,7 +719,7 @@ func (r *run) print() {
 	for _, res := range sum.Results {
 		fmt.Fprintln(out, res)
 	}
-	fmt.Fprintf(out, "\n%d passed, %d failed%s  (%s run, %s)\n", sum.Passed, sum.Failed, notCounted(sum.NotCounted), r.mode, r.dir)
+	fmt.Fprintf(out, "\n%d passed, %d failed%s  (%s run, %s)\n", sum.Passed, sum.Failed, report.NotCountedNote(sum.NotCounted), r.mode, r.dir)
 }
 
 // dropDataDirs removes the nodes' and fencedkv's data after a run where
@@ -892,7 +902,7 @@ func Recheck(dir string, out io.Writer) ([]checker.Result, error) {
 	}
 	rs := checker.CheckAll(h, audit, cfg.SkewMargin)
 	if nf, err := os.ReadFile(filepath.Join(dir, "nemesis.jsonl")); err == nil {
-		faults, _ := ReadFaults(nf)
+		faults, _ := history.ReadFaults(nf)
 		rs = checker.WithRestoreCheck(cfg.Nemeses, rs, h, faults)
 		if cfg.KeepAliveWorkers > 0 {
 			rs = append(rs, checker.CheckRenewalsBounded(h, faults))
@@ -914,17 +924,8 @@ func Recheck(dir string, out io.Writer) ([]checker.Result, error) {
 		fmt.Fprintf(out, "\nartifacts: %v\n", err)
 	}
 	p, f := checker.Tally(rs)
-	fmt.Fprintf(out, "\n%d passed, %d failed%s  (re-check of %s)\n", p, f, notCounted(checker.NotCounted(rs)), dir)
+	fmt.Fprintf(out, "\n%d passed, %d failed%s  (re-check of %s)\n", p, f, report.NotCountedNote(checker.NotCounted(rs)), dir)
 	return rs, nil
-}
-
-// notCounted is the closing line's note on results that are neither passed
-// nor failed.
-func notCounted(n int) string {
-	if n == 0 {
-		return ""
-	}
-	return fmt.Sprintf(", %d not required (invalid or unknown, not counted)", n)
 }
 
 // DumpLogs runs `leased dump-log` on each stopped node's data dir

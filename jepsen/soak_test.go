@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
+	"github.com/leasefence/leasefence/jepsen/report"
 )
 
 func TestSoakTableHasARowPerRunAndTotals(t *testing.T) {
@@ -35,7 +36,7 @@ func TestSoakTableHasARowPerRunAndTotals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := SoakTable(rows)
+	got := report.SoakTable(rows)
 	for _, want := range []string{
 		"| 1 | anomaly | 4 | kill 1/0 | 1 |",
 		"| 2 | pass | 18 | kill 2/2, pause 1/1 | 0 |",

@@ -159,3 +159,25 @@ func Probes(node string, from, to int64, fail ...[2]int64) []history.ProbeSample
 	}
 	return out
 }
+
+// ReportHistory is Valid() with an unknown write, a refused write, a
+// second linearizability resource and a fault that is never healed: every
+// kind of mark the plots draw.
+func ReportHistory() ([]history.Record, []history.Fault) {
+	b := Valid()
+	b.Write("w1", "r", "e3", 1, history.Fail, 180*ms)
+	b.Recs = append(b.Recs,
+		history.Record{Kind: history.Invoke, Worker: "w3", Op: "e4-w", Type: history.OpWrite, Resource: "r2", Element: "e4", TimeNs: 200 * ms},
+		history.Record{Kind: history.Complete, Worker: "w3", Op: "e4-w", Type: history.OpWrite, Resource: "r2", Element: "e4", TimeNs: 1500 * ms, Result: history.Unknown, Error: "timeout"})
+	for _, r := range LinValid() {
+		r.Resource = "jl/1"
+		r.TimeNs += 1200 * ms
+		b.Recs = append(b.Recs, r)
+	}
+	faults := []history.Fault{
+		{Phase: "start", Kind: history.NemKillLeader, Target: "n1", Leader: true, TimeNs: 20 * ms},
+		{Phase: "heal", Kind: history.NemKillLeader, Target: "n1", TimeNs: 90 * ms, Effective: true, Detail: "restarted"},
+		{Phase: "start", Kind: history.NemPartitionHalves, Target: "n2|n1,n3", TimeNs: 1100 * ms},
+	}
+	return b.Recs, faults
+}

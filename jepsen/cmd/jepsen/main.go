@@ -36,6 +36,7 @@ import (
 
 	"github.com/leasefence/leasefence/jepsen"
 	"github.com/leasefence/leasefence/jepsen/checker"
+	"github.com/leasefence/leasefence/jepsen/report"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
@@ -69,7 +70,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "jepsen:", err)
 			return 2
 		}
-		fmt.Fprint(stdout, jepsen.SoakTable(rows))
+		fmt.Fprint(stdout, report.SoakTable(rows))
 		return 0
 	}
 	suite := len(args) > 0 && args[0] == "suite"

@@ -1,12 +1,10 @@
-package jepsen
+package report
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"image/color"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -426,29 +424,4 @@ func timelinePlot(h []history.Record, spans []faultSpan, t0, t1 int64) (*plot.Pl
 	p.Y.Min, p.Y.Max = -0.6, float64(len(names))+0.9
 	p.Legend.Left = false
 	return p, vg.Length(1.6+0.55*float64(max(len(names), 1))) * vg.Inch, nil
-}
-
-// RegenerateArtifacts writes a stored run's plots, linearizability.html
-// and report.html again from h and the folder's nemesis.jsonl; report.html
-// shows the results of the run's summary.json (it is skipped when there is
-// none), not those of a re-check.
-func RegenerateArtifacts(dir string, h []history.Record) error {
-	b, err := os.ReadFile(filepath.Join(dir, "nemesis.jsonl"))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	faults, err := ReadFaults(b)
-	if err != nil {
-		return err
-	}
-	var sum Summary
-	sb, err := os.ReadFile(filepath.Join(dir, "summary.json"))
-	if err != nil {
-		_, lerr := WriteLinearizability(filepath.Join(dir, LinearizabilityFile), h, faults, linVisualTimeout)
-		return errors.Join(WritePlots(dir, h, faults), lerr)
-	}
-	if err := json.Unmarshal(sb, &sum); err != nil {
-		return fmt.Errorf("summary.json: %w", err)
-	}
-	return WriteReport(filepath.Join(dir, "report.html"), &sum, h, faults)
 }
