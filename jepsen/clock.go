@@ -14,21 +14,6 @@ import (
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
-// Clock nemeses. They need the nodes started with leased's unsafe
-// fault-injection clock (ClockArgs), which Run does when one is enabled.
-//
-// DESIGN.md ("Time"): wall-clock steps and skew between nodes change
-// nothing, so clock-bump and clock-strobe are in spec and every checker
-// must pass. A monotonic rate far beyond the drift bound is out of spec:
-// clock-rate runs must keep fencing (tokens, fenced writes) and
-// linearizability, while the exclusion checkers are reported but not
-// required (MarkRequired).
-const (
-	NemClockBump   = "clock-bump"   // wall offset of ± 1 s to 1 h on one or several nodes
-	NemClockStrobe = "clock-strobe" // wall offset flipping between + and − every 50–200 ms on one or several nodes
-	NemClockRate   = "clock-rate"   // the leader's monotonic clock at 0.5× or 2× (out of spec)
-)
-
 // ClockFile is the name of a node's fault clock control file in its data
 // dir.
 const ClockFile = "fault-clock.json"
@@ -195,9 +180,9 @@ func (n *nemesis) clockBump(ctx context.Context, hold time.Duration) {
 	}
 	target := strings.Join(ids, ",")
 	n.progress("nemesis: wall clock bump " + strings.Join(parts, ", "))
-	n.record(history.Fault{Phase: "start", Kind: NemClockBump, Target: target, Leader: contains(ids, leader), Detail: "wall offset " + strings.Join(parts, ", ")})
+	n.record(history.Fault{Phase: "start", Kind: history.NemClockBump, Target: target, Leader: contains(ids, leader), Detail: "wall offset " + strings.Join(parts, ", ")})
 	sleepCtx(ctx, hold)
-	n.record(history.Fault{Phase: "heal", Kind: NemClockBump, Target: target, Effective: effective, Detail: n.healClocks(ctx, ids)})
+	n.record(history.Fault{Phase: "heal", Kind: history.NemClockBump, Target: target, Effective: effective, Detail: n.healClocks(ctx, ids)})
 }
 
 // clockStrobe flips the wall clock of one or several nodes between +X and
@@ -219,7 +204,7 @@ func (n *nemesis) clockStrobe(ctx context.Context, hold time.Duration) {
 	}
 	target := strings.Join(ids, ",")
 	n.progress("nemesis: wall clock strobe " + strings.Join(parts, ", "))
-	n.record(history.Fault{Phase: "start", Kind: NemClockStrobe, Target: target, Leader: contains(ids, leader), Detail: "wall offset flipping " + strings.Join(parts, ", ")})
+	n.record(history.Fault{Phase: "start", Kind: history.NemClockStrobe, Target: target, Leader: contains(ids, leader), Detail: "wall offset flipping " + strings.Join(parts, ", ")})
 	seen := map[string]map[bool]bool{} // id -> sign seen in Status
 	flips, errs := 0, 0
 	end := time.Now().Add(hold)
@@ -244,7 +229,7 @@ func (n *nemesis) clockStrobe(ctx context.Context, hold time.Duration) {
 	for _, id := range ids {
 		effective = effective && seen[id][true] && seen[id][false]
 	}
-	n.record(history.Fault{Phase: "heal", Kind: NemClockStrobe, Target: target, Effective: effective,
+	n.record(history.Fault{Phase: "heal", Kind: history.NemClockStrobe, Target: target, Effective: effective,
 		Detail: fmt.Sprintf("%d flips, %d write errors, both signs seen in Status: %v; %s", flips, errs, effective, n.healClocks(ctx, ids))})
 }
 
@@ -253,7 +238,7 @@ func (n *nemesis) clockStrobe(ctx context.Context, hold time.Duration) {
 // Effective when the node was the leader and reported the rate.
 func (n *nemesis) clockRate(ctx context.Context, hold time.Duration) {
 	ctx = context.WithoutCancel(ctx)
-	id, isLeader := n.target(ctx, NemClockRate+"-leader")
+	id, isLeader := n.target(ctx, history.NemClockRate+"-leader")
 	rate := []float64{0.5, 2}[n.rng.IntN(2)]
 	ok, err := setClockVerified(ctx, n.clocks, id, rate, 0)
 	detail := fmt.Sprintf("monotonic rate %g× (out of spec: beyond the drift bound)", rate)
@@ -266,9 +251,9 @@ func (n *nemesis) clockRate(ctx context.Context, hold time.Duration) {
 		detail += ", read back"
 	}
 	n.progress(fmt.Sprintf("nemesis: clock rate %g× on %s%s", rate, id, leaderMark(isLeader)))
-	n.record(history.Fault{Phase: "start", Kind: NemClockRate, Target: id, Leader: isLeader, Detail: detail})
+	n.record(history.Fault{Phase: "start", Kind: history.NemClockRate, Target: id, Leader: isLeader, Detail: detail})
 	sleepCtx(ctx, hold)
-	n.record(history.Fault{Phase: "heal", Kind: NemClockRate, Target: id, Effective: ok && isLeader, Detail: n.healClocks(ctx, []string{id})})
+	n.record(history.Fault{Phase: "heal", Kind: history.NemClockRate, Target: id, Effective: ok && isLeader, Detail: n.healClocks(ctx, []string{id})})
 }
 
 func contains(xs []string, x string) bool {

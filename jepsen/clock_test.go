@@ -13,39 +13,42 @@ import (
 	"time"
 
 	"github.com/leasefence/leasefence/fence/fencekv"
+	"github.com/leasefence/leasefence/jepsen/checker"
+	"github.com/leasefence/leasefence/jepsen/checker/checkertest"
 	"github.com/leasefence/leasefence/jepsen/history"
+	"github.com/leasefence/leasefence/jepsen/report"
 )
 
 // In a run with clock-rate faults the exclusion checkers are reported but
 // do not decide the run; the fencing checkers and linearizability still do.
 func TestOutOfSpecClockRateMakesOnlyExclusionCheckersNotRequired(t *testing.T) {
-	b := valid()
+	b := checkertest.Valid()
 	// Overlapping safe windows on q, and grants the watcher never saw: the
 	// two exclusion checkers fail.
-	b.acquire("w3", "a3", "q", 1, "Q1", 0, 10*ms, 2000*ms).
-		acquire("w4", "a4", "q", 2, "Q2", 1400*ms, 1500*ms, 3500*ms).
-		release("w4", "r4", "q", 2, "Q2", 1600*ms, 3500*ms)
-	check := func(nemeses []string, audit []fencekv.AuditRecord) []Result {
-		rs := CheckAll(b.recs, audit, 300*time.Millisecond)
-		MarkRequired(nemeses, rs)
+	b.Acquire("w3", "a3", "q", 1, "Q1", 0, 10*ms, 2000*ms).
+		Acquire("w4", "a4", "q", 2, "Q2", 1400*ms, 1500*ms, 3500*ms).
+		Release("w4", "r4", "q", 2, "Q2", 1600*ms, 3500*ms)
+	check := func(nemeses []string, audit []fencekv.AuditRecord) []checker.Result {
+		rs := checker.CheckAll(b.Recs, audit, 300*time.Millisecond)
+		checker.MarkRequired(nemeses, rs)
 		return rs
 	}
-	byName := func(rs []Result, name string) Result {
+	byName := func(rs []checker.Result, name string) checker.Result {
 		for _, r := range rs {
 			if r.Checker == name {
 				return r
 			}
 		}
 		t.Fatalf("no %s result", name)
-		return Result{}
+		return checker.Result{}
 	}
 
 	// In spec (clock-bump, clock-strobe): every checker is required.
-	rs := check([]string{NemClockBump, NemClockStrobe}, validAudit())
-	expect(t, byName(rs, NameSafeWindows), Invalid, AnomalyOverlappingSafeWindow)
-	expect(t, byName(rs, NameGrantIntervals), Invalid, AnomalyAckedGrantMissing)
-	if p, f := Tally(rs); p != 6 || f != 2 || NotCounted(rs) != 0 {
-		t.Fatalf("in spec: %d passed, %d failed, %d not counted", p, f, NotCounted(rs))
+	rs := check([]string{history.NemClockBump, history.NemClockStrobe}, checkertest.ValidAudit())
+	expect(t, byName(rs, checker.NameSafeWindows), checker.Invalid, checker.AnomalyOverlappingSafeWindow)
+	expect(t, byName(rs, checker.NameGrantIntervals), checker.Invalid, checker.AnomalyAckedGrantMissing)
+	if p, f := checker.Tally(rs); p != 6 || f != 2 || checker.NotCounted(rs) != 0 {
+		t.Fatalf("in spec: %d passed, %d failed, %d not counted", p, f, checker.NotCounted(rs))
 	}
 	sum := &Summary{Results: rs}
 	if !sum.Anomalous() {
@@ -53,13 +56,13 @@ func TestOutOfSpecClockRateMakesOnlyExclusionCheckersNotRequired(t *testing.T) {
 	}
 
 	// Out of spec: the same verdicts, printed and recorded, not counted.
-	rs = check([]string{NemKill, NemClockRate}, validAudit())
-	if p, f := Tally(rs); p != 6 || f != 0 || NotCounted(rs) != 2 {
-		t.Fatalf("out of spec: %d passed, %d failed, %d not counted", p, f, NotCounted(rs))
+	rs = check([]string{history.NemKill, history.NemClockRate}, checkertest.ValidAudit())
+	if p, f := checker.Tally(rs); p != 6 || f != 0 || checker.NotCounted(rs) != 2 {
+		t.Fatalf("out of spec: %d passed, %d failed, %d not counted", p, f, checker.NotCounted(rs))
 	}
-	for _, name := range []string{NameSafeWindows, NameGrantIntervals} {
+	for _, name := range []string{checker.NameSafeWindows, checker.NameGrantIntervals} {
 		r := byName(rs, name)
-		if r.Verdict != Invalid || r.Required() || !strings.Contains(r.String(), "invalid (not required: out-of-spec clock rate)") {
+		if r.Verdict != checker.Invalid || r.Required() || !strings.Contains(r.String(), "invalid (not required: out-of-spec clock rate)") {
 			t.Fatalf("out of spec %s: %s", name, r)
 		}
 		j, _ := json.Marshal(r)
@@ -68,27 +71,27 @@ func TestOutOfSpecClockRateMakesOnlyExclusionCheckersNotRequired(t *testing.T) {
 		}
 	}
 	sum = &Summary{Results: rs}
-	sum.Passed, sum.Failed = Tally(rs)
+	sum.Passed, sum.Failed = checker.Tally(rs)
 	if sum.Anomalous() || !sum.AllValid() {
 		t.Fatal("out of spec: a not-required anomaly decided the run")
 	}
-	var report bytes.Buffer
-	writeReport(&report, sum, b.recs, nil, artifacts{})
-	if !strings.Contains(report.String(), "invalid (not required: out-of-spec clock rate)") {
+	var page bytes.Buffer
+	report.Render(&page, sum.reportRun(), b.Recs, nil)
+	if !strings.Contains(page.String(), "invalid (not required: out-of-spec clock rate)") {
 		t.Fatal("report.html does not say the verdict is not required")
 	}
 
 	// Out of spec, but a fencing checker fails: that still decides the run.
-	audit := append(validAudit(), fencekv.AuditRecord{Seq: 7, Op: "put", Key: "r", Scope: "r", Token: 1, Outcome: fencekv.OutcomeAccepted})
-	rs = check([]string{NemClockRate}, audit)
-	expect(t, byName(rs, NameFencedTokens), Invalid, AnomalyStaleWriteAccepted)
-	if p, f := Tally(rs); p != 5 || f != 1 || !byName(rs, NameFencedTokens).Required() {
+	audit := append(checkertest.ValidAudit(), fencekv.AuditRecord{Seq: 7, Op: "put", Key: "r", Scope: "r", Token: 1, Outcome: fencekv.OutcomeAccepted})
+	rs = check([]string{history.NemClockRate}, audit)
+	expect(t, byName(rs, checker.NameFencedTokens), checker.Invalid, checker.AnomalyStaleWriteAccepted)
+	if p, f := checker.Tally(rs); p != 5 || f != 1 || !byName(rs, checker.NameFencedTokens).Required() {
 		t.Fatalf("out of spec with a stale write: %d passed, %d failed", p, f)
 	}
 	if sum := (&Summary{Results: rs}); !sum.Anomalous() {
 		t.Fatal("a stale write accepted in an out-of-spec run is not an anomaly")
 	}
-	for _, name := range []string{NameTokens, NameFinalRead, NameLinearizable} {
+	for _, name := range []string{checker.NameTokens, checker.NameFinalRead, checker.NameLinearizable} {
 		if !byName(rs, name).Required() {
 			t.Fatalf("%s is not required in an out-of-spec run", name)
 		}
@@ -100,7 +103,7 @@ func TestClockNemesesParseAndTurnOnTheFaultClock(t *testing.T) {
 	if err != nil || len(ks) != 3 || !UsesClock(ks) {
 		t.Fatal(ks, err)
 	}
-	if UsesClock([]string{NemKill, NemClientPause}) {
+	if UsesClock([]string{history.NemKill, history.NemClientPause}) {
 		t.Fatal("process nemeses need no fault clock")
 	}
 	args := expandID(ClockArgs("res/logs"), "n2")
@@ -171,7 +174,7 @@ func (f *fakeClocks) ClockStatus(_ context.Context, id string) (float64, time.Du
 // Each clock nemesis records a start and a heal, verified effective, and
 // leaves every clock at rate 1 and offset 0.
 func TestClockNemesesRecordVerifyAndHeal(t *testing.T) {
-	for _, kind := range []string{NemClockBump, NemClockStrobe, NemClockRate} {
+	for _, kind := range []string{history.NemClockBump, history.NemClockStrobe, history.NemClockRate} {
 		t.Run(kind, func(t *testing.T) {
 			var buf bytes.Buffer
 			log := history.NewWriter(&buf)
@@ -180,15 +183,15 @@ func TestClockNemesesRecordVerifyAndHeal(t *testing.T) {
 				counts: map[string]int{}, effect: map[string]int{}, progress: func(string) {}}
 			hold := 400 * time.Millisecond
 			switch kind {
-			case NemClockBump:
+			case history.NemClockBump:
 				n.clockBump(context.Background(), hold)
-			case NemClockStrobe:
+			case history.NemClockStrobe:
 				n.clockStrobe(context.Background(), hold)
-			case NemClockRate:
+			case history.NemClockRate:
 				n.clockRate(context.Background(), hold)
 			}
 			log.Flush()
-			faults, err := ReadFaults(buf.Bytes())
+			faults, err := history.ReadFaults(buf.Bytes())
 			if err != nil || len(faults) != 2 || faults[0].Phase != "start" || faults[1].Phase != "heal" || faults[1].Kind != kind {
 				t.Fatalf("faults %+v (%v)", faults, err)
 			}
@@ -204,15 +207,15 @@ func TestClockNemesesRecordVerifyAndHeal(t *testing.T) {
 				}
 				offs := clocks.offs[id]
 				switch kind {
-				case NemClockBump:
+				case history.NemClockBump:
 					if len(offs) != 2 || offs[0].Abs() < time.Second || offs[0].Abs() > time.Hour {
 						t.Fatalf("%s offsets %v", id, offs)
 					}
-				case NemClockStrobe:
+				case history.NemClockStrobe:
 					if len(offs) < 4 || offs[0] != -offs[1] {
 						t.Fatalf("%s offsets %v: not flipping", id, offs)
 					}
-				case NemClockRate:
+				case history.NemClockRate:
 					if id != "n2" {
 						t.Fatalf("rate fault on %s, not the leader", id)
 					}

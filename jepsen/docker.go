@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/leasefence/leasefence/internal/netns"
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // NetDocker is the container mode of Config.NetMode (cmd/jepsen --net
@@ -37,9 +38,9 @@ const DefaultDockerImage = "leasefence:dev"
 // file is the host's), and those that rewrite a node's data dir or
 // command line (storage, member, member-unreachable, restore,
 // rolling-restart).
-var DockerNemeses = []string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemSnapshot,
-	NemPartitionLeader, NemPartitionHalves, NemPartitionRing, NemPartitionBridge, NemPartitionOneway, NemNetFlaky,
-	NemSilentLeader, NemKillMinority, NemPartitionKill}
+var DockerNemeses = []string{history.NemKill, history.NemKillLeader, history.NemPause, history.NemPauseLeader, history.NemClientPause, history.NemSnapshot,
+	history.NemPartitionLeader, history.NemPartitionHalves, history.NemPartitionRing, history.NemPartitionBridge, history.NemPartitionOneway, history.NemNetFlaky,
+	history.NemSilentLeader, history.NemKillMinority, history.NemPartitionKill}
 
 // ErrNoDocker is returned by NewDockerNet when no Docker engine answers.
 var ErrNoDocker = errors.New("jepsen: docker mode needs a Docker engine (`docker info` failed)")

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/leasefence/leasefence/internal/netns"
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 func TestDockerNamesCarryThePidAndNodeID(t *testing.T) {
@@ -68,7 +69,7 @@ func TestDockerModeKnowsOnlyRealNemeses(t *testing.T) {
 			t.Errorf("DockerNemeses names %q, which is no nemesis", k)
 		}
 	}
-	for _, k := range []string{NemNetSlow, NemClockBump, NemStorage, NemRestore} {
+	for _, k := range []string{history.NemNetSlow, history.NemClockBump, history.NemStorage, history.NemRestore} {
 		if slices.Contains(DockerNemeses, k) {
 			t.Errorf("docker mode claims %s, which it cannot realise", k)
 		}

@@ -10,51 +10,6 @@ import (
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
-// NemClockDriftEdge puts the clocks at the edge of what the settings allow
-// (issue 15, the client's drift and margin bugs). It is in spec: every
-// clock runs within the drift bound of real time. It is also a run
-// configuration (DriftEdgeFor): the nodes assume a large drift bound with
-// the smallest skew margin that bound allows, and the fenced workers'
-// client clocks run slow by the bound for the whole run; each fault runs
-// every node's monotonic clock fast by the bound, so whichever node leads
-// ages leases as fast as the bound permits, and then stops a worker before
-// its write (a client-pause, recorded as its own fault) so that its
-// lease runs out while it holds it.
-//
-// The arithmetic (DESIGN.md, "Time"), with d the drift, T the ttl (= the
-// max ttl), S = d × T the skew margin, m the client margin: a grant or
-// renewal stamped at real time t_g leaves the resource free for the next
-// grant from t_g + (T + S)/(1 + d) = t_g + T on. The holder's client
-// measures sent_at + T(1 − d) − m on a clock at 1 − d, which in real time
-// ends at sent_at + T − m/(1 − d): before t_g + T, by m/(1 − d) at least.
-// With the drift ignored (client-no-drift) it ends at sent_at + (T −
-// m)/(1 − d), up to (T·d − m)/(1 − d) after the next grant may come: 104
-// ms at the settings below.
-//
-// With no margin (client-zero-margin) the window ends at sent_at + T,
-// which is t_g − sent_at (the request's way to the leader) before the
-// resource may be granted again, and the next holder's window starts when
-// its own acquire has been committed and answered, later still: on clocks
-// read to the nanosecond the two windows at most touch, they cannot
-// overlap. The margin is there for discrete readings (DESIGN.md: "with no
-// margin one unit of reading error is enough for two holders' windows to
-// touch"), which NemClockDriftEdgeCoarse adds.
-const NemClockDriftEdge = "clock-drift-edge"
-
-// NemClockDriftEdgeCoarse is NemClockDriftEdge with client clocks that
-// read in ticks (each reading the last tick passed), and a client margin
-// of one tick, the least that covers a reading's error. A deadline
-// sent_at + T(1 − d) − m is reached at the first tick at or after it; with
-// a margin of one tick that tick is never later than sent_at + T(1 − d) on
-// an exact clock, so the correct client still ends by sent_at + T. With no
-// margin it may be up to a tick later. The tick is chosen for the worst
-// case, a full-ttl deadline just past a tick (coarseTick): at T = 2 s, d =
-// 0.05, ticks of 270 ms, T(1 − d) = 1.9 s is 7 ticks and 10 ms, so a send
-// read φ after its tick ends (260 ms − φ)/0.95 after sent_at + T, an
-// overlap whenever that is more than the next holder's delay (its way to
-// the leader and back once the resource is free).
-const NemClockDriftEdgeCoarse = "clock-drift-edge-coarse"
-
 // The drift-edge settings.
 const (
 	// EdgeDrift is the drift bound the nodes and the clients assume, and
@@ -111,8 +66,8 @@ type DriftEdge struct {
 func DriftEdgeFor(cfg Config) (Config, *DriftEdge) {
 	on, coarse := false, false
 	for _, k := range cfg.Nemeses {
-		on = on || isDriftEdge(k)
-		coarse = coarse || k == NemClockDriftEdgeCoarse
+		on = on || history.IsDriftEdge(k)
+		coarse = coarse || k == history.NemClockDriftEdgeCoarse
 	}
 	if !on {
 		return cfg, nil
@@ -129,8 +84,6 @@ func DriftEdgeFor(cfg Config) (Config, *DriftEdge) {
 	cfg.DriftEdge = e
 	return cfg, e
 }
-
-func isDriftEdge(k string) bool { return k == NemClockDriftEdge || k == NemClockDriftEdgeCoarse }
 
 // sentinelTTL is the ttl of the harness's sentinel lease (run.go).
 const sentinelTTL = 2 * time.Second
@@ -181,7 +134,7 @@ func (n *nemesis) clockDriftEdge(ctx context.Context, kind string) {
 	n.progress(fmt.Sprintf("nemesis: clock rate %g× on every node (leader %s), then a client pause", rate, leader))
 	n.record(history.Fault{Phase: "start", Kind: kind, Target: target, Leader: leader != "", Detail: detail})
 	sleepCtx(ctx, n.ttl)
-	paused := n.clientPause(ctx, NemClientPause)
+	paused := n.clientPause(ctx, history.NemClientPause)
 	n.record(history.Fault{Phase: "heal", Kind: kind, Target: target, Effective: len(bad) == 0 && paused,
 		Detail: fmt.Sprintf("client pause effective: %v; %s", paused, n.healClocks(ctx, ids))})
 }
@@ -239,29 +192,4 @@ func (c *rateClock) deadlineNs(l *client.Lease) int64 {
 		}
 	}
 	return int64(c.realAt(v))
-}
-
-// ReasonDriftEdgeNoLin is why, in a clock-drift-edge run, a checker of the
-// linearizability workload that found nothing to check does not decide it.
-const ReasonDriftEdgeNoLin = "clock-drift-edge runs no linearizability workload (its ttls would exceed the max ttl)"
-
-// driftEdgeRequired marks, in a run with NemClockDriftEdge, the verdicts
-// of lease-linearizable and acknowledged-ops-durable not required when
-// they are unknown: they check the linearizability workload's operations
-// (durable also the API renewals and releases that a stalling worker makes
-// inside its lease, which may be none), and DriftEdgeFor leaves that
-// workload out. An anomaly they find still fails the run.
-func driftEdgeRequired(nemeses []string, rs []Result) {
-	on := false
-	for _, k := range nemeses {
-		on = on || isDriftEdge(k)
-	}
-	if !on {
-		return
-	}
-	for i := range rs {
-		if (rs[i].Checker == NameLinearizable || rs[i].Checker == NameDurable) && rs[i].Verdict == history.Unknown {
-			rs[i].NotRequired = ReasonDriftEdgeNoLin
-		}
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
@@ -22,7 +23,7 @@ func TestDriftEdgeSetsTheLeastSkewMarginTheDriftAllows(t *testing.T) {
 	if (*DriftEdge)(nil).NodeArgs() != nil || (*DriftEdge)(nil).WorkerArgs() != nil {
 		t.Fatal("no settings, yet arguments")
 	}
-	base.Nemeses, base.KeepAliveWorkers = []string{NemClockDriftEdge}, 3
+	base.Nemeses, base.KeepAliveWorkers = []string{history.NemClockDriftEdge}, 3
 	cfg, e := DriftEdgeFor(base)
 	if e == nil || cfg.DriftEdge != e {
 		t.Fatal("no settings")
@@ -46,7 +47,7 @@ func TestDriftEdgeSetsTheLeastSkewMarginTheDriftAllows(t *testing.T) {
 	if got := e.WorkerArgs(); !slices.Equal(got, want) {
 		t.Fatalf("worker args %v, want %v", got, want)
 	}
-	base.Nemeses = []string{NemClockDriftEdgeCoarse}
+	base.Nemeses = []string{history.NemClockDriftEdgeCoarse}
 	_, e = DriftEdgeFor(base)
 	want = []string{"--drift", "0.05", "--client-margin", "270ms", "--clock-rate", "0.95", "--clock-tick", "270ms"}
 	if e == nil || !slices.Equal(e.WorkerArgs(), want) || e.SkewMargin != 100*time.Millisecond {
@@ -60,7 +61,7 @@ func TestDriftEdgeSetsTheLeastSkewMarginTheDriftAllows(t *testing.T) {
 // ends well after it, and the one with no margin ends exactly at it when
 // the request reaches the leader at once (it cannot overlap).
 func TestDriftEdgeArithmetic(t *testing.T) {
-	cfg, e := DriftEdgeFor(Config{Nemeses: []string{NemClockDriftEdge}, TTL: 2 * time.Second})
+	cfg, e := DriftEdgeFor(Config{Nemeses: []string{history.NemClockDriftEdge}, TTL: 2 * time.Second})
 	d, ttl, s, m := e.Drift, float64(cfg.TTL), float64(e.SkewMargin), float64(e.ClientMargin)
 	const sent, stamp = 0.0, 0.0 // the worst case: no way to the leader
 	nextGrant := stamp + (ttl+s)/(1+d)
@@ -79,7 +80,7 @@ func TestDriftEdgeArithmetic(t *testing.T) {
 
 	// Coarse: the send time is read φ after the last tick; the client ends
 	// the lease at the first reading at or past its deadline.
-	cfg, e = DriftEdgeFor(Config{Nemeses: []string{NemClockDriftEdgeCoarse}, TTL: 2 * time.Second})
+	cfg, e = DriftEdgeFor(Config{Nemeses: []string{history.NemClockDriftEdgeCoarse}, TTL: 2 * time.Second})
 	g := e.ClientTick
 	c := &rateClock{base: 0, rate: e.ClientClockRate, tick: g}
 	var worstCorrect, worstZero time.Duration = -time.Hour, -time.Hour
@@ -153,12 +154,12 @@ func TestClockDriftEdgeRunsEveryNodeFastThenHeals(t *testing.T) {
 	var buf bytes.Buffer
 	log := history.NewWriter(&buf)
 	clocks := &rateLog{fakeClocks: &fakeClocks{set: map[string]clockSetting{}, offs: map[string][]time.Duration{}}, rates: map[string][]float64{}}
-	n := &nemesis{kinds: []string{NemClockDriftEdge}, rng: rand.New(rand.NewPCG(5, 5)), nodes: fakeNodes{}, clocks: clocks, log: log,
+	n := &nemesis{kinds: []string{history.NemClockDriftEdge}, rng: rand.New(rand.NewPCG(5, 5)), nodes: fakeNodes{}, clocks: clocks, log: log,
 		ttl: 50 * time.Millisecond, counts: map[string]int{}, effect: map[string]int{}, progress: func(string) {}}
-	n.clockDriftEdge(context.Background(), NemClockDriftEdge)
+	n.clockDriftEdge(context.Background(), history.NemClockDriftEdge)
 	log.Flush()
-	faults, err := ReadFaults(buf.Bytes())
-	if err != nil || len(faults) != 2 || faults[0].Phase != "start" || faults[1].Phase != "heal" || faults[1].Kind != NemClockDriftEdge {
+	faults, err := history.ReadFaults(buf.Bytes())
+	if err != nil || len(faults) != 2 || faults[0].Phase != "start" || faults[1].Phase != "heal" || faults[1].Kind != history.NemClockDriftEdge {
 		t.Fatalf("faults %+v (%v)", faults, err)
 	}
 	if faults[1].Effective {
@@ -174,7 +175,7 @@ func TestClockDriftEdgeRunsEveryNodeFastThenHeals(t *testing.T) {
 // clock-drift-edge is named, never part of "all" (it sets up the whole
 // run), and turns the fault clock on.
 func TestClockDriftEdgeIsNamedNotAll(t *testing.T) {
-	for _, k := range []string{NemClockDriftEdge, NemClockDriftEdgeCoarse} {
+	for _, k := range []string{history.NemClockDriftEdge, history.NemClockDriftEdgeCoarse} {
 		if slices.Contains(InSpecNemeses(), k) {
 			t.Fatalf("%s in all", k)
 		}
@@ -189,17 +190,17 @@ func TestClockDriftEdgeIsNamedNotAll(t *testing.T) {
 // workload do not decide the run when they found nothing to check; an
 // anomaly they find still does.
 func TestDriftEdgeRunLeavesOnlyUndecidedLinCheckersNotRequired(t *testing.T) {
-	mk := func() []Result {
-		return []Result{{Checker: NameLinearizable, Verdict: history.Unknown}, {Checker: NameDurable, Verdict: Invalid},
-			{Checker: NameSafeWindows, Verdict: history.Unknown}}
+	mk := func() []checker.Result {
+		return []checker.Result{{Checker: checker.NameLinearizable, Verdict: history.Unknown}, {Checker: checker.NameDurable, Verdict: checker.Invalid},
+			{Checker: checker.NameSafeWindows, Verdict: history.Unknown}}
 	}
 	rs := mk()
-	MarkRequired([]string{NemClockDriftEdge}, rs)
+	checker.MarkRequired([]string{history.NemClockDriftEdge}, rs)
 	if rs[0].Required() || !rs[1].Required() || !rs[2].Required() {
 		t.Fatalf("%+v", rs)
 	}
 	rs = mk()
-	MarkRequired([]string{NemClockBump}, rs)
+	checker.MarkRequired([]string{history.NemClockBump}, rs)
 	for _, r := range rs {
 		if !r.Required() {
 			t.Fatalf("%s not required without clock-drift-edge", r.Checker)

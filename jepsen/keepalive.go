@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/client"
 	"github.com/leasefence/leasefence/fence"
+	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
@@ -29,36 +29,6 @@ const KeepAlivePrefix = "jk/"
 
 // KeepAliveTTLs are the ttls the keep-alive workers lease with.
 var KeepAliveTTLs = []time.Duration{10 * time.Second, 30 * time.Second}
-
-// OpKeepAlive is the record a keep-alive worker writes when it has
-// released a lease: the lease (Value, hex id), how long it was held
-// (HeldNs), the renewal interval the client promises for it (IntervalNs:
-// client.Config.KeepAliveInterval, by default a third of the ttl), and
-// the renewals sent for it and the keep-alive streams opened while it was
-// held (Renewals, Streams). It carries no Lease, so no other checker
-// takes it for an operation on the lease.
-const OpKeepAlive = "keepalive"
-
-// NameRenewals is the checker of the keep-alive counts.
-const NameRenewals = "renewals-bounded"
-
-// Anomalies of renewals-bounded: a lease held across idle gaps was renewed
-// more often than its client promises, or its keep-alive stream was
-// reopened although no fault broke it.
-const (
-	AnomalyTooManyRenewals = "too-many-renewals"
-	AnomalyStreamChurn     = "keep-alive-stream-reopened"
-)
-
-// StreamsPerHold bounds the keep-alive streams opened for one hold without
-// a fault: the one the acquire opens, and one more for a stream the node
-// closed on its own (a leadership change without a fault of ours).
-const StreamsPerHold = 2
-
-// RenewalSlack is how far above the ideal count (held time / interval) the
-// renewals of one lease may go: 20 %, plus one for where the hold starts
-// and ends between two renewals.
-const RenewalSlack = 1.2
 
 // kaCounter counts, for a worker's client, the keep-alive streams opened
 // and the renewals sent per lease, from a stream interceptor (the client
@@ -134,7 +104,7 @@ func (w *workerState) keepAliveCycle() {
 	held := history.Now() - start
 	lerr := lease.Err()
 	w.release(base+"-r", res, lease)
-	rec := history.Record{Kind: history.Complete, Op: base + "-k", Type: OpKeepAlive, Resource: res, Token: lease.Token(), Value: hexID, Result: history.OK,
+	rec := history.Record{Kind: history.Complete, Op: base + "-k", Type: checker.OpKeepAlive, Resource: res, Token: lease.Token(), Value: hexID, Result: history.OK,
 		HeldNs: held, IntervalNs: int64(ttl / 3), Renewals: w.ka.renewals(hexID), Streams: int(w.ka.streams.Load() - streams0)}
 	if lerr != nil {
 		rec.Result, rec.Error = history.Fail, "lease ended while held: "+lerr.Error()
@@ -159,84 +129,4 @@ func (w *workerState) acquireTTL(op, res string, ttl time.Duration) (*client.Lea
 	}
 	w.emit(done)
 	return lease, err
-}
-
-// CheckRenewalsBounded checks the keep-alive workload's counts: a lease
-// held for H with a renewal interval I is renewed at most
-// RenewalSlack × H / I + 1 times, and over at most StreamsPerHold
-// keep-alive streams. A lease whose hold overlaps a fault is
-// not checked (a failed renewal is retried sooner, by design), nor one
-// that ended while held.
-func CheckRenewalsBounded(h []history.Record, faults []history.Fault) Result {
-	f := newFinding(NameRenewals)
-	for _, r := range keepAliveHolds(h, faults) {
-		f.r.Checked++
-		ideal := float64(r.HeldNs) / float64(r.IntervalNs)
-		if float64(r.Renewals) > RenewalSlack*ideal+1 {
-			f.invalid(AnomalyTooManyRenewals, "%s's lease %s on %q held %v with a renewal interval of %v: %d renewals sent, ideal %.1f (bound %.1f)",
-				r.Worker, short(r.Value), r.Resource, time.Duration(r.HeldNs).Round(time.Millisecond), time.Duration(r.IntervalNs),
-				r.Renewals, ideal, RenewalSlack*ideal+1)
-		}
-		if r.Streams > StreamsPerHold {
-			f.invalid(AnomalyStreamChurn, "%s's lease %s on %q held %v without a fault: %d keep-alive streams opened (at most %d)",
-				r.Worker, short(r.Value), r.Resource, time.Duration(r.HeldNs).Round(time.Millisecond), r.Streams, StreamsPerHold)
-		}
-	}
-	return f.done("lease held across idle gaps without a fault")
-}
-
-// KeepAliveSummary describes the keep-alive workload's holds without a
-// fault: how many, renewals sent against the ideal, streams opened.
-func KeepAliveSummary(h []history.Record, faults []history.Fault) string {
-	holds := keepAliveHolds(h, faults)
-	if len(holds) == 0 {
-		return "no hold without a fault"
-	}
-	renewals, streams := 0, 0
-	ideal, worst := 0.0, 0.0
-	for _, r := range holds {
-		i := float64(r.HeldNs) / float64(r.IntervalNs)
-		renewals, streams, ideal = renewals+r.Renewals, streams+r.Streams, ideal+i
-		worst = max(worst, float64(r.Renewals)/max(i, 1))
-	}
-	return fmt.Sprintf("%d holds without a fault: %d renewals sent, ideal %.1f (%.2f×, worst hold %.2f×); %d keep-alive streams opened",
-		len(holds), renewals, ideal, float64(renewals)/max(ideal, 1), worst, streams)
-}
-
-// keepAliveHolds returns the OpKeepAlive records of leases held to their
-// release without a fault overlapping the hold.
-func keepAliveHolds(h []history.Record, faults []history.Fault) []history.Record {
-	type span struct{ from, to int64 }
-	var spans []span
-	open := map[string]int64{}
-	for _, x := range faults {
-		key := x.Kind + "/" + x.Target
-		switch x.Phase {
-		case "start":
-			open[key] = x.TimeNs
-		case "heal":
-			if s, ok := open[key]; ok {
-				spans = append(spans, span{s, x.TimeNs})
-				delete(open, key)
-			}
-		}
-	}
-	for _, s := range open {
-		spans = append(spans, span{s, math.MaxInt64})
-	}
-	var out []history.Record
-	for _, r := range h {
-		if r.Type != OpKeepAlive || r.Kind != history.Complete || r.Result != history.OK || r.IntervalNs <= 0 {
-			continue
-		}
-		from := r.TimeNs - r.HeldNs
-		hit := false
-		for _, s := range spans {
-			hit = hit || (s.from < r.TimeNs && s.to > from)
-		}
-		if !hit {
-			out = append(out, r)
-		}
-	}
-	return out
 }

@@ -2,7 +2,6 @@ package jepsen
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -16,23 +15,6 @@ import (
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
-// Nemesis kinds (--nemesis takes a comma-separated list of these).
-const (
-	NemKill        = "kill"         // kill -9 a random node, restart it
-	NemKillLeader  = "kill-leader"  // kill -9 the leader, restart it
-	NemPause       = "pause"        // SIGSTOP a random node, SIGCONT it
-	NemPauseLeader = "pause-leader" // SIGSTOP the leader, SIGCONT it
-	NemClientPause = "client-pause" // SIGSTOP a worker between its grant and its write
-	// NemClientPauseAcquire stops a worker when the answer to its acquire
-	// has arrived, before its client library sees it (a late answer).
-	NemClientPauseAcquire = "client-pause-acquire"
-	// NemClientPauseReplay loses the answer to a worker's acquire (held
-	// back half a ttl, then Unavailable), so that its client's retry is
-	// answered by a replay with less than the ttl left, and stops the
-	// worker at that lease's write.
-	NemClientPauseReplay = "client-pause-replay"
-)
-
 // AllNemeses lists every kind implemented: the process nemeses above,
 // snapshot and member (nemesis_state.go), storage (nemesis_storage.go),
 // member-unreachable (nemesis_membership.go), the
@@ -42,9 +24,9 @@ const (
 // (InSpecNemeses): clock-rate, beyond the drift bound, and restore, which
 // loses acknowledged state by design, must be named.
 var AllNemeses = slices.Concat(
-	[]string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemClientPauseAcquire, NemClientPauseReplay, NemSnapshot, NemMember, NemStorage, NemMemberUnreachable},
-	NetNemeses, []string{NemSilentLeader}, ComboNemeses,
-	[]string{NemClockBump, NemClockStrobe, NemClockRate, NemClockRateClientPause, NemClockDriftEdge, NemClockDriftEdgeCoarse, NemRestore, NemRestoreMismatch})
+	[]string{history.NemKill, history.NemKillLeader, history.NemPause, history.NemPauseLeader, history.NemClientPause, history.NemClientPauseAcquire, history.NemClientPauseReplay, history.NemSnapshot, history.NemMember, history.NemStorage, history.NemMemberUnreachable},
+	NetNemeses, []string{history.NemSilentLeader}, ComboNemeses,
+	[]string{history.NemClockBump, history.NemClockStrobe, history.NemClockRate, history.NemClockRateClientPause, history.NemClockDriftEdge, history.NemClockDriftEdgeCoarse, history.NemRestore, history.NemRestoreMismatch})
 
 // InSpecNemeses is AllNemeses without the out-of-spec clock-rate and
 // restore, and without clock-drift-edge and clock-drift-edge-coarse,
@@ -52,7 +34,7 @@ var AllNemeses = slices.Concat(
 func InSpecNemeses() []string {
 	var out []string
 	for _, k := range AllNemeses {
-		if k != NemClockRate && k != NemClockRateClientPause && !isDriftEdge(k) && !isRestore(k) {
+		if k != history.NemClockRate && k != history.NemClockRateClientPause && !history.IsDriftEdge(k) && !history.IsRestore(k) {
 			out = append(out, k)
 		}
 	}
@@ -147,40 +129,40 @@ func (n *nemesis) run(ctx context.Context) {
 		kind := n.kinds[i%len(n.kinds)]
 		hold := time.Second + time.Duration(n.rng.Int64N(int64(3*time.Second)))
 		switch kind {
-		case NemKill, NemKillLeader:
+		case history.NemKill, history.NemKillLeader:
 			n.kill(ctx, kind, hold)
-		case NemPause, NemPauseLeader:
+		case history.NemPause, history.NemPauseLeader:
 			n.pause(ctx, kind, hold)
-		case NemClientPause, NemClientPauseAcquire, NemClientPauseReplay:
+		case history.NemClientPause, history.NemClientPauseAcquire, history.NemClientPauseReplay:
 			n.clientPause(ctx, kind)
-		case NemClockRateClientPause:
+		case history.NemClockRateClientPause:
 			n.clockRateClientPause(ctx)
-		case NemClockDriftEdge, NemClockDriftEdgeCoarse:
+		case history.NemClockDriftEdge, history.NemClockDriftEdgeCoarse:
 			n.clockDriftEdge(ctx, kind)
-		case NemSnapshot:
+		case history.NemSnapshot:
 			n.snapshot(ctx, hold)
-		case NemMember:
+		case history.NemMember:
 			n.member(ctx, hold)
-		case NemKillMinority:
+		case history.NemKillMinority:
 			n.killMinority(ctx, hold)
-		case NemRollingRestart:
+		case history.NemRollingRestart:
 			n.rollingRestart(ctx)
-		case NemPartitionKill:
+		case history.NemPartitionKill:
 			n.partitionKill(ctx, hold)
-		case NemStorage:
+		case history.NemStorage:
 			n.storage(ctx, hold)
-		case NemMemberUnreachable:
+		case history.NemMemberUnreachable:
 			n.memberUnreachable(ctx, hold)
-		case NemSilentLeader:
+		case history.NemSilentLeader:
 			n.silentLeader(ctx, hold)
-		case NemClockBump:
+		case history.NemClockBump:
 			n.clockBump(ctx, hold)
-		case NemClockStrobe:
+		case history.NemClockStrobe:
 			n.clockStrobe(ctx, hold)
-		case NemClockRate:
+		case history.NemClockRate:
 			n.clockRate(ctx, hold)
-		case NemRestore, NemRestoreMismatch:
-			n.restore(ctx, kind == NemRestoreMismatch)
+		case history.NemRestore, history.NemRestoreMismatch:
+			n.restore(ctx, kind == history.NemRestoreMismatch)
 		default:
 			if isNetNemesis(kind) {
 				n.netFault(ctx, kind, hold)
@@ -273,9 +255,9 @@ func (n *nemesis) clientPause(ctx context.Context, kind string) bool {
 	}
 	cmd, where := CmdPause, "write"
 	switch kind {
-	case NemClientPauseAcquire:
+	case history.NemClientPauseAcquire:
 		cmd, where = CmdPauseAcquire, "acquire answer"
-	case NemClientPauseReplay:
+	case history.NemClientPauseReplay:
 		cmd, where = CmdPauseReplay, "write after a replayed acquire"
 	}
 	if err := w.proc.Send(cmd); err != nil {
@@ -301,7 +283,7 @@ func (n *nemesis) clientPause(ctx context.Context, kind string) bool {
 	// was just seen) still holds: a window the late answer must not
 	// overlap.
 	settle, poll := 200*time.Millisecond, 50*time.Millisecond
-	if kind == NemClientPauseAcquire {
+	if kind == history.NemClientPauseAcquire {
 		settle, poll = 0, 10*time.Millisecond
 	}
 	deadline := time.Now().Add(8 * n.ttl)
@@ -347,20 +329,4 @@ func sortedKeys(m map[string]int) []string {
 	}
 	sort.Strings(ks)
 	return ks
-}
-
-// ReadFaults reads a nemesis.jsonl.
-func ReadFaults(b []byte) ([]history.Fault, error) {
-	var out []history.Fault
-	for i, l := range strings.Split(string(b), "\n") {
-		if strings.TrimSpace(l) == "" {
-			continue
-		}
-		var f history.Fault
-		if err := json.Unmarshal([]byte(l), &f); err != nil {
-			return out, fmt.Errorf("nemesis line %d: %w", i+1, err)
-		}
-		out = append(out, f)
-	}
-	return out, nil
 }

@@ -7,19 +7,11 @@ import (
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
-// NemClockRateClientPause is a combined fault (issue 15 §5): the leader's
-// monotonic clock at 0.5× or 2× (as clock-rate: out of spec) while a
-// worker is stopped before its write (as client-pause). Leases expire at
-// another pace than the paused holder's client assumes; exclusion is no
-// longer promised, but fencing must still refuse the resumed worker's
-// stale write and every fencing checker must stay valid.
-const NemClockRateClientPause = "clock-rate-client-pause"
-
 // clockRateClientPause sets the leader's clock rate, runs a client pause
 // (recorded as its own client-pause fault) and heals the clock.
 func (n *nemesis) clockRateClientPause(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx)
-	id, isLeader := n.target(ctx, NemClockRate+"-leader")
+	id, isLeader := n.target(ctx, history.NemClockRate+"-leader")
 	rate := []float64{0.5, 2}[n.rng.IntN(2)]
 	ok, err := setClockVerified(ctx, n.clocks, id, rate, 0)
 	detail := fmt.Sprintf("monotonic rate %g× on %s (out of spec), then a client pause", rate, id)
@@ -27,8 +19,8 @@ func (n *nemesis) clockRateClientPause(ctx context.Context) {
 		detail += fmt.Sprintf("; the rate was not seen in Status: %v", err)
 	}
 	n.progress(fmt.Sprintf("nemesis: clock rate %g× on %s%s during a client pause", rate, id, leaderMark(isLeader)))
-	n.record(history.Fault{Phase: "start", Kind: NemClockRateClientPause, Target: id, Leader: isLeader, Detail: detail})
-	paused := n.clientPause(ctx, NemClientPause)
-	n.record(history.Fault{Phase: "heal", Kind: NemClockRateClientPause, Target: id, Effective: ok && isLeader && paused,
+	n.record(history.Fault{Phase: "start", Kind: history.NemClockRateClientPause, Target: id, Leader: isLeader, Detail: detail})
+	paused := n.clientPause(ctx, history.NemClientPause)
+	n.record(history.Fault{Phase: "heal", Kind: history.NemClockRateClientPause, Target: id, Effective: ok && isLeader && paused,
 		Detail: fmt.Sprintf("client pause effective: %v; %s", paused, n.healClocks(ctx, []string{id}))})
 }

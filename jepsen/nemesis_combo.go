@@ -10,25 +10,8 @@ import (
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
-// Combined and minority faults (issue "the harness sees what it missed",
-// item 5): faults that single-kind nemeses never put together.
-const (
-	// NemKillMinority kills -9 the largest minority at once (1 of 3, 2 of
-	// 5), the leader among them when the seed says so, holds, and
-	// restarts them all. A quorum stays up: the cluster must keep serving.
-	NemKillMinority = "kill-minority"
-	// NemRollingRestart stops every node in turn with SIGTERM (the leader
-	// hands over first), restarts it from its data dir and waits until it
-	// has caught up with the leader before the next: an upgrade under load.
-	NemRollingRestart = "rolling-restart"
-	// NemPartitionKill cuts the cluster into a minority and a majority and,
-	// while the cut holds, kills -9 a node of the majority (the leader when
-	// there is one), then heals both: a partition during a kill.
-	NemPartitionKill = "partition-kill"
-)
-
 // ComboNemeses lists the combined kinds; partition-kill needs a Net.
-var ComboNemeses = []string{NemKillMinority, NemRollingRestart, NemPartitionKill}
+var ComboNemeses = []string{history.NemKillMinority, history.NemRollingRestart, history.NemPartitionKill}
 
 // killMinority kills ⌊(n−1)/2⌋ nodes at once and restarts them after hold.
 // Effective when every kill took and a leader was seen among the survivors
@@ -57,7 +40,7 @@ func (n *nemesis) killMinority(ctx context.Context, hold time.Duration) {
 		}
 	}
 	n.progress(fmt.Sprintf("nemesis: kill -9 %s at once (a minority of %d)", strings.Join(victims, ","), len(ids)))
-	n.record(history.Fault{Phase: "start", Kind: NemKillMinority, Target: strings.Join(victims, ","), Leader: contains(victims, leader),
+	n.record(history.Fault{Phase: "start", Kind: history.NemKillMinority, Target: strings.Join(victims, ","), Leader: contains(victims, leader),
 		Detail: errString(joinErrs(errs), fmt.Sprintf("SIGKILL %d of %d nodes; leader was %s", len(victims), len(ids), orNone(leader)))})
 	if hold < 2*time.Second {
 		hold = 2 * time.Second // long enough for an election among the survivors
@@ -76,7 +59,7 @@ func (n *nemesis) killMinority(ctx context.Context, hold time.Duration) {
 			rerrs = append(rerrs, id+": "+err.Error())
 		}
 	}
-	n.record(history.Fault{Phase: "heal", Kind: NemKillMinority, Target: strings.Join(victims, ","),
+	n.record(history.Fault{Phase: "heal", Kind: history.NemKillMinority, Target: strings.Join(victims, ","),
 		Effective: len(errs) == 0 && len(victims) == k && nl != "",
 		Detail:    errString(joinErrs(rerrs), fmt.Sprintf("restarted from their data dirs; leader among the survivors meanwhile: %s", orNone(nl)))})
 }
@@ -98,7 +81,7 @@ func (n *nemesis) rollingRestart(ctx context.Context) {
 		order = append(order, leader)
 	}
 	n.progress("nemesis: rolling restart " + strings.Join(order, ","))
-	n.record(history.Fault{Phase: "start", Kind: NemRollingRestart, Target: strings.Join(order, ","), Leader: leader != "",
+	n.record(history.Fault{Phase: "start", Kind: history.NemRollingRestart, Target: strings.Join(order, ","), Leader: leader != "",
 		Detail: fmt.Sprintf("SIGTERM, restart and catch up, one node at a time, leader %s last", orNone(leader))})
 	c, isCluster := n.nodes.(*Cluster)
 	var done, problems []string
@@ -119,7 +102,7 @@ func (n *nemesis) rollingRestart(ctx context.Context) {
 		}
 		done = append(done, id)
 	}
-	n.record(history.Fault{Phase: "heal", Kind: NemRollingRestart, Target: strings.Join(order, ","),
+	n.record(history.Fault{Phase: "heal", Kind: history.NemRollingRestart, Target: strings.Join(order, ","),
 		Effective: len(done) == len(order),
 		Detail:    fmt.Sprintf("restarted and caught up: %s; problems: %s", orNone(strings.Join(done, ",")), orNone(strings.Join(problems, "; ")))})
 }
@@ -157,13 +140,13 @@ func (n *nemesis) caughtUp(ctx context.Context, id string, within time.Duration)
 // granted anything in conflict with what the minority's clients saw.
 func (n *nemesis) partitionKill(ctx context.Context, hold time.Duration) {
 	if n.net == nil {
-		n.record(history.Fault{Phase: "start", Kind: NemPartitionKill, Detail: "error: the cluster has no Net (started without a net mode)"})
-		n.record(history.Fault{Phase: "heal", Kind: NemPartitionKill, Detail: "nothing injected"})
+		n.record(history.Fault{Phase: "start", Kind: history.NemPartitionKill, Detail: "error: the cluster has no Net (started without a net mode)"})
+		n.record(history.Fault{Phase: "heal", Kind: history.NemPartitionKill, Detail: "nothing injected"})
 		return
 	}
 	bg := context.WithoutCancel(ctx)
 	leader, term := n.currentTerm(bg)
-	g, desc, majority := n.grudge(NemPartitionHalves, leader, n.nodes.Nodes())
+	g, desc, majority := n.grudge(history.NemPartitionHalves, leader, n.nodes.Nodes())
 	err := n.net.Partition(g)
 	n.progress(fmt.Sprintf("nemesis: partition-kill: %s", desc))
 	// Let the majority elect (or keep) a leader, then kill it.
@@ -173,7 +156,7 @@ func (n *nemesis) partitionKill(ctx context.Context, hold time.Duration) {
 		victim = majority[n.rng.IntN(len(majority))]
 	}
 	kerr := n.nodes.Kill9(victim)
-	n.record(history.Fault{Phase: "start", Kind: NemPartitionKill, Target: victim, Leader: victim == leader,
+	n.record(history.Fault{Phase: "start", Kind: history.NemPartitionKill, Target: victim, Leader: victim == leader,
 		Detail: errString(joinErrs(errList(err, kerr)), fmt.Sprintf("%s; leader %s at term %d; then SIGKILL %s of the majority %s",
 			desc, orNone(leader), term, victim, strings.Join(majority, ",")))})
 	if hold < 2*time.Second {
@@ -183,7 +166,7 @@ func (n *nemesis) partitionKill(ctx context.Context, hold time.Duration) {
 	st := n.net.Stats()
 	rerr := n.nodes.Restart(victim)
 	herr := n.net.Heal()
-	n.record(history.Fault{Phase: "heal", Kind: NemPartitionKill, Target: victim,
+	n.record(history.Fault{Phase: "heal", Kind: history.NemPartitionKill, Target: victim,
 		Effective: err == nil && kerr == nil && st.HeldTotal() > 0,
 		Detail:    errString(joinErrs(errList(rerr, herr)), fmt.Sprintf("restarted %s, healed; traffic held back %d", victim, st.HeldTotal()))})
 }

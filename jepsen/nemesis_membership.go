@@ -15,39 +15,6 @@ import (
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
-// NemMemberUnreachable asks the leader (ClusterService.Join, what
-// `leasectl members add` does) to add voters at loopback addresses where
-// nothing listens (issue 14 §3, issue 15 §6), one after another, records
-// each answer, holds, and heals by removing every one that was not
-// refused. Half the time it adds as many as the cluster has nodes (with 3
-// nodes, 3: accepted as voters they would leave 3 answering of 6, one
-// short of a quorum), otherwise 1 to that many. Effective when every add
-// was answered (refused or added).
-const NemMemberUnreachable = "member-unreachable"
-
-// NameMembershipQuorum is CheckMembershipKeepsQuorum's name.
-const NameMembershipQuorum = "membership-keeps-quorum"
-
-// Anomalies of CheckMembershipKeepsQuorum.
-const (
-	// AnomalyUnreachableVoter: an address where nothing listens became a
-	// voter (the add was answered as done, or a node listed it as one).
-	AnomalyUnreachableVoter = "unreachable-voter-added"
-	// AnomalyUnreachableKept: after the heal a node still listed an
-	// unreachable member (the cluster could not remove it).
-	AnomalyUnreachableKept = "unreachable-member-kept"
-	// AnomalyUnavailableMemberChange: a caller saw no successful call for
-	// longer than the bound during such a fault or after its heal.
-	AnomalyUnavailableMemberChange = "unavailable-during-member-change"
-)
-
-// Answers to an add of an unreachable member.
-const (
-	AddRefused = "refused" // FailedPrecondition: the leader refused it
-	AddAdded   = "added"   // OK: the leader added it
-	AddError   = "error"   // anything else: no decision seen (no leader, timeout, ...)
-)
-
 // memberAddTimeout bounds one Join call of the nemesis: the leader's probe
 // of the new member takes up to 2 s (cluster.joinProbeTimeout).
 const memberAddTimeout = 10 * time.Second
@@ -74,20 +41,20 @@ func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 		if err != nil {
 			why = err.Error()
 		}
-		n.record(history.Fault{Phase: "start", Kind: NemMemberUnreachable, Detail: "error: " + why})
-		n.record(history.Fault{Phase: "heal", Kind: NemMemberUnreachable, Detail: "nothing done"})
+		n.record(history.Fault{Phase: "start", Kind: history.NemMemberUnreachable, Detail: "error: " + why})
+		n.record(history.Fault{Phase: "heal", Kind: history.NemMemberUnreachable, Detail: "nothing done"})
 		return
 	}
 	n.mu.Lock()
-	seq := n.counts[NemMemberUnreachable] + 1
+	seq := n.counts[history.NemMemberUnreachable] + 1
 	n.mu.Unlock()
 	voters := "1 voter"
 	if k > 1 {
 		voters = fmt.Sprintf("%d voters", k)
 	}
 	n.progress(fmt.Sprintf("nemesis: %s: ask %s (the leader) to add %s at %s, where nothing listens",
-		NemMemberUnreachable, leader, voters, strings.Join(addrs, ",")))
-	n.record(history.Fault{Phase: "start", Kind: NemMemberUnreachable, Target: leader, Leader: true,
+		history.NemMemberUnreachable, leader, voters, strings.Join(addrs, ",")))
+	n.record(history.Fault{Phase: "start", Kind: history.NemMemberUnreachable, Target: leader, Leader: true,
 		Detail: fmt.Sprintf("adding %s at %s (nothing listens there), one after another", voters, strings.Join(addrs, ","))})
 	out := &history.MembershipOutcome{}
 	unreachable := map[string]string{} // addr -> id
@@ -113,7 +80,7 @@ func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 	// lost may have been added).
 	var herrs []string
 	for _, a := range out.Adds {
-		if a.Answer == AddRefused {
+		if a.Answer == history.AddRefused {
 			continue
 		}
 		if err := cl.removeBounded(bg, a.ID); err != nil {
@@ -132,7 +99,7 @@ func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 	answered := 0
 	var summary []string
 	for _, a := range out.Adds {
-		if a.Answer != AddError {
+		if a.Answer != history.AddError {
 			answered++
 		}
 		summary = append(summary, fmt.Sprintf("%s at %s: %s in %v", a.ID, a.Addr, a.Answer, time.Duration(a.TookNs).Round(time.Millisecond)))
@@ -147,18 +114,18 @@ func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 	if len(herrs) > 0 {
 		detail += "; heal errors: " + strings.Join(herrs, "; ")
 	}
-	n.record(history.Fault{Phase: "heal", Kind: NemMemberUnreachable, Target: leader, Effective: answered == k, Membership: out, Detail: detail})
+	n.record(history.Fault{Phase: "heal", Kind: history.NemMemberUnreachable, Target: leader, Effective: answered == k, Membership: out, Detail: detail})
 }
 
 // joinAnswer classifies a Join's outcome.
 func joinAnswer(err error) string {
 	switch status.Code(err) {
 	case codes.OK:
-		return AddAdded
+		return history.AddAdded
 	case codes.FailedPrecondition:
-		return AddRefused
+		return history.AddRefused
 	}
-	return AddError
+	return history.AddError
 }
 
 // listedIn notes, for each node's status, the unreachable members it
@@ -210,60 +177,4 @@ func (c *Cluster) removeBounded(ctx context.Context, id string) error {
 		time.Sleep(500 * time.Millisecond)
 	}
 	return err
-}
-
-// CheckMembershipKeepsQuorum is the member-unreachable nemesis's checker
-// (issue 14 §3): no address where nothing listens ever becomes a voter
-// (an add answered as done, or a node listing it as a voter), none is
-// left in the configuration after the heal, and a caller pinned to any
-// node sees a successful call at least every bound while such a fault
-// holds and until settleAfterHeal after its heal (windows of
-// unavailability, as unavailability-bounded computes them, that overlap
-// such a fault and no fault of another kind; no node is hit by it, so
-// every prober is judged).
-func CheckMembershipKeepsQuorum(samples []ProbeSample, faults []history.Fault, bound time.Duration) Result {
-	f := newFinding(NameMembershipQuorum)
-	for _, x := range faults {
-		if x.Kind != NemMemberUnreachable || x.Phase != "heal" || x.Membership == nil {
-			continue
-		}
-		for _, a := range x.Membership.Adds {
-			if a.Answer == AddError {
-				continue
-			}
-			f.r.Checked++
-			if a.Answer == AddAdded {
-				f.invalid(AnomalyUnreachableVoter, "the leader (%s) added %s at %s, where nothing listens, as a voter", x.Target, a.ID, a.Addr)
-			}
-		}
-		for _, v := range x.Membership.Voters {
-			f.invalid(AnomalyUnreachableVoter, "a node listed an unreachable member as a voter (%s)", v)
-		}
-		for _, l := range x.Membership.Left {
-			f.invalid(AnomalyUnreachableKept, "after the heal a node still listed an unreachable member (%s): the cluster could not remove it", l)
-		}
-	}
-	spans := heldSpans(faults)
-	for _, w := range probeWindows(samples, bound) {
-		mine, other := false, false
-		for _, sp := range spans {
-			if sp.end < w.start || sp.start > w.end {
-				continue
-			}
-			if sp.kind == NemMemberUnreachable {
-				mine = true
-			} else {
-				other = true
-			}
-		}
-		if !mine || other {
-			continue
-		}
-		f.r.Checked++
-		if d := time.Duration(w.end - w.start); d > bound {
-			f.invalid(AnomalyUnavailableMemberChange, "a caller pinned to %s saw no successful call for %v (%d calls failed or slow, from %s to %s; last error: %s) while unreachable members were being added; bound %v",
-				w.node, d.Round(time.Millisecond), w.failed, rt(w.start), rt(w.end), w.lastErr, bound)
-		}
-	}
-	return f.done("answered add of an unreachable member")
 }

@@ -12,21 +12,9 @@ import (
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
-// Network nemesis kinds, realised through the cluster's Net (proxy or
-// namespace mode).
-const (
-	NemPartitionLeader = "partition-leader" // isolate the leader from every other node
-	NemPartitionHalves = "partition-halves" // a random minority / majority split
-	NemPartitionRing   = "partition-ring"   // each node sees a majority, no two the same
-	NemPartitionBridge = "partition-bridge" // two halves joined by one bridge node
-	NemPartitionOneway = "partition-oneway" // one node receives from nobody, the others hear it
-	NemNetSlow         = "net-slow"         // delay on every link
-	NemNetFlaky        = "net-flaky"        // connections reset and refused at random
-)
-
 // NetNemeses lists the network nemeses.
-var NetNemeses = []string{NemPartitionLeader, NemPartitionHalves, NemPartitionRing, NemPartitionBridge,
-	NemPartitionOneway, NemNetSlow, NemNetFlaky}
+var NetNemeses = []string{history.NemPartitionLeader, history.NemPartitionHalves, history.NemPartitionRing, history.NemPartitionBridge,
+	history.NemPartitionOneway, history.NemNetSlow, history.NemNetFlaky}
 
 func isNetNemesis(kind string) bool {
 	for _, k := range NetNemeses {
@@ -168,7 +156,7 @@ func (n *nemesis) grudge(kind, leader string, ids []string) (map[string][]string
 		}
 	}
 	switch kind {
-	case NemPartitionLeader:
+	case history.NemPartitionLeader:
 		if leader == "" {
 			leader = ids[0]
 		}
@@ -180,12 +168,12 @@ func (n *nemesis) grudge(kind, leader string, ids []string) (map[string][]string
 		}
 		cut([]string{leader}, others)
 		return g, fmt.Sprintf("isolate %s from %s", leader, strings.Join(others, ",")), others
-	case NemPartitionHalves:
+	case history.NemPartitionHalves:
 		k := 1 + n.rng.IntN((len(ids)-1)/2) // minority size
 		minority, majority := ids[:k], ids[k:]
 		cut(minority, majority)
 		return g, fmt.Sprintf("minority %s | majority %s", strings.Join(minority, ","), strings.Join(majority, ",")), majority
-	case NemPartitionRing:
+	case history.NemPartitionRing:
 		// Jepsen's majorities ring: over the ring, each window of m
 		// consecutive nodes gives its middle node everything outside it as
 		// a grudge, so every node hears a majority (its window) and no two
@@ -206,7 +194,7 @@ func (n *nemesis) grudge(kind, leader string, ids []string) (map[string][]string
 			parts = append(parts, fmt.Sprintf("%s hears %s", mid, strings.Join(win, ",")))
 		}
 		return g, strings.Join(parts, "; "), nil
-	case NemPartitionBridge:
+	case history.NemPartitionBridge:
 		// The bridge is not the leader: a leading bridge keeps talking to
 		// both halves, and since followers never talk to each other in
 		// Raft, nothing would cross the cut (seen in a run: 0 bytes held).
@@ -220,7 +208,7 @@ func (n *nemesis) grudge(kind, leader string, ids []string) (map[string][]string
 		a, b := rest[:len(rest)/2], rest[len(rest)/2:]
 		cut(a, b)
 		return g, fmt.Sprintf("%s | bridge %s | %s", strings.Join(a, ","), bridge, strings.Join(b, ",")), nil
-	case NemPartitionOneway:
+	case history.NemPartitionOneway:
 		victim := ids[0]
 		g[victim] = append([]string(nil), ids[1:]...)
 		return g, fmt.Sprintf("%s receives from nobody; %s still hear it", victim, strings.Join(ids[1:], ",")), nil
@@ -247,19 +235,19 @@ func (n *nemesis) netFault(ctx context.Context, kind string, hold time.Duration)
 		desc   string
 	)
 	switch kind {
-	case NemNetSlow:
+	case history.NemNetSlow:
 		delay := 20*time.Millisecond + time.Duration(n.rng.Int64N(int64(80*time.Millisecond)))
 		jitter := delay / 2
 		desc = fmt.Sprintf("delay %v + jitter [0,%v) on every link", delay, jitter)
 		err = n.net.Slow(delay, jitter)
-	case NemNetFlaky:
+	case history.NemNetFlaky:
 		p := 0.1 + 0.2*n.rng.Float64()
 		desc = fmt.Sprintf("flaky links, p=%.2f", p)
 		err = n.net.Flaky(p)
 	default:
 		var g map[string][]string
 		g, desc, expect = n.grudge(kind, leader, n.nodes.Nodes())
-		if kind == NemPartitionLeader {
+		if kind == history.NemPartitionLeader {
 			target = leader
 		}
 		err = n.net.Partition(g)
@@ -278,10 +266,10 @@ func (n *nemesis) netFault(ctx context.Context, kind string, hold time.Duration)
 	var seen []string
 	effective := err == nil
 	switch kind {
-	case NemNetSlow:
+	case history.NemNetSlow:
 		seen = append(seen, fmt.Sprintf("%d chunks delivered late", st.Delayed))
 		effective = effective && st.Delayed > 0
-	case NemNetFlaky:
+	case history.NemNetFlaky:
 		seen = append(seen, fmt.Sprintf("%d resets", st.Reset))
 		effective = effective && st.Reset > 0
 	default:
@@ -289,12 +277,12 @@ func (n *nemesis) netFault(ctx context.Context, kind string, hold time.Duration)
 		effective = effective && st.HeldTotal() > 0
 	}
 	switch kind {
-	case NemPartitionLeader:
+	case history.NemPartitionLeader:
 		nl := obs.leaderIn(expect, leader, term+1)
 		stepped := obs.notLeader[leader]
 		seen = append(seen, fmt.Sprintf("new leader among the others: %s; old leader %s seen stepped down: %v", orNone(nl), orNone(leader), stepped))
 		effective = effective && (nl != "" || stepped)
-	case NemPartitionHalves:
+	case history.NemPartitionHalves:
 		nl := obs.leaderIn(expect, "", term)
 		seen = append(seen, fmt.Sprintf("leader on the majority side: %s", orNone(nl)))
 		effective = effective && nl != ""

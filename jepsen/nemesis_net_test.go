@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // hears returns, for each node, the nodes it receives from under g
@@ -34,13 +36,13 @@ func TestPartitionShapes(t *testing.T) {
 		n := &nemesis{rng: rand.New(rand.NewPCG(uint64(size), 1))}
 		for seed := 0; seed < 20; seed++ {
 			// Leader isolated: it hears only itself, the others hear all but it.
-			g, _, others := n.grudge(NemPartitionLeader, "n1", ids)
+			g, _, others := n.grudge(history.NemPartitionLeader, "n1", ids)
 			h := hears(ids, g)
 			if h["n1"] != "n1" || len(others) != size-1 || contains(others, "n1") {
 				t.Fatalf("partition-leader: %v, others %v", h, others)
 			}
 			// Halves: the expected side is a strict majority, cut both ways from the rest.
-			g, desc, maj := n.grudge(NemPartitionHalves, "", ids)
+			g, desc, maj := n.grudge(history.NemPartitionHalves, "", ids)
 			if len(maj) < majority || len(maj) == size {
 				t.Fatalf("partition-halves %s: majority side %v", desc, maj)
 			}
@@ -53,7 +55,7 @@ func TestPartitionShapes(t *testing.T) {
 				}
 			}
 			// Ring: every node hears a majority, no two the same one.
-			g, desc, _ = n.grudge(NemPartitionRing, "", ids)
+			g, desc, _ = n.grudge(history.NemPartitionRing, "", ids)
 			h = hears(ids, g)
 			seen := map[string]bool{}
 			for _, id := range ids {
@@ -63,7 +65,7 @@ func TestPartitionShapes(t *testing.T) {
 				seen[h[id]] = true
 			}
 			// Bridge: one node hears everyone, the two halves do not hear each other.
-			g, desc, _ = n.grudge(NemPartitionBridge, "n2", ids)
+			g, desc, _ = n.grudge(history.NemPartitionBridge, "n2", ids)
 			h = hears(ids, g)
 			full := 0
 			for _, id := range ids {
@@ -80,7 +82,7 @@ func TestPartitionShapes(t *testing.T) {
 				t.Fatalf("partition-bridge %s: %d nodes hear everyone, want the bridge only: %v", desc, full, h)
 			}
 			// One-way: one node hears only itself; everyone else hears everyone.
-			g, desc, _ = n.grudge(NemPartitionOneway, "", ids)
+			g, desc, _ = n.grudge(history.NemPartitionOneway, "", ids)
 			h = hears(ids, g)
 			alone := 0
 			for _, id := range ids {

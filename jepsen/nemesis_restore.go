@@ -14,67 +14,25 @@ import (
 	"github.com/leasefence/leasefence/client"
 	"github.com/leasefence/leasefence/fence"
 	"github.com/leasefence/leasefence/fence/fencekv"
+	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
 )
-
-// NemRestore is disaster recovery mid-run (issue 15 §1): take a backup
-// through the API (what `leasectl snapshot save` does), grant in scopes the
-// backup never sees (the restore probe, RestorePrefix) while the workers
-// keep granting in theirs, lose every node (SIGKILL; the data dirs are
-// moved aside), start a new cluster on the same addresses from the backup
-// (`leased --restore`, default bump), and probe the same scopes again. The
-// workers and fencedkv carry on across it.
-//
-// A restore loses what was acknowledged after the backup by design, so a
-// run with it is not in spec for the exclusion, durability and
-// linearizability checkers (MarkRequired, ReasonRestore); the fencing
-// checkers and CheckRestore decide it. It is not part of "all": name it.
-const NemRestore = "restore"
-
-// NemRestoreMismatch is NemRestore with an operator's mistake: one founding
-// node of the new cluster (in turn, by restore count) is given
-// --bump-tokens 1 instead of the default and started 2 s before the others,
-// so that, if nothing keeps it out, it wins the first election and grants
-// below tokens resources accepted before the loss. The nodes must keep it
-// out (its cluster id differs); CheckRestore decides. Once the probe has run, the odd node is repaired as
-// docs/OPERATIONS.md says: stopped, its data dir emptied, and started again
-// with the same file and the default bump. Not part of "all": name it.
-const NemRestoreMismatch = "restore-mismatch"
 
 // mismatchBump is the odd node's bump under NemRestoreMismatch.
 const mismatchBump = 1
 
-// isRestore reports whether nemesis kind k restores from a backup.
-func isRestore(k string) bool { return k == NemRestore || k == NemRestoreMismatch }
-
 // RestorePrefix starts the probe's resources, one scope each, first used
 // after the backup: "jn/<restore>-<i>".
 const RestorePrefix = "jn/"
-
-// OpProbeWrite is the probe's fenced write to fencedkv (a record type of
-// its own: its keys have no final read, unlike the workers' writes).
-const OpProbeWrite = "probe-write"
-
-// ReasonRestore says why a result does not decide a run with NemRestore.
-const ReasonRestore = "a restore from a backup loses acknowledged state"
-
-// NameRestore is the checker of a restore: CheckRestore.
-const NameRestore = "restore-beats-lost-tokens"
-
-// Anomalies of CheckRestore.
-const (
-	AnomalyTokenNotAboveLoss = "token-not-above-loss"
-	AnomalyNewHolderRefused  = "new-holder-refused"
-)
 
 // probeScopes is how many new scopes each restore probes.
 const probeScopes = 2
 
 // restore runs one NemRestore fault; with mismatch, a NemRestoreMismatch.
 func (n *nemesis) restore(ctx context.Context, mismatch bool) {
-	kind := NemRestore
+	kind := history.NemRestore
 	if mismatch {
-		kind = NemRestoreMismatch
+		kind = history.NemRestoreMismatch
 	}
 	cl, ok := n.nodes.(*Cluster)
 	if !ok || n.hist == nil {
@@ -83,7 +41,7 @@ func (n *nemesis) restore(ctx context.Context, mismatch bool) {
 		return
 	}
 	n.mu.Lock()
-	k := n.counts[NemRestore] + n.counts[NemRestoreMismatch] + 1
+	k := n.counts[history.NemRestore] + n.counts[history.NemRestoreMismatch] + 1
 	n.mu.Unlock()
 	ctx = context.WithoutCancel(ctx) // once started, always finish
 	file := filepath.Join(cl.dir, fmt.Sprintf("backup-%d.lfb", k))
@@ -180,7 +138,7 @@ func (n *nemesis) probe(ctx context.Context, cl *Cluster, tag, scope string) str
 		_ = l.Release(rctx)
 		cancel()
 	}()
-	winv := history.Record{Kind: history.Invoke, Worker: "restore", Op: op + "-w", Type: OpProbeWrite, Resource: scope, Token: l.Token(), Lease: l.ID().String(), TimeNs: history.Now()}
+	winv := history.Record{Kind: history.Invoke, Worker: "restore", Op: op + "-w", Type: checker.OpProbeWrite, Resource: scope, Token: l.Token(), Lease: l.ID().String(), TimeNs: history.Now()}
 	_ = n.hist.Write(winv)
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	_, err = n.kv.Put(wctx, scope, fence.Token{Scope: l.Scope(), Value: l.Token()}, []byte(op))
@@ -319,123 +277,4 @@ func (c *Cluster) refound(ctx context.Context, id, backup, lostDir string) error
 	}
 	p.Args = withoutFlags(p.Args, "--bump-tokens")
 	return p.Start()
-}
-
-// CheckRestore checks each NemRestore fault of faults against the history
-// (DESIGN.md "Data model", token): every acquire invoked after the new
-// cluster serves (the fault's heal), until the next restore, got a token
-// above every token acknowledged in its scope before the loss (the fault's
-// start), and fencedkv accepted the restore probe's writes after the
-// restore, made under new grants in scopes that had accepted tokens before
-// the loss. Acquires in flight across the loss are left out (which cluster
-// granted them is unknown).
-func CheckRestore(h []history.Record, faults []history.Fault) Result {
-	f := newFinding(NameRestore)
-	type span struct{ lost, served int64 }
-	var spans []span
-	for _, ft := range faults {
-		if !isRestore(ft.Kind) {
-			continue
-		}
-		switch {
-		case ft.Phase == "start":
-			spans = append(spans, span{lost: ft.TimeNs})
-		case ft.Phase == "heal" && len(spans) > 0:
-			if ft.Effective {
-				spans[len(spans)-1].served = ft.TimeNs
-			} else {
-				spans = spans[:len(spans)-1] // no new cluster: nothing restored
-			}
-		}
-	}
-	if len(spans) == 0 {
-		f.unknown("no restore completed")
-		return f.r
-	}
-	invokes := map[string]history.Record{}
-	for _, r := range h {
-		if r.Kind == history.Invoke {
-			invokes[r.Op] = r
-		}
-	}
-	for i, sp := range spans {
-		if sp.served == 0 {
-			f.unknown("restore %d has no heal", i+1)
-			continue
-		}
-		until := int64(1<<63 - 1)
-		if i+1 < len(spans) {
-			until = spans[i+1].lost
-		}
-		lost := map[string]uint64{} // scope -> highest token acknowledged before the loss
-		for _, r := range h {
-			if r.Kind == history.Complete && r.Type == history.OpAcquire && r.Result == history.OK && r.TimeNs < sp.lost {
-				lost[r.Resource] = max(lost[r.Resource], r.Token)
-			}
-		}
-		for _, r := range h {
-			if r.Kind != history.Complete || r.Result == "" {
-				continue
-			}
-			inv, ok := invokes[r.Op]
-			if !ok || inv.TimeNs <= sp.served || r.TimeNs >= until {
-				continue
-			}
-			switch {
-			case r.Type == history.OpAcquire && r.Result == history.OK:
-				before, seen := lost[r.Resource]
-				if !seen {
-					continue
-				}
-				f.r.Checked++
-				if r.Token <= before {
-					f.invalid(AnomalyTokenNotAboveLoss, "restore %d: %s by %s got token %d in %q, which had acknowledged token %d before the loss",
-						i+1, r.Op, r.Worker, r.Token, r.Resource, before)
-				}
-			case r.Type == OpProbeWrite && r.Worker == "restore":
-				f.r.Checked++
-				switch r.Result {
-				case history.Fail:
-					f.invalid(AnomalyNewHolderRefused, "restore %d: fencedkv refused %s, a write in %q under token %d granted after the restore: %s",
-						i+1, r.Op, r.Resource, inv.Token, r.Error)
-				case history.Unknown:
-					f.unknown("restore %d: the outcome of %s is unknown: %s", i+1, r.Op, r.Error)
-				}
-			}
-		}
-	}
-	return f.done("acquire after a restore in a scope granted before the loss")
-}
-
-// restoreRequired marks what a run with NemRestore cannot require: the
-// exclusion checkers (a holder of a lease granted after the backup keeps
-// its safe window while the restored cluster grants the resource again),
-// acknowledged durability and linearizability (the lost cluster's
-// acknowledged operations are gone by design), and request-id identity (the
-// request ids the lost cluster answered after the backup are unknown to the
-// new one, so a reuse with changed parameters is rightly a new request).
-func restoreRequired(nemeses []string, rs []Result) {
-	on := false
-	for _, k := range nemeses {
-		on = on || isRestore(k)
-	}
-	if !on {
-		return
-	}
-	for i := range rs {
-		switch rs[i].Checker {
-		case NameGrantIntervals, NameSafeWindows, NameDurable, NameLinearizable, NameRequestIDs:
-			rs[i].NotRequired = ReasonRestore
-		}
-	}
-}
-
-// withRestoreCheck appends CheckRestore to rs when a restore was enabled.
-func withRestoreCheck(nemeses []string, rs []Result, h []history.Record, faults []history.Fault) []Result {
-	for _, k := range nemeses {
-		if isRestore(k) {
-			return append(rs, CheckRestore(h, faults))
-		}
-	}
-	return rs
 }

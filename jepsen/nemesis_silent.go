@@ -9,14 +9,6 @@ import (
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
-// NemSilentLeader makes the leader silent without a reset (issue 15 §2):
-// in namespace mode every packet into and out of its namespace is
-// dropped, clients' included (netns.NSNet.Silence), while its process runs on;
-// in proxy mode every proxy of its peer links stops forwarding without
-// closing, both ways (the harness does not proxy client connections, so
-// there clients still reach it: use netns for the whole fault).
-const NemSilentLeader = "silent-leader"
-
 func (n *nemesis) silentLeader(ctx context.Context, hold time.Duration) {
 	bg := context.WithoutCancel(ctx) // always heal
 	leader, term := n.currentTerm(bg)
@@ -25,8 +17,8 @@ func (n *nemesis) silentLeader(ctx context.Context, hold time.Duration) {
 		if n.net == nil {
 			why = "the cluster has no Net (started without a net mode)"
 		}
-		n.record(history.Fault{Phase: "start", Kind: NemSilentLeader, Detail: "error: " + why})
-		n.record(history.Fault{Phase: "heal", Kind: NemSilentLeader, Detail: "nothing injected"})
+		n.record(history.Fault{Phase: "start", Kind: history.NemSilentLeader, Detail: "error: " + why})
+		n.record(history.Fault{Phase: "heal", Kind: history.NemSilentLeader, Detail: "nothing injected"})
 		return
 	}
 	var others []string
@@ -60,8 +52,8 @@ func (n *nemesis) silentLeader(ctx context.Context, hold time.Duration) {
 		err = n.net.Partition(g)
 		heal = n.net.Heal
 	}
-	n.progress(fmt.Sprintf("nemesis: %s: %s (the leader): %s", NemSilentLeader, leader, desc))
-	n.record(history.Fault{Phase: "start", Kind: NemSilentLeader, Target: leader, Leader: true,
+	n.progress(fmt.Sprintf("nemesis: %s: %s (the leader): %s", history.NemSilentLeader, leader, desc))
+	n.record(history.Fault{Phase: "start", Kind: history.NemSilentLeader, Target: leader, Leader: true,
 		Detail: errString(err, fmt.Sprintf("%s; term %d", desc, term))})
 	obs := n.observe(bg, hold)
 	herr := heal()
@@ -72,5 +64,5 @@ func (n *nemesis) silentLeader(ctx context.Context, hold time.Duration) {
 	if herr != nil {
 		seen = append(seen, "heal error: "+herr.Error())
 	}
-	n.record(history.Fault{Phase: "heal", Kind: NemSilentLeader, Target: leader, Effective: err == nil && nl != "", Detail: strings.Join(seen, "; ")})
+	n.record(history.Fault{Phase: "heal", Kind: history.NemSilentLeader, Target: leader, Effective: err == nil && nl != "", Detail: strings.Join(seen, "; ")})
 }

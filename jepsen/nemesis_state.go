@@ -13,19 +13,6 @@ import (
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
-// Nemeses that move state around rather than break processes.
-const (
-	// NemSnapshot kills a follower, lets the others take snapshots and
-	// compact their logs past it (the nodes run with a small snapshot
-	// threshold), restarts it, and verifies it caught up through an
-	// installed snapshot.
-	NemSnapshot = "snapshot"
-	// NemMember removes a follower from the configuration, kills it, wipes
-	// its data dir and brings it back as a fresh node that joins, verifying
-	// the member count at each step.
-	NemMember = "member"
-)
-
 // SnapshotArgs make the nodes snapshot and compact often, so a node that
 // was down for seconds must catch up through a snapshot (NemSnapshot) and
 // restarts restore from one.
@@ -54,14 +41,14 @@ func (n *nemesis) snapshot(ctx context.Context, hold time.Duration) {
 	cl, ok := n.nodes.(*Cluster)
 	id, found := n.follower(ctx)
 	if !ok || !found {
-		n.record(history.Fault{Phase: "start", Kind: NemSnapshot, Detail: "no follower to hold back (no leader)"})
-		n.record(history.Fault{Phase: "heal", Kind: NemSnapshot, Detail: "nothing done"})
+		n.record(history.Fault{Phase: "start", Kind: history.NemSnapshot, Detail: "no follower to hold back (no leader)"})
+		n.record(history.Fault{Phase: "heal", Kind: history.NemSnapshot, Detail: "nothing done"})
 		return
 	}
 	before := strings.Count(cl.Proc(id).Tail(1<<30), installedMarker)
 	n.progress(fmt.Sprintf("nemesis: snapshot: %s down while the others compact their logs", id))
 	err := cl.Kill9(id)
-	n.record(history.Fault{Phase: "start", Kind: NemSnapshot, Target: id, Detail: errString(err, "SIGKILL; the others snapshot and compact meanwhile")})
+	n.record(history.Fault{Phase: "start", Kind: history.NemSnapshot, Target: id, Detail: errString(err, "SIGKILL; the others snapshot and compact meanwhile")})
 	sleepCtx(context.WithoutCancel(ctx), hold+2*time.Second) // always heal
 	rerr := cl.Restart(id)
 	installed := false
@@ -75,15 +62,15 @@ func (n *nemesis) snapshot(ctx context.Context, hold time.Duration) {
 	if !installed {
 		detail = "restarted; no snapshot installed within 20s (it caught up from the log)"
 	}
-	n.record(history.Fault{Phase: "heal", Kind: NemSnapshot, Target: id, Effective: err == nil && installed, Detail: errString(rerr, detail)})
+	n.record(history.Fault{Phase: "heal", Kind: history.NemSnapshot, Target: id, Effective: err == nil && installed, Detail: errString(rerr, detail)})
 }
 
 func (n *nemesis) member(ctx context.Context, hold time.Duration) {
 	cl, ok := n.nodes.(*Cluster)
 	id, found := n.follower(ctx)
 	if !ok || !found {
-		n.record(history.Fault{Phase: "start", Kind: NemMember, Detail: "no follower to remove (no leader)"})
-		n.record(history.Fault{Phase: "heal", Kind: NemMember, Detail: "nothing done"})
+		n.record(history.Fault{Phase: "start", Kind: history.NemMember, Detail: "no follower to remove (no leader)"})
+		n.record(history.Fault{Phase: "heal", Kind: history.NemMember, Detail: "nothing done"})
 		return
 	}
 	n.progress(fmt.Sprintf("nemesis: member: remove %s, wipe it, join it back", id))
@@ -94,12 +81,12 @@ func (n *nemesis) member(ctx context.Context, hold time.Duration) {
 		cl.Kill9(id)
 		err = os.RemoveAll(cl.DataDir(id))
 	}
-	n.record(history.Fault{Phase: "start", Kind: NemMember, Target: id,
+	n.record(history.Fault{Phase: "start", Kind: history.NemMember, Target: id,
 		Detail: errString(err, fmt.Sprintf("removed (seen %d members: %v), killed, data dir wiped", all-1, removed))})
 	sleepCtx(context.WithoutCancel(ctx), hold) // always heal
 	rerr := cl.Rejoin(ctx, id)
 	joined := rerr == nil && cl.waitMembers(context.WithoutCancel(ctx), all, id, true) && cl.waitCaughtUp(context.WithoutCancel(ctx), id)
-	n.record(history.Fault{Phase: "heal", Kind: NemMember, Target: id, Effective: removed && joined,
+	n.record(history.Fault{Phase: "heal", Kind: history.NemMember, Target: id, Effective: removed && joined,
 		Detail: errString(rerr, fmt.Sprintf("rejoined as a fresh node, seen among %d members and caught up: %v", all, joined))})
 }
 

@@ -18,23 +18,6 @@ import (
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
-// NemStorage stops a follower, changes one byte of a committed command
-// entry's body in its raft.db (a resource name, as a bad disk or a stray
-// write would) or, half the time when it has snapshots, one byte of its
-// newest snapshot, starts it again and watches what it does; the heal
-// replaces it (members remove, wipe, join), as docs/OPERATIONS.md says.
-// CheckStorageRefused then demands that the node refused (exited naming
-// the corrupt store), fenced itself, or (a snapshot) set the corrupt one
-// aside and rebuilt from an older one and the log; never served on.
-const NemStorage = "storage"
-
-// NameStorage is CheckStorageRefused's name.
-const NameStorage = "corrupt-storage-refused"
-
-// AnomalyServedFromCorruptStore: a node came up on a raft.db with a
-// changed entry and applied past it without refusing.
-const AnomalyServedFromCorruptStore = "served-from-corrupt-store"
-
 // refusalMarkers are what leased says when it refuses corrupt storage
 // (cluster/corrupt.go, cluster/statecheck.go).
 var refusalMarkers = []string{"corrupt log entry", "corrupt snapshot", "state is corrupt"}
@@ -48,8 +31,8 @@ func (n *nemesis) storage(ctx context.Context, hold time.Duration) {
 	cl, ok := n.nodes.(*Cluster)
 	id, found := n.follower(ctx)
 	if !ok || !found {
-		n.record(history.Fault{Phase: "start", Kind: NemStorage, Detail: "no follower to corrupt (no leader)"})
-		n.record(history.Fault{Phase: "heal", Kind: NemStorage, Detail: "nothing done"})
+		n.record(history.Fault{Phase: "start", Kind: history.NemStorage, Detail: "no follower to corrupt (no leader)"})
+		n.record(history.Fault{Phase: "heal", Kind: history.NemStorage, Detail: "nothing done"})
 		return
 	}
 	n.progress(fmt.Sprintf("nemesis: storage: %s stopped, one byte of a committed entry changed, restarted", id))
@@ -72,7 +55,7 @@ func (n *nemesis) storage(ctx context.Context, hold time.Duration) {
 		index = 0
 	}
 	out.Index = index
-	n.record(history.Fault{Phase: "start", Kind: NemStorage, Target: id, Detail: errString(err, detail)})
+	n.record(history.Fault{Phase: "start", Kind: history.NemStorage, Target: id, Detail: errString(err, detail)})
 	logBefore := len(p.Tail(1 << 30))
 	if err == nil && index > 0 {
 		if rerr := p.Start(); rerr == nil {
@@ -102,7 +85,7 @@ func (n *nemesis) storage(ctx context.Context, hold time.Duration) {
 	case !out.Served:
 		what = "undecided"
 	}
-	n.record(history.Fault{Phase: "heal", Kind: NemStorage, Target: id, Effective: index > 0 && joined, Storage: out,
+	n.record(history.Fault{Phase: "heal", Kind: history.NemStorage, Target: id, Effective: index > 0 && joined, Storage: out,
 		Detail: errString(rerr, fmt.Sprintf("after the change it %s; replaced (removed, wiped, rejoined and caught up: %v)", what, joined))})
 }
 
@@ -187,35 +170,6 @@ func CorruptCommandEntry(path, prefix string) (uint64, error) {
 		return 0, err
 	}
 	return index, nil
-}
-
-// CheckStorageRefused is the storage nemesis's checker: after each change
-// to a stopped node's raft.db, the node must refuse (exit naming the
-// corrupt store) or fence itself; a node that came up and applied past
-// the changed entry as if nothing happened is invalid. The cluster as a
-// whole is held to its other properties by the other checkers.
-func CheckStorageRefused(faults []history.Fault) Result {
-	f := newFinding(NameStorage)
-	for _, x := range faults {
-		if x.Kind != NemStorage || x.Phase != "heal" || x.Storage == nil || x.Storage.Index == 0 {
-			continue
-		}
-		o := x.Storage
-		switch {
-		case o.Refused || o.Fenced || o.SetAside:
-			f.r.Checked++
-		case o.Served:
-			f.r.Checked++
-			what := fmt.Sprintf("a raft.db whose entry %d", o.Index)
-			if o.Snapshot != "" {
-				what = fmt.Sprintf("a snapshot (%s, index %d) that", o.Snapshot, o.Index)
-			}
-			f.invalid(AnomalyServedFromCorruptStore, "%s came up on %s was changed and applied past it without refusing", x.Target, what)
-		default:
-			f.unknown("%s neither refused nor served within the watch after entry %d was changed", x.Target, o.Index)
-		}
-	}
-	return f.done("storage fault")
 }
 
 // newestSnapshot returns the directory and last index of the newest

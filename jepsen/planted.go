@@ -5,6 +5,9 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/leasefence/leasefence/jepsen/checker"
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // PlantedBug is a deliberate defect in leased, fencedkv or the client
@@ -34,47 +37,47 @@ type PlantedBug struct {
 // fails the run at start).
 var PlantedBugs = []PlantedBug{
 	{Name: "grant-no-margin", In: "leased", What: "a new grant waits for expires_at only, not expires_at + skew margin",
-		Nemeses: []string{NemClientPause}, Time: 25 * time.Second, Catch: []string{NameGrantIntervals}},
+		Nemeses: []string{history.NemClientPause}, Time: 25 * time.Second, Catch: []string{checker.NameGrantIntervals}},
 	{Name: "renew-after-expiry", In: "leased", What: "a renewal is accepted after expires_at, until the lease is removed",
-		Nemeses: nil, Time: 25 * time.Second, Catch: []string{NameGrantIntervals}},
+		Nemeses: nil, Time: 25 * time.Second, Catch: []string{checker.NameGrantIntervals}},
 	{Name: "snapshot-drops-counters", In: "leased", What: "a snapshot stores a scope's counter as its live lease's token (0 when free)",
-		Nemeses: []string{NemKillLeader, NemKill}, Time: 30 * time.Second, Catch: []string{NameTokens}},
+		Nemeses: []string{history.NemKillLeader, history.NemKill}, Time: 30 * time.Second, Catch: []string{checker.NameTokens}},
 	{Name: "local-reads", In: "leased", What: "a linearizable Get is answered from the local state without confirming leadership",
-		Nemeses: []string{NemPause}, Time: 25 * time.Second, Catch: []string{NameLinearizable}},
+		Nemeses: []string{history.NemPause}, Time: 25 * time.Second, Catch: []string{checker.NameLinearizable}},
 	{Name: "lease-id-by-resource", In: "leased", What: "lease ids derive from the resource, so a stale holder's release frees the next holder's lease",
-		Nemeses: nil, Time: 25 * time.Second, Catch: []string{NameLinearizable, NameTokens}},
+		Nemeses: nil, Time: 25 * time.Second, Catch: []string{checker.NameLinearizable, checker.NameTokens}},
 	{Name: "wall-clock-time", In: "leased", What: "the leader's cluster time is its wall clock, not its monotonic clock",
-		Nemeses: []string{"clock-bump"}, Time: 30 * time.Second, Catch: []string{NameSafeWindows, NameGrantIntervals, NameLinearizable}},
+		Nemeses: []string{"clock-bump"}, Time: 30 * time.Second, Catch: []string{checker.NameSafeWindows, checker.NameGrantIntervals, checker.NameLinearizable}},
 	{Name: "release-ack-before-commit", In: "leased", What: "a release is acknowledged once proposed, before Raft commits it",
-		Nemeses: ComboNemeses, Time: 45 * time.Second, Catch: []string{NameLinearizable, NameDurable}},
+		Nemeses: ComboNemeses, Time: 45 * time.Second, Catch: []string{checker.NameLinearizable, checker.NameDurable}},
 	{Name: "renew-ack-before-commit", In: "leased", What: "a renewal is acknowledged at once and proposed 200 ms later, before Raft commits it",
-		Nemeses: []string{NemPartitionLeader, NemKillLeader}, Time: 45 * time.Second, Catch: []string{NameDurable, NameSafeWindows, NameGrantIntervals}},
+		Nemeses: []string{history.NemPartitionLeader, history.NemKillLeader}, Time: 45 * time.Second, Catch: []string{checker.NameDurable, checker.NameSafeWindows, checker.NameGrantIntervals}},
 	{Name: "dedup-resource-only", In: "leased", What: "a request id's retry is compared by resource only, so it replays a lease across scopes, holders, ttls and wait",
-		Nemeses: nil, Time: 25 * time.Second, Catch: []string{NameRequestIDs}},
+		Nemeses: nil, Time: 25 * time.Second, Catch: []string{checker.NameRequestIDs}},
 	{Name: "restore-bumps-known-scopes", In: "leased", What: "a restore raises only the counters of the scopes the backup knows, not the token floor",
-		Nemeses: []string{NemRestore}, Time: 30 * time.Second, Catch: []string{NameRestore, NameTokens}},
+		Nemeses: []string{history.NemRestore}, Time: 30 * time.Second, Catch: []string{checker.NameRestore, checker.NameTokens}},
 	{Name: "cluster-id-unchecked", In: "leased", What: "Raft RPCs carry and check no cluster id, so a founding node restored with another bump can lead and grant below the loss",
-		Nemeses: []string{NemRestoreMismatch}, Time: 30 * time.Second, Catch: []string{NameRestore, NameTokens}},
+		Nemeses: []string{history.NemRestoreMismatch}, Time: 30 * time.Second, Catch: []string{checker.NameRestore, checker.NameTokens}},
 	{Name: "skip-entry-checksum", In: "leased", What: "log entry checksums are not verified, so a node applies an entry its disk changed",
-		Nemeses: []string{NemStorage}, Time: 30 * time.Second, Catch: []string{NameStorage}},
+		Nemeses: []string{history.NemStorage}, Time: 30 * time.Second, Catch: []string{checker.NameStorage}},
 	{Name: "forward-no-timeout", In: "leased", What: "a follower forwarding to a silent leader waits out the caller's deadline (no hop timeout, no re-route)",
-		Nemeses: []string{NemPauseLeader}, Time: 30 * time.Second, Catch: []string{NameUnavailability}},
+		Nemeses: []string{history.NemPauseLeader}, Time: 30 * time.Second, Catch: []string{checker.NameUnavailability}},
 	{Name: "add-unprobed", In: "leased", What: "the leader adds a member as a voter without probing it and without the quorum rule",
-		Nemeses: []string{NemMemberUnreachable}, Time: 25 * time.Second, Catch: []string{NameMembershipQuorum}},
+		Nemeses: []string{history.NemMemberUnreachable}, Time: 25 * time.Second, Catch: []string{checker.NameMembershipQuorum}},
 	{Name: "client-sent-at-on-answer", In: "client", What: "the client takes sent_at when the answer arrives: a late answer's safe window is stretched by its delay",
-		Nemeses: []string{NemClientPauseAcquire}, Time: 25 * time.Second, Catch: []string{NameSafeWindows}},
+		Nemeses: []string{history.NemClientPauseAcquire}, Time: 25 * time.Second, Catch: []string{checker.NameSafeWindows}},
 	{Name: "client-monotonic-clock", In: "client", What: "the client measures safe deadlines on the host's monotonic clock, which stops while the host is suspended",
-		Nemeses: []string{NemClientPause}, Time: 25 * time.Second, Catch: []string{NameSafeWindows}},
+		Nemeses: []string{history.NemClientPause}, Time: 25 * time.Second, Catch: []string{checker.NameSafeWindows}},
 	{Name: "client-full-ttl", In: "client", What: "the client uses the full ttl instead of the answer's ttl_remaining: a replayed grant's window is overstated by the time since the grant",
-		Nemeses: []string{NemClientPauseReplay}, Time: 25 * time.Second, Catch: []string{NameSafeWindows}},
+		Nemeses: []string{history.NemClientPauseReplay}, Time: 25 * time.Second, Catch: []string{checker.NameSafeWindows}},
 	{Name: "client-no-drift", In: "client", What: "the client ignores the drift bound: with the clocks at its edge, its safe window outlives the next grant by up to (ttl × drift − margin)/(1 − drift)",
-		Nemeses: []string{NemClockDriftEdge}, Time: 30 * time.Second, Catch: []string{NameSafeWindows}},
+		Nemeses: []string{history.NemClockDriftEdge}, Time: 30 * time.Second, Catch: []string{checker.NameSafeWindows}},
 	{Name: "client-zero-margin", In: "client", What: "the client subtracts no margin: on a clock read in ticks, at the drift edge, its safe window outlives the next grant by up to a tick",
-		Nemeses: []string{NemClockDriftEdgeCoarse}, Time: 45 * time.Second, Catch: []string{NameSafeWindows}},
+		Nemeses: []string{history.NemClockDriftEdgeCoarse}, Time: 45 * time.Second, Catch: []string{checker.NameSafeWindows}},
 	{Name: "client-silence-from-last-answer", In: "client", What: "the client counts a keep-alive stream's silence from its last answer alone: after an idle spell it tears the healthy stream down and sends the renewal again",
-		Nemeses: nil, Time: 30 * time.Second, Catch: []string{NameRenewals}, KeepAlive: true},
+		Nemeses: nil, Time: 30 * time.Second, Catch: []string{checker.NameRenewals}, KeepAlive: true},
 	{Name: "accept-lower-token", In: "fencedkv", What: "fencedkv applies a write whose token is below the scope's highest",
-		Nemeses: []string{NemClientPause}, Time: 25 * time.Second, Catch: []string{NameFencedTokens, NameFinalRead}},
+		Nemeses: []string{history.NemClientPause}, Time: 25 * time.Second, Catch: []string{checker.NameFencedTokens, checker.NameFinalRead}},
 }
 
 // FindPlantedBug returns the planted bug called name.

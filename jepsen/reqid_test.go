@@ -3,6 +3,7 @@ package jepsen
 import (
 	"testing"
 
+	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
@@ -36,19 +37,19 @@ func TestRequestIDCheckerCatchesReplaysAcrossParametersAndSecondGrants(t *testin
 			history.Record{Op: "d1", Result: history.Fail},                        // ended
 			history.Record{Op: "d2", Result: history.OK, Value: "L1", Token: 1},   // replayed while live
 			history.Record{Op: "u3", Changed: "holder", Result: history.Unknown}), // undecided: not held against it
-			Valid, ""},
+			checker.Valid, ""},
 		{"replay across a scope", requestIDHistory(history.Record{Op: "u1", Changed: "scope", Result: history.OK, Value: "L1", Token: 1}),
-			Invalid, AnomalyReplayAcrossParams},
+			checker.Invalid, checker.AnomalyReplayAcrossParams},
 		{"a duplicate granted afresh", requestIDHistory(history.Record{Op: "d1", Result: history.OK, Value: "L2", Token: 2}),
-			Invalid, AnomalySecondGrantForRequest},
+			checker.Invalid, checker.AnomalySecondGrantForRequest},
 		{"two acquires, two leases", append(requestIDHistory(),
 			history.Record{Kind: history.Complete, Worker: "w2", Op: "b", Type: history.OpAcquire, Resource: "r", RequestID: "R", TimeNs: 5, Result: history.OK, Token: 2, Lease: "L2"}),
-			Invalid, AnomalySecondGrantForRequest},
+			checker.Invalid, checker.AnomalySecondGrantForRequest},
 		{"nothing reused", requestIDHistory(), history.Unknown, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := CheckRequestIDs(tc.h)
+			r := checker.CheckRequestIDs(tc.h)
 			if r.Verdict != tc.verdict || r.Anomaly != tc.anomaly {
 				t.Fatalf("got %s %s (%s), want %s %s", r.Verdict, r.Anomaly, r.Witness, tc.verdict, tc.anomaly)
 			}

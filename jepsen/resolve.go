@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"sort"
 	"strings"
 	"time"
@@ -238,7 +237,3 @@ func resolveOne(rid string, invokedAt int64, logs []*NodeLog, clusterSize int, b
 	}
 	return history.Record{Result: history.Fail, Error: msg}, ""
 }
-
-// neverReturned is the completion time checkers use for a resolved
-// operation: it took effect at some point after its invocation.
-const neverReturned = math.MaxInt64

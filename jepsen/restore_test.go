@@ -3,6 +3,8 @@ package jepsen
 import (
 	"testing"
 
+	"github.com/leasefence/leasefence/jepsen/checker"
+	"github.com/leasefence/leasefence/jepsen/checker/checkertest"
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
@@ -11,25 +13,25 @@ import (
 // the probe got newProbe in jn/1-0 and wrote with it (probeWrite), w1 got
 // newR on r.
 func restoreHistory(newProbe, newR uint64, probeWrite string) ([]history.Record, []history.Fault) {
-	b := &hb{}
-	b.acquire("w1", "a1", "r", 5, "L1", 0, 10*ms, 0).
-		acquire("restore", "p1", "jn/1-0", 1, "P1", 20*ms, 30*ms, 0).
-		acquire("restore", "p2", "jn/1-0", 2, "P2", 40*ms, 50*ms, 0).
-		acquire("restore", "p3", "jn/1-0", newProbe, "P3", 2100*ms, 2110*ms, 0).
-		acquire("w1", "a2", "r", newR, "L2", 2200*ms, 2210*ms, 0)
-	b.recs = append(b.recs,
-		history.Record{Kind: history.Invoke, Worker: "restore", Op: "p3-w", Type: OpProbeWrite, Resource: "jn/1-0", Token: newProbe, TimeNs: 2120 * ms},
-		history.Record{Kind: history.Complete, Worker: "restore", Op: "p3-w", Type: OpProbeWrite, Resource: "jn/1-0", Token: newProbe, TimeNs: 2130 * ms, Result: probeWrite, Error: map[string]string{history.Fail: "fence: stale token"}[probeWrite]})
+	b := &checkertest.HB{}
+	b.Acquire("w1", "a1", "r", 5, "L1", 0, 10*ms, 0).
+		Acquire("restore", "p1", "jn/1-0", 1, "P1", 20*ms, 30*ms, 0).
+		Acquire("restore", "p2", "jn/1-0", 2, "P2", 40*ms, 50*ms, 0).
+		Acquire("restore", "p3", "jn/1-0", newProbe, "P3", 2100*ms, 2110*ms, 0).
+		Acquire("w1", "a2", "r", newR, "L2", 2200*ms, 2210*ms, 0)
+	b.Recs = append(b.Recs,
+		history.Record{Kind: history.Invoke, Worker: "restore", Op: "p3-w", Type: checker.OpProbeWrite, Resource: "jn/1-0", Token: newProbe, TimeNs: 2120 * ms},
+		history.Record{Kind: history.Complete, Worker: "restore", Op: "p3-w", Type: checker.OpProbeWrite, Resource: "jn/1-0", Token: newProbe, TimeNs: 2130 * ms, Result: probeWrite, Error: map[string]string{history.Fail: "fence: stale token"}[probeWrite]})
 	faults := []history.Fault{
-		{Phase: "start", Kind: NemRestore, TimeNs: 1000 * ms},
-		{Phase: "heal", Kind: NemRestore, TimeNs: 2000 * ms, Effective: true},
+		{Phase: "start", Kind: history.NemRestore, TimeNs: 1000 * ms},
+		{Phase: "heal", Kind: history.NemRestore, TimeNs: 2000 * ms, Effective: true},
 	}
-	return b.recs, faults
+	return b.Recs, faults
 }
 
 func TestCheckRestorePassesTokensAboveTheLoss(t *testing.T) {
 	h, faults := restoreHistory(1<<32+3, 1<<32+6, history.OK)
-	if r := CheckRestore(h, faults); r.Verdict != Valid || r.Checked != 3 {
+	if r := checker.CheckRestore(h, faults); r.Verdict != checker.Valid || r.Checked != 3 {
 		t.Fatalf("%v", r)
 	}
 }
@@ -38,25 +40,25 @@ func TestCheckRestoreCatchesATokenNotAboveTheLoss(t *testing.T) {
 	// Issue 13's restore: the probe's scope, unknown to the backup, starts
 	// at 1 again, and fencedkv (highest 2) refuses its new holder.
 	h, faults := restoreHistory(1, 1<<32+6, history.Fail)
-	r := CheckRestore(h, faults)
-	if r.Verdict != Invalid || r.Anomaly != AnomalyTokenNotAboveLoss || r.Anomalies != 2 {
+	r := checker.CheckRestore(h, faults)
+	if r.Verdict != checker.Invalid || r.Anomaly != checker.AnomalyTokenNotAboveLoss || r.Anomalies != 2 {
 		t.Fatalf("%v", r)
 	}
 	// A restore-mismatch fault is held to the loss the same way.
 	for i := range faults {
-		faults[i].Kind = NemRestoreMismatch
+		faults[i].Kind = history.NemRestoreMismatch
 	}
-	if r := CheckRestore(h, faults); r.Verdict != Invalid || r.Anomaly != AnomalyTokenNotAboveLoss {
+	if r := checker.CheckRestore(h, faults); r.Verdict != checker.Invalid || r.Anomaly != checker.AnomalyTokenNotAboveLoss {
 		t.Fatalf("restore-mismatch: %v", r)
 	}
 	// A known scope left where it was is caught too.
 	h, faults = restoreHistory(1<<32+3, 5, history.OK)
-	if r := CheckRestore(h, faults); r.Verdict != Invalid || r.Anomaly != AnomalyTokenNotAboveLoss {
+	if r := checker.CheckRestore(h, faults); r.Verdict != checker.Invalid || r.Anomaly != checker.AnomalyTokenNotAboveLoss {
 		t.Fatalf("%v", r)
 	}
 	// The refusal alone is reported as such.
 	h, faults = restoreHistory(1<<32+3, 1<<32+6, history.Fail)
-	if r := CheckRestore(h, faults); r.Verdict != Invalid || r.Anomaly != AnomalyNewHolderRefused {
+	if r := checker.CheckRestore(h, faults); r.Verdict != checker.Invalid || r.Anomaly != checker.AnomalyNewHolderRefused {
 		t.Fatalf("%v", r)
 	}
 }
@@ -64,42 +66,42 @@ func TestCheckRestoreCatchesATokenNotAboveTheLoss(t *testing.T) {
 func TestCheckRestoreIgnoresWhatItCannotPlace(t *testing.T) {
 	h, faults := restoreHistory(1, 1, history.Fail)
 	// No completed restore: unknown, never valid.
-	if r := CheckRestore(h, faults[:1]); r.Verdict != history.Unknown {
+	if r := checker.CheckRestore(h, faults[:1]); r.Verdict != history.Unknown {
 		t.Fatalf("no heal: %v", r)
 	}
 	failed := append([]history.Fault(nil), faults...)
 	failed[1].Effective = false
-	if r := CheckRestore(h, failed); r.Verdict != history.Unknown {
+	if r := checker.CheckRestore(h, failed); r.Verdict != history.Unknown {
 		t.Fatalf("restore that did not complete: %v", r)
 	}
 	// An acquire in flight across the loss (invoked before the new
 	// cluster served) is left out, whatever its token.
-	b := &hb{}
-	b.acquire("w1", "a1", "r", 5, "L1", 0, 10*ms, 0).
-		acquire("w2", "a2", "r", 3, "L2", 900*ms, 2500*ms, 0).
-		acquire("w1", "a3", "r", 1<<32+6, "L3", 2600*ms, 2610*ms, 0)
-	if r := CheckRestore(b.recs, faults); r.Verdict != Valid || r.Checked != 1 {
+	b := &checkertest.HB{}
+	b.Acquire("w1", "a1", "r", 5, "L1", 0, 10*ms, 0).
+		Acquire("w2", "a2", "r", 3, "L2", 900*ms, 2500*ms, 0).
+		Acquire("w1", "a3", "r", 1<<32+6, "L3", 2600*ms, 2610*ms, 0)
+	if r := checker.CheckRestore(b.Recs, faults); r.Verdict != checker.Valid || r.Checked != 1 {
 		t.Fatalf("in-flight acquire: %v", r)
 	}
 }
 
 func TestRestoreRunsDoNotRequireWhatARestoreLoses(t *testing.T) {
-	var rs []Result
-	for _, restore := range []string{NemRestore, NemRestoreMismatch} {
+	var rs []checker.Result
+	for _, restore := range []string{history.NemRestore, history.NemRestoreMismatch} {
 		rs = rs[:0]
-		for _, name := range []string{NameFencedTokens, NameTokens, NameGrantIntervals, NameSafeWindows, NameFinalRead, NameDurable, NameLinearizable, NameRequestIDs, NameRestore} {
-			rs = append(rs, Result{Checker: name, Verdict: Invalid})
+		for _, name := range []string{checker.NameFencedTokens, checker.NameTokens, checker.NameGrantIntervals, checker.NameSafeWindows, checker.NameFinalRead, checker.NameDurable, checker.NameLinearizable, checker.NameRequestIDs, checker.NameRestore} {
+			rs = append(rs, checker.Result{Checker: name, Verdict: checker.Invalid})
 		}
-		MarkRequired([]string{NemKill, restore}, rs)
+		checker.MarkRequired([]string{history.NemKill, restore}, rs)
 		for _, r := range rs {
-			lost := r.Checker == NameGrantIntervals || r.Checker == NameSafeWindows || r.Checker == NameDurable || r.Checker == NameLinearizable || r.Checker == NameRequestIDs
+			lost := r.Checker == checker.NameGrantIntervals || r.Checker == checker.NameSafeWindows || r.Checker == checker.NameDurable || r.Checker == checker.NameLinearizable || r.Checker == checker.NameRequestIDs
 			if r.Required() == lost {
 				t.Errorf("%s: %s required %v in a restore run", restore, r.Checker, r.Required())
 			}
 		}
 	}
 	for _, k := range InSpecNemeses() {
-		if isRestore(k) {
+		if history.IsRestore(k) {
 			t.Fatal("restore is in spec: \"all\" would stop requiring linearizability")
 		}
 	}

@@ -18,7 +18,9 @@ import (
 
 	"github.com/leasefence/leasefence/client"
 	"github.com/leasefence/leasefence/fence/fencekv"
+	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
+	"github.com/leasefence/leasefence/jepsen/report"
 )
 
 // Config is one run. Everything needed to replay it is here (and in
@@ -93,7 +95,7 @@ type Summary struct {
 	// decided; DumpErrors lists nodes whose log could not be read.
 	Resolution   *ResolveStats     `json:"resolution,omitempty"`
 	DumpErrors   []string          `json:"dump_errors,omitempty"`
-	Results      []Result          `json:"results"`
+	Results      []checker.Result  `json:"results"`
 	Passed       int               `json:"passed"`
 	Failed       int               `json:"failed"`
 	Durations    map[string]string `json:"durations"`
@@ -107,7 +109,7 @@ type Summary struct {
 // Anomalous reports whether a required checker found an anomaly (invalid).
 func (s *Summary) Anomalous() bool {
 	for _, r := range s.Results {
-		if r.Verdict == Invalid && r.Required() {
+		if r.Verdict == checker.Invalid && r.Required() {
 			return true
 		}
 	}
@@ -116,6 +118,15 @@ func (s *Summary) Anomalous() bool {
 
 // AllValid reports whether every checker passed.
 func (s *Summary) AllValid() bool { return len(s.Results) > 0 && s.Failed == 0 }
+
+// reportRun is what report.html shows of the summary.
+func (s *Summary) reportRun() report.Run {
+	return report.Run{
+		Dir: s.Dir, Seed: s.Config.Seed, Nodes: s.Config.Nodes, Workers: s.Config.Workers, Resources: s.Config.Resources,
+		Nemeses: s.Config.Nemeses, Unfenced: s.Config.Unfenced,
+		Results: s.Results, Passed: s.Passed, Failed: s.Failed, NotCounted: s.NotCounted,
+	}
+}
 
 type workerProc struct {
 	id     string
@@ -213,10 +224,10 @@ type run struct {
 	pwg                    sync.WaitGroup
 	nem                    *nemesis
 	tc                     time.Time // start of collect and check
-	serves                 *finding
+	serves                 *checker.Finding
 	audit                  []fencekv.AuditRecord
-	rounds                 [][]NodeStatus
-	converge               Result
+	rounds                 [][]checker.NodeStatus
+	converge               checker.Result
 	raw, h                 []history.Record
 	stats                  ResolveStats
 }
@@ -240,7 +251,7 @@ func prepareRun(cfg Config) (*run, error) {
 	if cfg.NetMode == NetNS {
 		var kept []string
 		for _, k := range cfg.Nemeses {
-			if k == NemNetSlow {
+			if k == history.NemNetSlow {
 				dropped = append(dropped, k)
 				continue
 			}
@@ -454,7 +465,7 @@ func (r *run) startWorkers(context.Context) error {
 	r.fencedWorkers = r.workers
 	var linResources []string
 	for i := 0; i < cfg.LinResources; i++ {
-		linResources = append(linResources, fmt.Sprintf("%s%d", LinPrefix, i))
+		linResources = append(linResources, fmt.Sprintf("%s%d", checker.LinPrefix, i))
 	}
 	for i := 0; i < cfg.LinWorkers; i++ {
 		id := fmt.Sprintf("l%d", i+1)
@@ -578,11 +589,11 @@ func (r *run) workload(ctx context.Context) error {
 func (r *run) collect(ctx context.Context) error {
 	cfg := r.cfg
 	r.tc = time.Now()
-	r.serves = newFinding("serves-after-heal")
+	r.serves = checker.NewFinding("serves-after-heal")
 	if err := sentinel(ctx, r.cl.Endpoints(), r.wt); err != nil {
-		r.serves.invalid("unavailable-after-heal", "%v", err)
+		r.serves.Invalid("unavailable-after-heal", "%v", err)
 	} else {
-		r.serves.r.Checked = 1
+		r.serves.R.Checked = 1
 	}
 
 	r.finalReads(ctx)
@@ -661,27 +672,27 @@ func (r *run) check(context.Context) error {
 	cfg, sum, h := r.cfg, r.sum, r.h
 	sum.Ops = countOps(r.raw)
 	sum.Faults, sum.FaultsEffective = r.nem.Counts()
-	faults, _ := ReadFaults(mustRead(filepath.Join(r.dir, "nemesis.jsonl"), r.nlog))
-	samples, _ := ReadProbeSamples(mustRead(filepath.Join(r.dir, "availability.jsonl"), r.alog))
-	unavail, windows := CheckUnavailabilityBounded(samples, faults, UnavailabilityBound)
-	r.say("client-observed unavailability during faults that leave a quorum up (callers pinned to one node): %s", windowsString(windows))
-	sum.Results = append(withRestoreCheck(cfg.Nemeses, CheckAll(h, r.audit, cfg.SkewMargin), h, faults), r.serves.done("sentinel"), r.converge,
+	faults, _ := history.ReadFaults(mustRead(filepath.Join(r.dir, "nemesis.jsonl"), r.nlog))
+	samples, _ := history.ReadProbeSamples(mustRead(filepath.Join(r.dir, "availability.jsonl"), r.alog))
+	unavail, windows := checker.CheckUnavailabilityBounded(samples, faults, checker.UnavailabilityBound)
+	r.say("client-observed unavailability during faults that leave a quorum up (callers pinned to one node): %s", checker.WindowsString(windows))
+	sum.Results = append(checker.WithRestoreCheck(cfg.Nemeses, checker.CheckAll(h, r.audit, cfg.SkewMargin), h, faults), r.serves.Done("sentinel"), r.converge,
 		CheckMeaningful(cfg, h, faults), unavail)
-	if slices.Contains(cfg.Nemeses, NemStorage) {
-		sum.Results = append(sum.Results, CheckStorageRefused(faults))
+	if slices.Contains(cfg.Nemeses, history.NemStorage) {
+		sum.Results = append(sum.Results, checker.CheckStorageRefused(faults))
 	}
 	if cfg.KeepAliveWorkers > 0 {
-		r.say("keep-alive workload: %s", KeepAliveSummary(h, faults))
-		sum.Results = append(sum.Results, CheckRenewalsBounded(h, faults))
+		r.say("keep-alive workload: %s", checker.KeepAliveSummary(h, faults))
+		sum.Results = append(sum.Results, checker.CheckRenewalsBounded(h, faults))
 	}
-	if slices.Contains(cfg.Nemeses, NemMemberUnreachable) {
-		sum.Results = append(sum.Results, CheckMembershipKeepsQuorum(samples, faults, UnavailabilityBound))
+	if slices.Contains(cfg.Nemeses, history.NemMemberUnreachable) {
+		sum.Results = append(sum.Results, checker.CheckMembershipKeepsQuorum(samples, faults, checker.UnavailabilityBound))
 	}
-	MarkRequired(cfg.Nemeses, sum.Results)
-	sum.Passed, sum.Failed = Tally(sum.Results)
-	sum.NotCounted = NotCounted(sum.Results)
+	checker.MarkRequired(cfg.Nemeses, sum.Results)
+	sum.Passed, sum.Failed = checker.Tally(sum.Results)
+	sum.NotCounted = checker.NotCounted(sum.Results)
 	sum.WatchEvents = r.wt.events
-	if err := WriteReport(filepath.Join(r.dir, "report.html"), sum, h, faults); err != nil {
+	if err := report.WriteReport(filepath.Join(r.dir, "report.html"), sum.reportRun(), h, faults); err != nil {
 		r.say("report.html: %v", err)
 	}
 	r.phase("check", r.tc)
@@ -708,7 +719,7 @@ func (r *run) print() {
 	for _, res := range sum.Results {
 		fmt.Fprintln(out, res)
 	}
-	fmt.Fprintf(out, "\n%d passed, %d failed%s  (%s run, %s)\n", sum.Passed, sum.Failed, notCounted(sum.NotCounted), r.mode, r.dir)
+	fmt.Fprintf(out, "\n%d passed, %d failed%s  (%s run, %s)\n", sum.Passed, sum.Failed, report.NotCountedNote(sum.NotCounted), r.mode, r.dir)
 }
 
 // dropDataDirs removes the nodes' and fencedkv's data after a run where
@@ -792,8 +803,8 @@ func mustRead(path string, flush *history.Writer) []byte {
 // seen to take effect at least once, acknowledged fenced writes, and
 // linearizability operations when that workload ran. A run that is not
 // meaningful is unknown, not invalid: it says nothing about the system.
-func CheckMeaningful(cfg Config, h []history.Record, faults []history.Fault) Result {
-	f := newFinding("run-meaningful")
+func CheckMeaningful(cfg Config, h []history.Record, faults []history.Fault) checker.Result {
+	f := checker.NewFinding("run-meaningful")
 	first := int64(0)
 	started, effective := map[string]int{}, map[string]int{}
 	for _, x := range faults {
@@ -818,25 +829,25 @@ func CheckMeaningful(cfg Config, h []history.Record, faults []history.Fault) Res
 		switch {
 		case r.Type == history.OpWrite:
 			writes++
-		case strings.HasPrefix(r.Resource, LinPrefix):
+		case strings.HasPrefix(r.Resource, checker.LinPrefix):
 			lin++
 		}
 	}
-	f.r.Checked = before + writes + lin
+	f.R.Checked = before + writes + lin
 	for _, k := range cfg.Nemeses {
 		if started[k] == 0 || effective[k] == 0 {
-			f.unknown("nemesis %s injected %d times, effective %d times", k, started[k], effective[k])
+			f.Unknown("nemesis %s injected %d times, effective %d times", k, started[k], effective[k])
 		}
 	}
 	switch {
 	case len(cfg.Nemeses) > 0 && before < 10:
-		f.unknown("only %d operations completed before the first fault", before)
+		f.Unknown("only %d operations completed before the first fault", before)
 	case writes == 0:
-		f.unknown("no fenced write was acknowledged")
+		f.Unknown("no fenced write was acknowledged")
 	case cfg.LinWorkers > 0 && lin == 0:
-		f.unknown("no operation of the linearizability workload completed")
+		f.Unknown("no operation of the linearizability workload completed")
 	}
-	return f.done("operation")
+	return f.Done("operation")
 }
 
 func countOps(h []history.Record) map[string]map[string]int {
@@ -865,7 +876,7 @@ func writeJSON(path string, v any) error {
 // (config.json, resolved.jsonl or else history.jsonl, audit.json) and prints them. serves-after-heal
 // is a live observation and is not re-derived. It also writes the plots,
 // linearizability.html and report.html again (RegenerateArtifacts).
-func Recheck(dir string, out io.Writer) ([]Result, error) {
+func Recheck(dir string, out io.Writer) ([]checker.Result, error) {
 	var cfg Config
 	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	if err != nil {
@@ -889,41 +900,32 @@ func Recheck(dir string, out io.Writer) ([]Result, error) {
 	if err := json.Unmarshal(b, &audit); err != nil {
 		return nil, fmt.Errorf("audit.json: %w", err)
 	}
-	rs := CheckAll(h, audit, cfg.SkewMargin)
+	rs := checker.CheckAll(h, audit, cfg.SkewMargin)
 	if nf, err := os.ReadFile(filepath.Join(dir, "nemesis.jsonl")); err == nil {
-		faults, _ := ReadFaults(nf)
-		rs = withRestoreCheck(cfg.Nemeses, rs, h, faults)
+		faults, _ := history.ReadFaults(nf)
+		rs = checker.WithRestoreCheck(cfg.Nemeses, rs, h, faults)
 		if cfg.KeepAliveWorkers > 0 {
-			rs = append(rs, CheckRenewalsBounded(h, faults))
+			rs = append(rs, checker.CheckRenewalsBounded(h, faults))
 		}
 		if b, err := os.ReadFile(filepath.Join(dir, "availability.jsonl")); err == nil {
-			samples, _ := ReadProbeSamples(b)
-			r, _ := CheckUnavailabilityBounded(samples, faults, UnavailabilityBound)
+			samples, _ := history.ReadProbeSamples(b)
+			r, _ := checker.CheckUnavailabilityBounded(samples, faults, checker.UnavailabilityBound)
 			rs = append(rs, r)
-			if slices.Contains(cfg.Nemeses, NemMemberUnreachable) {
-				rs = append(rs, CheckMembershipKeepsQuorum(samples, faults, UnavailabilityBound))
+			if slices.Contains(cfg.Nemeses, history.NemMemberUnreachable) {
+				rs = append(rs, checker.CheckMembershipKeepsQuorum(samples, faults, checker.UnavailabilityBound))
 			}
 		}
 	}
-	MarkRequired(cfg.Nemeses, rs)
+	checker.MarkRequired(cfg.Nemeses, rs)
 	for _, r := range rs {
 		fmt.Fprintln(out, r)
 	}
 	if err := RegenerateArtifacts(dir, h); err != nil {
 		fmt.Fprintf(out, "\nartifacts: %v\n", err)
 	}
-	p, f := Tally(rs)
-	fmt.Fprintf(out, "\n%d passed, %d failed%s  (re-check of %s)\n", p, f, notCounted(NotCounted(rs)), dir)
+	p, f := checker.Tally(rs)
+	fmt.Fprintf(out, "\n%d passed, %d failed%s  (re-check of %s)\n", p, f, report.NotCountedNote(checker.NotCounted(rs)), dir)
 	return rs, nil
-}
-
-// notCounted is the closing line's note on results that are neither passed
-// nor failed.
-func notCounted(n int) string {
-	if n == 0 {
-		return ""
-	}
-	return fmt.Sprintf(", %d not required (invalid or unknown, not counted)", n)
 }
 
 // DumpLogs runs `leased dump-log` on each stopped node's data dir

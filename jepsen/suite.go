@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/leasefence/leasefence/jepsen/checker"
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // Scenario is one run of a suite and what it must show: every checker
@@ -47,8 +50,8 @@ func QuickSuite(base Config, bugs []string) []Scenario {
 	ka.Nemeses, ka.Duration, ka.KeepAliveWorkers = nil, 40*time.Second, KeepAliveWorkers
 	out = append(out, Scenario{Name: "fenced, realistic ttls (10s, 30s)", Cfg: ka})
 	ctl := base
-	ctl.Unfenced, ctl.Nemeses, ctl.Duration, ctl.LinWorkers = true, []string{NemClientPause}, 20*time.Second, 0
-	out = append(out, Scenario{Name: "unfenced control", Cfg: ctl, Catch: []string{NameFencedTokens, NameFinalRead}, Attempts: 3})
+	ctl.Unfenced, ctl.Nemeses, ctl.Duration, ctl.LinWorkers = true, []string{history.NemClientPause}, 20*time.Second, 0
+	out = append(out, Scenario{Name: "unfenced control", Cfg: ctl, Catch: []string{checker.NameFencedTokens, checker.NameFinalRead}, Attempts: 3})
 	for _, name := range bugs {
 		b, err := FindPlantedBug(name)
 		if err != nil {
@@ -73,13 +76,13 @@ var FencedGroups = []struct {
 	Nemeses []string
 	Time    time.Duration
 }{
-	{"process faults", []string{NemKill, NemKillLeader, NemPause, NemPauseLeader, NemClientPause, NemClientPauseAcquire, NemClientPauseReplay, NemSnapshot, NemMember}, 80 * time.Second},
+	{"process faults", []string{history.NemKill, history.NemKillLeader, history.NemPause, history.NemPauseLeader, history.NemClientPause, history.NemClientPauseAcquire, history.NemClientPauseReplay, history.NemSnapshot, history.NemMember}, 80 * time.Second},
 	{"network faults", NetNemeses, 60 * time.Second},
-	{"clock faults", []string{NemClockBump, NemClockStrobe}, 25 * time.Second},
-	{"clocks at the drift edge", []string{NemClockDriftEdge}, 30 * time.Second},
-	{"clocks at the drift edge, read in ticks", []string{NemClockDriftEdgeCoarse}, 45 * time.Second},
+	{"clock faults", []string{history.NemClockBump, history.NemClockStrobe}, 25 * time.Second},
+	{"clocks at the drift edge", []string{history.NemClockDriftEdge}, 30 * time.Second},
+	{"clocks at the drift edge, read in ticks", []string{history.NemClockDriftEdgeCoarse}, 45 * time.Second},
 	{"combined faults", ComboNemeses, 45 * time.Second},
-	{"restore from a backup", []string{NemRestore, NemRestoreMismatch}, 35 * time.Second},
+	{"restore from a backup", []string{history.NemRestore, history.NemRestoreMismatch}, 35 * time.Second},
 }
 
 // FilterScenarios keeps the scenarios whose name contains one of the
@@ -134,7 +137,7 @@ func RunSuite(ctx context.Context, scenarios []Scenario, out *os.File) ([]Scenar
 			var caught []string
 			for _, x := range sum.Results {
 				for _, c := range sc.Catch {
-					if x.Checker == c && x.Verdict == Invalid {
+					if x.Checker == c && x.Verdict == checker.Invalid {
 						caught = append(caught, fmt.Sprintf("%s (%s)", x.Checker, x.Anomaly))
 					}
 				}

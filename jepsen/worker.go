@@ -27,6 +27,7 @@ import (
 	"github.com/leasefence/leasefence/client"
 	"github.com/leasefence/leasefence/fence"
 	"github.com/leasefence/leasefence/fence/fencekv"
+	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
@@ -451,7 +452,7 @@ func (w *workerState) write(op, res string, tok fence.Token, leaseID string, che
 		ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 	}
-	value := strings.TrimSpace(string(old) + ElementSep + elem)
+	value := strings.TrimSpace(string(old) + checker.ElementSep + elem)
 	_, err = w.kv.Put(ctx, res, tok, []byte(value))
 	switch {
 	case err == nil:
@@ -467,13 +468,9 @@ func (w *workerState) write(op, res string, tok fence.Token, leaseID string, che
 // is unique within a run (every run starts with empty data dirs).
 func RequestIDOf(op string) string { return "jepsen/" + op }
 
-// HeldPrefix starts the Error of an acquire refused because the resource
-// was held.
-const HeldPrefix = "held: "
-
 func acquireError(err error) string {
 	if errors.Is(err, client.ErrHeld) {
-		return HeldPrefix + err.Error()
+		return history.HeldPrefix + err.Error()
 	}
 	return err.Error()
 }
@@ -767,7 +764,7 @@ func (w *workerState) rawAcquire(op, res string, ttl time.Duration) (*api.Lease,
 	case err == nil:
 		done.Result, done.Token, done.Lease = history.OK, lease.Token, api.FormatLeaseID(lease.Id)
 	case code == codes.FailedPrecondition:
-		done.Result, done.Error = history.Fail, HeldPrefix+err.Error()
+		done.Result, done.Error = history.Fail, history.HeldPrefix+err.Error()
 	case code == codes.InvalidArgument:
 		done.Result, done.Error = history.Fail, err.Error()
 	default:
@@ -787,9 +784,9 @@ func (w *workerState) rawRelease(op, res string, id []byte, token uint64) {
 	err := w.callNodes(func(ctx context.Context, c api.LeaseServiceClient) (bool, error) {
 		resp, err := c.Release(ctx, &api.ReleaseRequest{LeaseId: id})
 		if err == nil {
-			done.Result, done.Value = history.OK, NotReleased
+			done.Result, done.Value = history.OK, history.NotReleased
 			if resp.Released {
-				done.Value = Released
+				done.Value = history.Released
 			}
 		}
 		return err == nil, err
@@ -799,10 +796,3 @@ func (w *workerState) rawRelease(op, res string, id []byte, token uint64) {
 	}
 	w.emit(done)
 }
-
-// Values of a release record made through the API directly, which tells
-// whether the lease was released (the client library's Release does not).
-const (
-	Released    = "released"
-	NotReleased = "not-released"
-)

@@ -41,6 +41,18 @@ var allowed = map[string][]string{
 	"jepsen":    {"client", "fence", "api", "internal/dumplog", "internal/netns"},
 }
 
+// harnessAllowed maps a package of the harness's module (its folder under
+// jepsen/) to the harness packages it may depend on (itself and its
+// subfolders always): the record of a run at the bottom, the checkers
+// over it, the report over both (issue 17 item 4; etcd's
+// tests/robustness is the model). Packages not listed (the top-level
+// orchestration, cmd) may import any of them.
+var harnessAllowed = map[string][]string{
+	"history": {},
+	"checker": {"history"},
+	"report":  {"checker", "history"},
+}
+
 // forbidden lists outside packages a folder must never reach, even
 // indirectly: the FSM knows nothing of Raft or gRPC.
 var forbidden = map[string][]string{
@@ -113,6 +125,13 @@ func TestPackagesImportOnlyWhatTheLayoutAllows(t *testing.T) {
 			if topFolder(d) != top && !allowedDep(rules, d) {
 				t.Errorf("%s imports %s: %s may import only %v", p.ImportPath, d, top, rules)
 			}
+			if sub, ok := harnessSub(p.ImportPath); ok {
+				if hrules, ok := harnessAllowed[sub]; ok {
+					if dsub, ok := harnessSub(d); ok && dsub != sub && !contains(hrules, dsub) {
+						t.Errorf("%s imports %s: jepsen/%s may import only %v of the harness", p.ImportPath, d, sub, hrules)
+					}
+				}
+			}
 		}
 	}
 	if checked == 0 || harnessChecked == 0 {
@@ -151,9 +170,33 @@ func TestLayoutCheckCatchesAWrongArrow(t *testing.T) {
 		!allowedDep(allowed["jepsen"], module+"/internal/netns") || allowedDep(allowed["jepsen"], module+"/internal/netnsx") {
 		t.Fatal("jepsen may reach internal/dumplog and internal/netns, not cluster or the rest of internal")
 	}
+	if contains(harnessAllowed["history"], "checker") || contains(harnessAllowed["checker"], "report") || contains(harnessAllowed["checker"], "") {
+		t.Fatal("jepsen/history may not import checker, nor checker report or the top-level harness")
+	}
+	if sub, ok := harnessSub(harnessModule + "/checker/checkertest"); !ok || sub != "checker" {
+		t.Fatal("a subfolder of jepsen/checker is held to checker's row")
+	}
+	if _, ok := harnessSub(module + "/jepsenx"); ok {
+		t.Fatal("harness prefix match must respect path boundaries")
+	}
 	if forbiddenHit("fsm", "github.com/hashicorp/raftx") != "" {
 		t.Fatal("prefix match must respect path boundaries")
 	}
+}
+
+// harnessSub returns the folder under jepsen/ of a package of the
+// harness's module ("" for the top-level package), and false for a package
+// outside it.
+func harnessSub(importPath string) (string, bool) {
+	if importPath == harnessModule {
+		return "", true
+	}
+	rest, ok := strings.CutPrefix(importPath, harnessModule+"/")
+	if !ok {
+		return "", false
+	}
+	sub, _, _ := strings.Cut(rest, "/")
+	return sub, true
 }
 
 func forbiddenHit(top, dep string) string {

@@ -1,5 +1,11 @@
 package history
 
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
 // StorageOutcome is what a node did after NemStorage changed its raft.db.
 type StorageOutcome struct {
 	// Index is the entry whose body was changed, or the last index of the
@@ -37,4 +43,20 @@ type MembershipOutcome struct {
 	// Left lists "node: id at addr" for every unreachable member a node
 	// still listed (voter or not) once the heal was over.
 	Left []string `json:"left,omitempty"`
+}
+
+// ReadFaults reads a nemesis.jsonl.
+func ReadFaults(b []byte) ([]Fault, error) {
+	var out []Fault
+	for i, l := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		var f Fault
+		if err := json.Unmarshal([]byte(l), &f); err != nil {
+			return out, fmt.Errorf("nemesis line %d: %w", i+1, err)
+		}
+		out = append(out, f)
+	}
+	return out, nil
 }

@@ -35,6 +35,8 @@ import (
 	"time"
 
 	"github.com/leasefence/leasefence/jepsen"
+	"github.com/leasefence/leasefence/jepsen/checker"
+	"github.com/leasefence/leasefence/jepsen/report"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
@@ -53,7 +55,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "jepsen:", err)
 			return 2
 		}
-		if _, failed := jepsen.Tally(rs); failed > 0 {
+		if _, failed := checker.Tally(rs); failed > 0 {
 			return 1
 		}
 		return 0
@@ -68,7 +70,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "jepsen:", err)
 			return 2
 		}
-		fmt.Fprint(stdout, jepsen.SoakTable(rows))
+		fmt.Fprint(stdout, report.SoakTable(rows))
 		return 0
 	}
 	suite := len(args) > 0 && args[0] == "suite"

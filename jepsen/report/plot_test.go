@@ -1,4 +1,4 @@
-package jepsen
+package report
 
 import (
 	"bytes"
@@ -11,35 +11,15 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/leasefence/leasefence/jepsen/checker"
+	"github.com/leasefence/leasefence/jepsen/checker/checkertest"
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
-// reportHistory is valid() with an unknown write, a refused write, a
-// second linearizability resource and a fault that is never healed: every
-// kind of mark the plots draw.
-func reportHistory() ([]history.Record, []history.Fault) {
-	b := valid()
-	b.write("w1", "r", "e3", 1, history.Fail, 180*ms)
-	b.recs = append(b.recs,
-		history.Record{Kind: history.Invoke, Worker: "w3", Op: "e4-w", Type: history.OpWrite, Resource: "r2", Element: "e4", TimeNs: 200 * ms},
-		history.Record{Kind: history.Complete, Worker: "w3", Op: "e4-w", Type: history.OpWrite, Resource: "r2", Element: "e4", TimeNs: 1500 * ms, Result: history.Unknown, Error: "timeout"})
-	for _, r := range linValid() {
-		r.Resource = "jl/1"
-		r.TimeNs += 1200 * ms
-		b.recs = append(b.recs, r)
-	}
-	faults := []history.Fault{
-		{Phase: "start", Kind: NemKillLeader, Target: "n1", Leader: true, TimeNs: 20 * ms},
-		{Phase: "heal", Kind: NemKillLeader, Target: "n1", TimeNs: 90 * ms, Effective: true, Detail: "restarted"},
-		{Phase: "start", Kind: NemPartitionHalves, Target: "n2|n1,n3", TimeNs: 1100 * ms},
-	}
-	return b.recs, faults
-}
-
 func TestReportWritesPlotsAndLinearizabilityVisualization(t *testing.T) {
 	dir := t.TempDir()
-	h, faults := reportHistory()
-	sum := &Summary{Dir: dir, Results: CheckAll(h, validAudit(), 300*time.Millisecond)}
+	h, faults := checkertest.ReportHistory()
+	sum := Run{Dir: dir, Results: checker.CheckAll(h, checkertest.ValidAudit(), 300*time.Millisecond)}
 	if err := WriteReport(filepath.Join(dir, "report.html"), sum, h, faults); err != nil {
 		t.Fatal(err)
 	}
@@ -79,8 +59,8 @@ func TestReportWritesPlotsAndLinearizabilityVisualization(t *testing.T) {
 }
 
 func TestLinearizabilityInfoKeepsOnePartitionPerResource(t *testing.T) {
-	h, _ := reportHistory()
-	_, result, info := LinearizabilityInfo(h, 10*time.Second)
+	h, _ := checkertest.ReportHistory()
+	_, result, info := checker.LinearizabilityInfo(h, 10*time.Second)
 	if result != porcupine.Ok {
 		t.Fatalf("result %v", result)
 	}
@@ -96,36 +76,6 @@ func TestLinearizabilityInfoKeepsOnePartitionPerResource(t *testing.T) {
 	// A history without the workload writes no visualization.
 	if r, err := WriteLinearizability(filepath.Join(t.TempDir(), "x.html"), nil, nil, time.Second); r != "" || err != nil {
 		t.Fatal(r, err)
-	}
-}
-
-func TestRegenerateArtifactsFromAStoredRun(t *testing.T) {
-	dir := t.TempDir()
-	h, faults := reportHistory()
-	sum := &Summary{Dir: dir, Results: CheckAll(h, validAudit(), 300*time.Millisecond)}
-	if err := writeJSON(filepath.Join(dir, "summary.json"), sum); err != nil {
-		t.Fatal(err)
-	}
-	var nem bytes.Buffer
-	w := history.NewWriter(&nem)
-	for _, f := range faults {
-		_ = w.Write(f)
-	}
-	_ = w.Flush()
-	if err := os.WriteFile(filepath.Join(dir, "nemesis.jsonl"), nem.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := RegenerateArtifacts(dir, h); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range append([]string{"report.html", LinearizabilityFile}, PlotFiles...) {
-		if st, err := os.Stat(filepath.Join(dir, name)); err != nil || st.Size() == 0 {
-			t.Fatalf("%s: %v", name, err)
-		}
-	}
-	report, _ := os.ReadFile(filepath.Join(dir, "report.html"))
-	if !strings.Contains(string(report), "kill-leader n1") || !strings.Contains(string(report), NameLinearizable) {
-		t.Fatal("report.html lacks the faults or the checker table")
 	}
 }
 
@@ -146,3 +96,16 @@ func TestPlotsOfAnEmptyHistoryAreStillWritten(t *testing.T) {
 		}
 	}
 }
+
+func TestReportRenders(t *testing.T) {
+	var buf bytes.Buffer
+	sum := Run{Dir: "x", Results: checker.CheckAll(checkertest.Valid().Recs, checkertest.ValidAudit(), 300*time.Millisecond)}
+	Render(&buf, sum, checkertest.Valid().Recs, []history.Fault{{Phase: "start", Kind: history.NemKill, Target: "n1", TimeNs: 20 * ms}, {Phase: "heal", Kind: history.NemKill, Target: "n1", TimeNs: 90 * ms}})
+	for _, want := range []string{"<svg", "fenced-tokens-monotonic", "kill n1", "token 2"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Fatalf("report lacks %q", want)
+		}
+	}
+}
+
+const ms = int64(time.Millisecond)

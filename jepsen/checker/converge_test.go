@@ -1,4 +1,4 @@
-package jepsen
+package checker
 
 import (
 	"strings"

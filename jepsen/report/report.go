@@ -1,4 +1,4 @@
-package jepsen
+package report
 
 import (
 	"errors"
@@ -13,8 +13,22 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
 )
+
+// Run is what report.html says of a run besides its history and faults:
+// its folder, the headline of its configuration and the checkers' verdicts
+// (the top-level package's Summary gives it).
+type Run struct {
+	Dir                        string
+	Seed                       uint64
+	Nodes, Workers, Resources  int
+	Nemeses                    []string
+	Unfenced                   bool
+	Results                    []checker.Result
+	Passed, Failed, NotCounted int
+}
 
 // WriteReport writes report.html: the checker results, the plots
 // (WritePlots: timeline.png, latency.png, throughput.png, written next to
@@ -25,14 +39,14 @@ import (
 // completion (green accepted, red refused, grey unknown), and the faults
 // shaded with their kind. A plot or visualization that fails is named in
 // the report and in the returned error; the report is still written.
-func WriteReport(path string, sum *Summary, h []history.Record, faults []history.Fault) error {
+func WriteReport(path string, sum Run, h []history.Record, faults []history.Fault) error {
 	dir := filepath.Dir(path)
 	var notes []string
 	plotErr := WritePlots(dir, h, faults)
 	if plotErr != nil {
 		notes = append(notes, "plots: "+plotErr.Error())
 	}
-	lin, linErr := WriteLinearizability(filepath.Join(dir, LinearizabilityFile), h, faults, linVisualTimeout)
+	lin, linErr := WriteLinearizability(filepath.Join(dir, LinearizabilityFile), h, faults, LinVisualTimeout)
 	if linErr != nil {
 		notes = append(notes, "linearizability visualization: "+linErr.Error())
 	}
@@ -48,9 +62,9 @@ func WriteReport(path string, sum *Summary, h []history.Record, faults []history
 	return errors.Join(plotErr, linErr)
 }
 
-// linVisualTimeout bounds the second porcupine check made for the
+// LinVisualTimeout bounds the second porcupine check made for the
 // visualization.
-const linVisualTimeout = 60 * time.Second
+const LinVisualTimeout = 60 * time.Second
 
 // artifacts are the files written next to report.html that it shows.
 type artifacts struct {
@@ -77,7 +91,13 @@ func writeArtifacts(w io.Writer, a artifacts) {
 	}
 }
 
-func writeReport(w io.Writer, sum *Summary, h []history.Record, faults []history.Fault, a artifacts) {
+// Render writes report.html's page for run to w, without the plots and
+// linearizability.html that WriteReport writes next to it.
+func Render(w io.Writer, run Run, h []history.Record, faults []history.Fault) {
+	writeReport(w, run, h, faults, artifacts{})
+}
+
+func writeReport(w io.Writer, sum Run, h []history.Record, faults []history.Fault, a artifacts) {
 	var t0, t1 int64
 	for _, r := range h {
 		if r.TimeNs == 0 {
@@ -103,13 +123,13 @@ func writeReport(w io.Writer, sum *Summary, h []history.Record, faults []history
 		}
 		return left + float64(ns-t0)/float64(t1-t0)*width
 	}
-	windows := SafeWindows(h)
+	windows := checker.SafeWindows(h)
 	lanes := map[string]int{}
 	var names []string
 	for _, win := range windows {
-		if _, ok := lanes[win.resource]; !ok {
-			lanes[win.resource] = 0
-			names = append(names, win.resource)
+		if _, ok := lanes[win.Resource]; !ok {
+			lanes[win.Resource] = 0
+			names = append(names, win.Resource)
 		}
 	}
 	sort.Strings(names)
@@ -121,14 +141,14 @@ func writeReport(w io.Writer, sum *Summary, h []history.Record, faults []history
 	fmt.Fprintf(w, "<!doctype html><meta charset=utf-8><title>jepsen %s</title>\n", html.EscapeString(sum.Dir))
 	fmt.Fprint(w, "<style>body{font:13px sans-serif;margin:16px}td,th{padding:2px 8px;text-align:left}.valid{color:#080}.invalid{color:#c00;font-weight:bold}.unknown{color:#a60}</style>\n")
 	fmt.Fprintf(w, "<h1>%s</h1><p>seed %d, %d nodes, %d workers on %d resources, nemeses %s, unfenced %v</p>\n",
-		html.EscapeString(sum.Dir), sum.Config.Seed, sum.Config.Nodes, sum.Config.Workers, sum.Config.Resources,
-		html.EscapeString(strings.Join(sum.Config.Nemeses, ",")), sum.Config.Unfenced)
+		html.EscapeString(sum.Dir), sum.Seed, sum.Nodes, sum.Workers, sum.Resources,
+		html.EscapeString(strings.Join(sum.Nemeses, ",")), sum.Unfenced)
 	fmt.Fprint(w, "<table><tr><th>checker<th>verdict<th>checked<th>anomaly<th>witness</tr>\n")
 	for _, r := range sum.Results {
 		fmt.Fprintf(w, "<tr><td>%s<td class=%s>%s<td>%d<td>%s<td>%s</tr>\n", r.Checker, r.Verdict, html.EscapeString(r.VerdictText()), r.Checked,
 			html.EscapeString(r.Anomaly), html.EscapeString(r.Witness))
 	}
-	fmt.Fprintf(w, "</table><p>%d passed, %d failed%s</p>\n", sum.Passed, sum.Failed, notCounted(sum.NotCounted))
+	fmt.Fprintf(w, "</table><p>%d passed, %d failed%s</p>\n", sum.Passed, sum.Failed, NotCountedNote(sum.NotCounted))
 	writeArtifacts(w, a)
 	fmt.Fprintf(w, "<p>Safe windows per resource (bars, token inside), writes (ticks: green accepted, red refused, grey unknown), faults (shaded). Time: %.1f s.</p>\n", float64(t1-t0)/1e9)
 	fmt.Fprintf(w, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d'>\n", left+width+20, height)
@@ -147,7 +167,7 @@ func writeReport(w io.Writer, sum *Summary, h []history.Record, faults []history
 		}
 		delete(open, key)
 		color := "#fdd"
-		if strings.HasPrefix(f.Kind, NemClientPause) {
+		if strings.HasPrefix(f.Kind, history.NemClientPause) {
 			color = "#ddf"
 		} else if strings.HasPrefix(f.Kind, "pause") {
 			color = "#ffd"
@@ -162,15 +182,15 @@ func writeReport(w io.Writer, sum *Summary, h []history.Record, faults []history
 	}
 	palette := []string{"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f", "#bab0ac"}
 	for _, win := range windows {
-		if win.end <= win.start {
+		if win.End <= win.Start {
 			continue
 		}
-		y := 30 + lanes[win.resource]*lane
-		c := palette[workerIndex(win.worker)%len(palette)]
+		y := 30 + lanes[win.Resource]*lane
+		c := palette[workerIndex(win.Worker)%len(palette)]
 		fmt.Fprintf(w, "<rect x='%.1f' y='%d' width='%.1f' height='22' fill='%s' opacity='.8'><title>%s token %d</title></rect>\n",
-			x(win.start), y+4, x(win.end)-x(win.start)+0.3, c, win.worker, win.token)
-		if x(win.end)-x(win.start) > 14 {
-			fmt.Fprintf(w, "<text x='%.1f' y='%d' font-size='9' fill='#fff'>%d</text>\n", x(win.start)+1, y+19, win.token)
+			x(win.Start), y+4, x(win.End)-x(win.Start)+0.3, c, win.Worker, win.Token)
+		if x(win.End)-x(win.Start) > 14 {
+			fmt.Fprintf(w, "<text x='%.1f' y='%d' font-size='9' fill='#fff'>%d</text>\n", x(win.Start)+1, y+19, win.Token)
 		}
 	}
 	for _, r := range h {
@@ -197,4 +217,13 @@ func workerIndex(id string) int {
 		n = -n
 	}
 	return n
+}
+
+// NotCountedNote is the closing line's note on results that are neither passed
+// nor failed.
+func NotCountedNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d not required (invalid or unknown, not counted)", n)
 }

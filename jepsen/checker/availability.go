@@ -1,21 +1,10 @@
-package jepsen
+package checker
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
-	"strings"
-	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
-
-	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
@@ -27,103 +16,12 @@ const NameUnavailability = "unavailability-bounded"
 // settings, plus slack (DESIGN.md, "Failover as a client sees it").
 const UnavailabilityBound = 3 * time.Second
 
-// ProbeSample is one call of an availability prober (availability.jsonl).
-type ProbeSample struct {
-	// Node is the node the prober is pinned to: every call goes to it.
-	Node       string `json:"node"`
-	InvokeNs   int64  `json:"invoke_ns"`
-	CompleteNs int64  `json:"complete_ns"`
-	OK         bool   `json:"ok"`
-	Error      string `json:"error,omitempty"`
-}
-
-// probeDeadline is each probe call's deadline: far longer than the bound,
-// so that a node that waits out its caller's deadline shows as a window
-// longer than the bound.
-const probeDeadline = 8 * time.Second
-
-// probeAvailability pins one prober to each node: a plain gRPC caller (no
-// client library, no failover, as any language's gRPC client pinned to one
-// address behind a load balancer is) that acquires and releases a resource
-// of its own through that node, with a request id, every 100 ms, and
-// records every call in out until ctx ends (a call counts as served when
-// the service decided it, see served). What it measures is the
-// node's own behaviour when the leader goes silent: whether its forwarding
-// gives up on that leader and finds the next.
-func probeAvailability(ctx context.Context, ids, addrs []string, out *history.Writer) {
-	var wg sync.WaitGroup
-	for i := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			conn, err := grpc.NewClient(addrs[i], grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				return
-			}
-			defer conn.Close()
-			lc := api.NewLeaseServiceClient(conn)
-			for n := 0; ctx.Err() == nil; n++ {
-				s := ProbeSample{Node: ids[i], InvokeNs: history.Now()}
-				cctx, cancel := context.WithTimeout(ctx, probeDeadline)
-				r, err := lc.Acquire(cctx, &api.AcquireRequest{
-					Resource:  "probe/" + ids[i], // outside ResourcePrefix: not watched, not checked
-					Holder:    "probe-" + ids[i],
-					Ttl:       durationpb.New(2 * time.Second),
-					RequestId: fmt.Sprintf("probe-%s-%d-%d", ids[i], s.InvokeNs, n),
-				})
-				if err == nil {
-					_, err = lc.Release(cctx, &api.ReleaseRequest{LeaseId: r.Lease.Id})
-				}
-				cancel()
-				if ctx.Err() != nil {
-					return // the run ended: not a sample
-				}
-				s.CompleteNs, s.OK = history.Now(), served(err)
-				if err != nil {
-					s.Error = err.Error()
-				}
-				_ = out.Write(s)
-				sleepCtx(ctx, 100*time.Millisecond)
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-// served reports whether a probe's call was served: it succeeded, or the
-// service answered with a decision of its own (the probe resource still
-// held by the probe's own lease, after a release whose answer was lost).
-// Unavailable and deadline errors are not service.
-func served(err error) bool {
-	switch status.Code(err) {
-	case codes.OK, codes.FailedPrecondition, codes.NotFound:
-		return true
-	}
-	return false
-}
-
-// ReadProbeSamples reads an availability.jsonl.
-func ReadProbeSamples(b []byte) ([]ProbeSample, error) {
-	var out []ProbeSample
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		var s ProbeSample
-		if err := json.Unmarshal([]byte(line), &s); err != nil {
-			return out, err
-		}
-		out = append(out, s)
-	}
-	return out, nil
-}
-
 // boundedKinds are the faults that leave a quorum of nodes up and
 // connected: one node killed, paused or cut off. During them (and while a
 // killed or paused node comes back), a caller pinned to a node of that
 // quorum must see a successful call at least every UnavailabilityBound.
 var boundedKinds = map[string]bool{
-	NemKill: true, NemKillLeader: true, NemPause: true, NemPauseLeader: true, NemPartitionLeader: true, NemSilentLeader: true,
+	history.NemKill: true, history.NemKillLeader: true, history.NemPause: true, history.NemPauseLeader: true, history.NemPartitionLeader: true, history.NemSilentLeader: true,
 }
 
 // settleAfterHeal is how long after a heal a window still counts as the
@@ -145,8 +43,8 @@ type unavailableWindow struct {
 // boundedKinds (until settleAfterHeal after its heal), whose node was not
 // the one hit, and that overlaps no other fault, must be at most bound.
 // The witness and detail give the distribution of the judged windows.
-func CheckUnavailabilityBounded(samples []ProbeSample, faults []history.Fault, bound time.Duration) (Result, []time.Duration) {
-	f := newFinding(NameUnavailability)
+func CheckUnavailabilityBounded(samples []history.ProbeSample, faults []history.Fault, bound time.Duration) (Result, []time.Duration) {
+	f := NewFinding(NameUnavailability)
 	windows := probeWindows(samples, bound)
 	spans := heldSpans(faults)
 	var judged []time.Duration
@@ -168,23 +66,23 @@ func CheckUnavailabilityBounded(samples []ProbeSample, faults []history.Fault, b
 		}
 		d := time.Duration(w.end - w.start)
 		judged = append(judged, d)
-		f.r.Checked++
+		f.R.Checked++
 		if d > bound {
-			f.invalid("unavailable-too-long", "a caller pinned to %s saw no successful call for %v (%d calls failed or slow, from %s to %s; last error: %s) while a quorum was up; bound %v",
+			f.Invalid("unavailable-too-long", "a caller pinned to %s saw no successful call for %v (%d calls failed or slow, from %s to %s; last error: %s) while a quorum was up; bound %v",
 				w.node, d.Round(time.Millisecond), w.failed, rt(w.start), rt(w.end), w.lastErr, bound)
 		}
 	}
 	sort.Slice(judged, func(i, j int) bool { return judged[i] < judged[j] })
-	if f.r.Verdict == Valid && f.r.Checked == 0 && len(samples) > 0 {
+	if f.R.Verdict == Valid && f.R.Checked == 0 && len(samples) > 0 {
 		// Probes ran, and no fault of a bounded kind cost them anything.
-		f.r.Checked = len(samples)
-		return f.r, judged
+		f.R.Checked = len(samples)
+		return f.R, judged
 	}
-	return f.done("window of unavailability during a fault that leaves a quorum up"), judged
+	return f.Done("window of unavailability during a fault that leaves a quorum up"), judged
 }
 
-// windowsString summarises judged windows: count, median and max.
-func windowsString(ws []time.Duration) string {
+// WindowsString summarises judged windows: count, median and max.
+func WindowsString(ws []time.Duration) string {
 	if len(ws) == 0 {
 		return "no window"
 	}
@@ -195,8 +93,8 @@ func windowsString(ws []time.Duration) string {
 // invocation of a call that failed (or succeeded only after more than
 // bound) to the completion of the next success; a window never closed
 // ends at its last sample.
-func probeWindows(samples []ProbeSample, bound time.Duration) []unavailableWindow {
-	byNode := map[string][]ProbeSample{}
+func probeWindows(samples []history.ProbeSample, bound time.Duration) []unavailableWindow {
+	byNode := map[string][]history.ProbeSample{}
 	for _, s := range samples {
 		byNode[s.Node] = append(byNode[s.Node], s)
 	}

@@ -1,12 +1,10 @@
-package jepsen
+package report
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"image/color"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
@@ -82,7 +81,7 @@ func faultColor(kind string) color.NRGBA {
 	switch {
 	case strings.HasPrefix(kind, "kill"):
 		return color.NRGBA{R: 0xf4, G: 0xa6, B: 0xa6, A: 0x70}
-	case kind == NemClientPause, kind == NemClientPauseAcquire, kind == NemClientPauseReplay:
+	case kind == history.NemClientPause, kind == history.NemClientPauseAcquire, kind == history.NemClientPauseReplay:
 		return color.NRGBA{R: 0xa6, G: 0xb8, B: 0xf4, A: 0x70}
 	case strings.HasPrefix(kind, "pause"):
 		return color.NRGBA{R: 0xf4, G: 0xe0, B: 0x8a, A: 0x80}
@@ -328,7 +327,7 @@ var workerColors = []color.NRGBA{
 // windowBars draws the safe windows as bars in their resource's lane,
 // each labelled with its token when there is room.
 type windowBars struct {
-	windows []window
+	windows []checker.Window
 	lanes   map[string]int
 	t0      int64
 }
@@ -337,15 +336,15 @@ func (b windowBars) Plot(c draw.Canvas, p *plot.Plot) {
 	trX, trY := p.Transforms(&c)
 	sty := text.Style{Color: color.White, Font: font.From(plot.DefaultFont, 7), XAlign: draw.XLeft, YAlign: draw.YCenter, Handler: p.TextHandler}
 	for _, w := range b.windows {
-		if w.end <= w.start {
+		if w.End <= w.Start {
 			continue
 		}
-		lane := float64(b.lanes[w.resource])
-		x0, x1 := trX(secs(w.start, b.t0)), trX(secs(w.end, b.t0))
+		lane := float64(b.lanes[w.Resource])
+		x0, x1 := trX(secs(w.Start, b.t0)), trX(secs(w.End, b.t0))
 		y0, y1 := trY(lane-0.3), trY(lane+0.3)
-		clr := workerColors[workerIndex(w.worker)%len(workerColors)]
+		clr := workerColors[workerIndex(w.Worker)%len(workerColors)]
 		c.FillPolygon(clr, c.ClipPolygonX([]vg.Point{{X: x0, Y: y0}, {X: x1, Y: y0}, {X: x1, Y: y1}, {X: x0, Y: y1}}))
-		label := fmt.Sprint(w.token)
+		label := fmt.Sprint(w.Token)
 		if x1-x0 > sty.Width(label)+2 && c.ContainsX(x0) {
 			c.FillText(sty, vg.Point{X: x0 + 1, Y: trY(lane)}, label)
 		}
@@ -355,7 +354,7 @@ func (b windowBars) Plot(c draw.Canvas, p *plot.Plot) {
 func (b windowBars) DataRange() (xmin, xmax, ymin, ymax float64) {
 	xmin, xmax = math.Inf(1), math.Inf(-1)
 	for _, w := range b.windows {
-		xmin, xmax = min(xmin, secs(w.start, b.t0)), max(xmax, secs(w.end, b.t0))
+		xmin, xmax = min(xmin, secs(w.Start, b.t0)), max(xmax, secs(w.End, b.t0))
 	}
 	return xmin, xmax, -0.6, float64(len(b.lanes)) - 0.4
 }
@@ -366,7 +365,7 @@ func (b windowBars) DataRange() (xmin, xmax, ymin, ymax float64) {
 // the faults shaded. The picture to look at first.
 func timelinePlot(h []history.Record, spans []faultSpan, t0, t1 int64) (*plot.Plot, vg.Length, error) {
 	p := newTimePlot("holders' safe windows (bars, token inside) and fenced writes per resource", spans, t0, t1)
-	windows := SafeWindows(h)
+	windows := checker.SafeWindows(h)
 	lanes := map[string]int{}
 	var names []string
 	add := func(res string) {
@@ -376,7 +375,7 @@ func timelinePlot(h []history.Record, spans []faultSpan, t0, t1 int64) (*plot.Pl
 		}
 	}
 	for _, w := range windows {
-		add(w.resource)
+		add(w.Resource)
 	}
 	for _, r := range h {
 		if r.Type == history.OpWrite && r.Kind == history.Complete {
@@ -425,29 +424,4 @@ func timelinePlot(h []history.Record, spans []faultSpan, t0, t1 int64) (*plot.Pl
 	p.Y.Min, p.Y.Max = -0.6, float64(len(names))+0.9
 	p.Legend.Left = false
 	return p, vg.Length(1.6+0.55*float64(max(len(names), 1))) * vg.Inch, nil
-}
-
-// RegenerateArtifacts writes a stored run's plots, linearizability.html
-// and report.html again from h and the folder's nemesis.jsonl; report.html
-// shows the results of the run's summary.json (it is skipped when there is
-// none), not those of a re-check.
-func RegenerateArtifacts(dir string, h []history.Record) error {
-	b, err := os.ReadFile(filepath.Join(dir, "nemesis.jsonl"))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	faults, err := ReadFaults(b)
-	if err != nil {
-		return err
-	}
-	var sum Summary
-	sb, err := os.ReadFile(filepath.Join(dir, "summary.json"))
-	if err != nil {
-		_, lerr := WriteLinearizability(filepath.Join(dir, LinearizabilityFile), h, faults, linVisualTimeout)
-		return errors.Join(WritePlots(dir, h, faults), lerr)
-	}
-	if err := json.Unmarshal(sb, &sum); err != nil {
-		return fmt.Errorf("summary.json: %w", err)
-	}
-	return WriteReport(filepath.Join(dir, "report.html"), &sum, h, faults)
 }

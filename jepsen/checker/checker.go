@@ -1,4 +1,4 @@
-package jepsen
+package checker
 
 import (
 	"fmt"
@@ -99,39 +99,45 @@ func (r Result) String() string {
 	return s
 }
 
-type finding struct {
-	r Result
+// Finding builds one checker's Result: the first anomaly found is its
+// witness, later ones are counted; R.Checked counts what was checked.
+type Finding struct {
+	R Result
 }
 
-func (f *finding) invalid(anomaly, format string, args ...any) {
-	f.r.Anomalies++
-	if f.r.Verdict == Invalid {
+// Invalid records an anomaly.
+func (f *Finding) Invalid(anomaly, format string, args ...any) {
+	f.R.Anomalies++
+	if f.R.Verdict == Invalid {
 		return
 	}
-	f.r.Verdict, f.r.Anomaly, f.r.Witness = Invalid, anomaly, fmt.Sprintf(format, args...)
+	f.R.Verdict, f.R.Anomaly, f.R.Witness = Invalid, anomaly, fmt.Sprintf(format, args...)
 }
 
-func (f *finding) unknown(format string, args ...any) {
-	if f.r.Verdict == Invalid || f.r.Verdict == history.Unknown {
+// Unknown makes the verdict unknown unless an anomaly was found.
+func (f *Finding) Unknown(format string, args ...any) {
+	if f.R.Verdict == Invalid || f.R.Verdict == history.Unknown {
 		return
 	}
-	f.r.Verdict, f.r.Witness = history.Unknown, fmt.Sprintf(format, args...)
+	f.R.Verdict, f.R.Witness = history.Unknown, fmt.Sprintf(format, args...)
 }
 
-func (f *finding) done(what string) Result {
-	if f.r.Verdict == Valid && f.r.Checked == 0 {
-		f.r.Verdict, f.r.Witness = history.Unknown, "nothing to check: no "+what
+// Done returns the Result: unknown when nothing was checked.
+func (f *Finding) Done(what string) Result {
+	if f.R.Verdict == Valid && f.R.Checked == 0 {
+		f.R.Verdict, f.R.Witness = history.Unknown, "nothing to check: no "+what
 	}
-	return f.r
+	return f.R
 }
 
-func newFinding(name string) *finding { return &finding{r: Result{Checker: name, Verdict: Valid}} }
+// NewFinding starts a valid Result of checker name.
+func NewFinding(name string) *Finding { return &Finding{R: Result{Checker: name, Verdict: Valid}} }
 
 // CheckFencedTokensMonotonic is property 1: at the fenced resource, the
 // tokens of accepted writes never decrease per scope (audit log order).
 // strict demands they strictly increase.
 func CheckFencedTokensMonotonic(audit []fencekv.AuditRecord, strict bool) Result {
-	f := newFinding(NameFencedTokens)
+	f := NewFinding(NameFencedTokens)
 	recs := append([]fencekv.AuditRecord(nil), audit...)
 	sort.SliceStable(recs, func(i, j int) bool { return recs[i].Seq < recs[j].Seq })
 	type top struct {
@@ -142,14 +148,14 @@ func CheckFencedTokensMonotonic(audit []fencekv.AuditRecord, strict bool) Result
 		if r.Outcome != fencekv.OutcomeAccepted {
 			continue
 		}
-		f.r.Checked++
+		f.R.Checked++
 		scope := r.Scope
 		if scope == "" {
 			scope = r.Key
 		}
 		h, seen := highest[scope]
 		if seen && (r.Token < h.token || (strict && r.Token == h.token)) {
-			f.invalid(AnomalyStaleWriteAccepted, "scope %q: audit #%d accepted %s token %d after #%d had accepted token %d (fenced=%v)",
+			f.Invalid(AnomalyStaleWriteAccepted, "scope %q: audit #%d accepted %s token %d after #%d had accepted token %d (fenced=%v)",
 				scope, r.Seq, r.Op, r.Token, h.seq, h.token, r.Fenced)
 			continue
 		}
@@ -157,7 +163,7 @@ func CheckFencedTokensMonotonic(audit []fencekv.AuditRecord, strict bool) Result
 			highest[scope] = top{r.Token, r.Seq}
 		}
 	}
-	return f.done("accepted write in the audit log")
+	return f.Done("accepted write in the audit log")
 }
 
 // grant is one lease known from the history: an acknowledged acquire or a
@@ -175,21 +181,21 @@ type grant struct {
 // from acknowledged acquires and from the watcher's granted events; the
 // scope of a lease is its resource (the harness uses default scopes).
 func CheckTokensUniqueMonotonic(h []history.Record) Result {
-	f := newFinding(NameTokens)
+	f := NewFinding(NameTokens)
 	invokes := map[string]history.Record{}
 	var acks []grant
 	byToken := map[string]grant{}
 	byLease := map[string]grant{}
 	note := func(g grant) {
 		if o, ok := byLease[g.lease]; ok && g.lease != "" && (o.token != g.token || o.scope != g.scope) {
-			f.invalid(AnomalyLeaseIDReused, "lease id %s names two leases: scope %q token %d (%s) and scope %q token %d (%s)",
+			f.Invalid(AnomalyLeaseIDReused, "lease id %s names two leases: scope %q token %d (%s) and scope %q token %d (%s)",
 				short(g.lease), o.scope, o.token, o.describe(), g.scope, g.token, g.describe())
 		} else if g.lease != "" {
 			byLease[g.lease] = g
 		}
 		k := g.scope + "\x00" + strconv.FormatUint(g.token, 10)
 		if o, ok := byToken[k]; ok && o.lease != g.lease {
-			f.invalid(AnomalyTokenReused, "scope %q token %d given to lease %s (%s) and lease %s (%s)",
+			f.Invalid(AnomalyTokenReused, "scope %q token %d given to lease %s (%s) and lease %s (%s)",
 				g.scope, g.token, short(o.lease), o.describe(), short(g.lease), g.describe())
 			return
 		}
@@ -202,18 +208,18 @@ func CheckTokensUniqueMonotonic(h []history.Record) Result {
 		case r.Type == history.OpAcquire && r.Kind == history.Complete && r.Result == history.OK:
 			inv, ok := invokes[r.Op]
 			if !ok {
-				f.unknown("acquire %s completed without an invocation", r.Op)
+				f.Unknown("acquire %s completed without an invocation", r.Op)
 				continue
 			}
 			g := grant{scope: r.Resource, lease: r.Lease, worker: r.Worker, op: r.Op, token: r.Token, invoke: inv.TimeNs, complete: r.TimeNs}
 			if r.ResolvedFrom != "" {
-				g.complete = neverReturned // took effect after its invocation, when is unknown
+				g.complete = history.NeverReturned // took effect after its invocation, when is unknown
 			}
-			f.r.Checked++
+			f.R.Checked++
 			acks = append(acks, g)
 			note(g)
 		case r.Type == history.OpEvent && r.Event == "granted":
-			f.r.Checked++
+			f.R.Checked++
 			note(grant{scope: r.Resource, lease: r.Lease, token: r.Token, fromEvent: true, op: r.Position})
 		}
 	}
@@ -239,12 +245,12 @@ func CheckTokensUniqueMonotonic(h []history.Record) Result {
 				j++
 			}
 			if best != nil && b.token <= best.token && b.lease != best.lease {
-				f.invalid(AnomalyTokenRegression, "scope %q: %s got token %d, but %s had completed with token %d before it was invoked",
+				f.Invalid(AnomalyTokenRegression, "scope %q: %s got token %d, but %s had completed with token %d before it was invoked",
 					b.scope, b.describe(), b.token, best.describe(), best.token)
 			}
 		}
 	}
-	return f.done("acknowledged acquire")
+	return f.Done("acknowledged acquire")
 }
 
 func (g grant) describe() string {
@@ -271,7 +277,7 @@ func short(id string) string {
 // appear as a granted event (an acknowledged grant the cluster lost). A gap
 // in the watch stream makes the verdict unknown unless an anomaly is found.
 func CheckGrantIntervals(h []history.Record, skewMargin time.Duration) Result {
-	f := newFinding(NameGrantIntervals)
+	f := NewFinding(NameGrantIntervals)
 	var events []history.Record
 	gaps := 0
 	for _, r := range h {
@@ -297,17 +303,17 @@ func CheckGrantIntervals(h []history.Record, skewMargin time.Duration) Result {
 		c := live[e.Resource]
 		switch e.Event {
 		case "granted":
-			f.r.Checked++
+			f.R.Checked++
 			granted[e.Lease] = true
 			// Whether the previous lease was then removed by expiry or not,
 			// a new grant must come after its release or its bound.
 			if c != nil && c.lease != e.Lease {
 				switch {
 				case c.endedAt != 0 && e.GrantedAt < c.endedAt:
-					f.invalid(AnomalyOverlappingGrants, "resource %q: token %d granted at %s, before token %d was released at %s",
+					f.Invalid(AnomalyOverlappingGrants, "resource %q: token %d granted at %s, before token %d was released at %s",
 						e.Resource, e.Token, ct(e.GrantedAt), c.token, ct(c.endedAt))
 				case c.endedAt == 0 && e.GrantedAt <= c.expiresAt+int64(skewMargin):
-					f.invalid(AnomalyOverlappingGrants, "resource %q: token %d granted at %s (event %s) while token %d (granted event %s) ran to %s + margin %v",
+					f.Invalid(AnomalyOverlappingGrants, "resource %q: token %d granted at %s (event %s) while token %d (granted event %s) ran to %s + margin %v",
 						e.Resource, e.Token, ct(e.GrantedAt), e.Position, c.token, c.pos, ct(c.expiresAt), skewMargin)
 				}
 			}
@@ -318,15 +324,15 @@ func CheckGrantIntervals(h []history.Record, skewMargin time.Duration) Result {
 				// have been refused. Over a gap in the stream the lease's
 				// own events may be missing, so then it is undecided.
 				if gaps > 0 && c == nil {
-					f.unknown("resource %q: renewal of token %d with no grant seen (watch gaps)", e.Resource, e.Token)
+					f.Unknown("resource %q: renewal of token %d with no grant seen (watch gaps)", e.Resource, e.Token)
 					continue
 				}
-				f.invalid(AnomalyRenewAfterExpiry, "resource %q: token %d (lease %s) renewed at %s (event %s), but it is not the resource's live lease",
+				f.Invalid(AnomalyRenewAfterExpiry, "resource %q: token %d (lease %s) renewed at %s (event %s), but it is not the resource's live lease",
 					e.Resource, e.Token, short(e.Lease), ct(e.ClusterNow), e.Position)
 				continue
 			}
 			if e.ClusterNow > c.expiresAt {
-				f.invalid(AnomalyRenewAfterExpiry, "resource %q: token %d renewed at %s, after it expired at %s", e.Resource, e.Token, ct(e.ClusterNow), ct(c.expiresAt))
+				f.Invalid(AnomalyRenewAfterExpiry, "resource %q: token %d renewed at %s, after it expired at %s", e.Resource, e.Token, ct(e.ClusterNow), ct(c.expiresAt))
 			}
 			c.expiresAt = e.ExpiresAt
 		case "released":
@@ -336,7 +342,7 @@ func CheckGrantIntervals(h []history.Record, skewMargin time.Duration) Result {
 		case "expired":
 			if c != nil && c.lease == e.Lease {
 				if c.endedAt == 0 && e.ClusterNow <= c.expiresAt+int64(skewMargin) {
-					f.invalid(AnomalyEarlyExpiry, "resource %q: token %d expired at %s (event %s), not after its expiry %s + margin %v",
+					f.Invalid(AnomalyEarlyExpiry, "resource %q: token %d expired at %s (event %s), not after its expiry %s + margin %v",
 						e.Resource, e.Token, ct(e.ClusterNow), e.Position, ct(c.expiresAt), skewMargin)
 				}
 				c.expired = true
@@ -346,17 +352,17 @@ func CheckGrantIntervals(h []history.Record, skewMargin time.Duration) Result {
 	for _, r := range h {
 		if r.Type == history.OpAcquire && r.Kind == history.Complete && r.Result == history.OK && r.Lease != "" && !granted[r.Lease] {
 			if gaps > 0 {
-				f.unknown("acquire %s (token %d) not seen as granted, but the watch stream had %d gap(s)", r.Op, r.Token, gaps)
+				f.Unknown("acquire %s (token %d) not seen as granted, but the watch stream had %d gap(s)", r.Op, r.Token, gaps)
 				continue
 			}
-			f.invalid(AnomalyAckedGrantMissing, "acquire %s by %s was acknowledged with token %d, lease %s, but no granted event exists for it",
+			f.Invalid(AnomalyAckedGrantMissing, "acquire %s by %s was acknowledged with token %d, lease %s, but no granted event exists for it",
 				r.Op, r.Worker, r.Token, short(r.Lease))
 		}
 	}
 	if gaps > 0 {
-		f.unknown("the watch stream had %d gap(s): events may be missing", gaps)
+		f.Unknown("the watch stream had %d gap(s): events may be missing", gaps)
 	}
-	return f.done("granted event")
+	return f.Done("granted event")
 }
 
 func ct(ns int64) string { return time.Duration(ns).String() }
@@ -374,12 +380,12 @@ func parsePosition(p string) (uint64, uint64) {
 	return x, y
 }
 
-// window is a holder's client safe window on the shared clock.
-type window struct {
-	resource, lease, worker string
-	token                   uint64
-	start, end              int64
-	closed                  bool
+// Window is a holder's client safe window on the shared clock.
+type Window struct {
+	Resource, Lease, Worker string
+	Token                   uint64
+	Start, End              int64
+	Closed                  bool
 }
 
 // SafeWindows computes each acknowledged lease's client safe window from
@@ -387,18 +393,18 @@ type window struct {
 // invocation and the latest safe_until the holder's client library
 // reported (a window still open at the end of the history ends at the last
 // safe_until seen).
-func SafeWindows(h []history.Record) []window {
-	byLease := map[string]*window{}
+func SafeWindows(h []history.Record) []Window {
+	byLease := map[string]*Window{}
 	var order []string
 	for _, r := range h {
 		if r.Lease == "" || r.Worker == "" || r.Type == history.OpEvent || r.Type == history.OpRead || r.ResolvedFrom != "" {
-			continue // a resolved acquire: the client never had the lease, so no window
+			continue // a resolved acquire: the client never had the lease, so no Window
 		}
 		// A lease is its id and its token (a broken server might reuse ids).
 		key := r.Lease + "#" + strconv.FormatUint(r.Token, 10)
 		w := byLease[key]
 		if r.Type == history.OpAcquire && r.Kind == history.Complete && r.Result == history.OK {
-			w = &window{resource: r.Resource, lease: r.Lease, worker: r.Worker, token: r.Token, start: r.TimeNs, end: r.SafeUntilNs}
+			w = &Window{Resource: r.Resource, Lease: r.Lease, Worker: r.Worker, Token: r.Token, Start: r.TimeNs, End: r.SafeUntilNs}
 			byLease[key] = w
 			order = append(order, key)
 			continue
@@ -406,17 +412,17 @@ func SafeWindows(h []history.Record) []window {
 		if w == nil {
 			continue
 		}
-		if r.SafeUntilNs > w.end {
-			w.end = r.SafeUntilNs
+		if r.SafeUntilNs > w.End {
+			w.End = r.SafeUntilNs
 		}
 		if r.Type == history.OpRelease && r.Kind == history.Invoke {
-			w.closed = true
-			if r.TimeNs < w.end {
-				w.end = r.TimeNs
+			w.Closed = true
+			if r.TimeNs < w.End {
+				w.End = r.TimeNs
 			}
 		}
 	}
-	var out []window
+	var out []Window
 	for _, id := range order {
 		out = append(out, *byLease[id])
 	}
@@ -426,13 +432,13 @@ func SafeWindows(h []history.Record) []window {
 // CheckSafeWindowsDisjoint is property 5: the client safe windows of
 // successive holders of a resource never overlap in real time.
 func CheckSafeWindowsDisjoint(h []history.Record) Result {
-	f := newFinding(NameSafeWindows)
-	byRes := map[string][]window{}
+	f := NewFinding(NameSafeWindows)
+	byRes := map[string][]Window{}
 	for _, w := range SafeWindows(h) {
-		if w.end <= w.start { // empty: the holder never had a safe moment
+		if w.End <= w.Start { // empty: the holder never had a safe moment
 			continue
 		}
-		byRes[w.resource] = append(byRes[w.resource], w)
+		byRes[w.Resource] = append(byRes[w.Resource], w)
 	}
 	res := make([]string, 0, len(byRes))
 	for r := range byRes {
@@ -441,21 +447,21 @@ func CheckSafeWindowsDisjoint(h []history.Record) Result {
 	sort.Strings(res)
 	for _, r := range res {
 		ws := byRes[r]
-		sort.Slice(ws, func(i, j int) bool { return ws[i].start < ws[j].start })
-		f.r.Checked += len(ws)
-		var prev *window
+		sort.Slice(ws, func(i, j int) bool { return ws[i].Start < ws[j].Start })
+		f.R.Checked += len(ws)
+		var prev *Window
 		for i := range ws {
 			w := ws[i]
-			if prev != nil && w.start < prev.end {
-				f.invalid(AnomalyOverlappingSafeWindow, "resource %q: %s's window with token %d [%s, %s] overlaps %s's with token %d [%s, %s] by %v",
-					r, prev.worker, prev.token, rt(prev.start), rt(prev.end), w.worker, w.token, rt(w.start), rt(w.end), time.Duration(prev.end-w.start))
+			if prev != nil && w.Start < prev.End {
+				f.Invalid(AnomalyOverlappingSafeWindow, "resource %q: %s's window with token %d [%s, %s] overlaps %s's with token %d [%s, %s] by %v",
+					r, prev.Worker, prev.Token, rt(prev.Start), rt(prev.End), w.Worker, w.Token, rt(w.Start), rt(w.End), time.Duration(prev.End-w.Start))
 			}
-			if prev == nil || w.end > prev.end {
+			if prev == nil || w.End > prev.End {
 				prev = &ws[i]
 			}
 		}
 	}
-	return f.done("safe window")
+	return f.Done("safe window")
 }
 
 func rt(ns int64) string { return fmt.Sprintf("%.3fs", float64(ns)/1e9) }
@@ -472,7 +478,7 @@ func Elements(v string) []string { return strings.Fields(v) }
 // failed or was never invoked is absent (else phantom-update), and an
 // element whose write is unknown appears at most once.
 func CheckFinalRead(h []history.Record) Result {
-	f := newFinding(NameFinalRead)
+	f := NewFinding(NameFinalRead)
 	type wr struct {
 		rec    history.Record
 		result string
@@ -507,23 +513,23 @@ func CheckFinalRead(h []history.Record) Result {
 		c, read := counts[w.rec.Resource]
 		if !read {
 			if w.result == history.OK {
-				f.unknown("no final read of %q, which has acknowledged writes", w.rec.Resource)
+				f.Unknown("no final read of %q, which has acknowledged writes", w.rec.Resource)
 			}
 			continue
 		}
 		n := c[e]
 		switch {
 		case w.result == history.OK && n == 0:
-			f.r.Checked++
-			f.invalid(AnomalyLostUpdate, "%q: element %s acknowledged (%s by %s, token %d) but missing from the final read", w.rec.Resource, e, w.rec.Op, w.rec.Worker, w.rec.Token)
+			f.R.Checked++
+			f.Invalid(AnomalyLostUpdate, "%q: element %s acknowledged (%s by %s, token %d) but missing from the final read", w.rec.Resource, e, w.rec.Op, w.rec.Worker, w.rec.Token)
 		case n > 1:
-			f.r.Checked++
-			f.invalid(AnomalyDuplicatedUpdate, "%q: element %s (%s by %s) appears %d times in the final read", w.rec.Resource, e, w.rec.Op, w.rec.Worker, n)
+			f.R.Checked++
+			f.Invalid(AnomalyDuplicatedUpdate, "%q: element %s (%s by %s) appears %d times in the final read", w.rec.Resource, e, w.rec.Op, w.rec.Worker, n)
 		case w.result == history.Fail && n > 0:
-			f.r.Checked++
-			f.invalid(AnomalyPhantomUpdate, "%q: element %s was refused (%s by %s, token %d) yet is in the final read", w.rec.Resource, e, w.rec.Op, w.rec.Worker, w.rec.Token)
+			f.R.Checked++
+			f.Invalid(AnomalyPhantomUpdate, "%q: element %s was refused (%s by %s, token %d) yet is in the final read", w.rec.Resource, e, w.rec.Op, w.rec.Worker, w.rec.Token)
 		case w.result == history.OK:
-			f.r.Checked++
+			f.R.Checked++
 		}
 	}
 	keys := make([]string, 0, len(counts))
@@ -539,11 +545,11 @@ func CheckFinalRead(h []history.Record) Result {
 		sort.Strings(found)
 		for _, e := range found {
 			if w := writes[e]; w == nil || w.rec.Resource != key {
-				f.invalid(AnomalyPhantomUpdate, "%q: element %s in the final read was never written to it", key, e)
+				f.Invalid(AnomalyPhantomUpdate, "%q: element %s in the final read was never written to it", key, e)
 			}
 		}
 	}
-	return f.done("acknowledged write")
+	return f.Done("acknowledged write")
 }
 
 // CheckAll runs every checker over a run's history and fencedkv's audit.
@@ -567,11 +573,11 @@ func CheckAll(h []history.Record, audit []fencekv.AuditRecord, skewMargin time.D
 // name the same lease; a duplicate of a grant that has ended is refused,
 // never granted afresh).
 func CheckRequestIDs(h []history.Record) Result {
-	f := newFinding(NameRequestIDs)
+	f := NewFinding(NameRequestIDs)
 	granted := map[string]string{} // request id -> lease (api.FormatLeaseID)
 	grantOp := map[string]string{}
 	second := func(r history.Record, lease string) {
-		f.invalid(AnomalySecondGrantForRequest, "request id %s yielded lease %s (token %d) to %s %s by %s, after lease %s to %s",
+		f.Invalid(AnomalySecondGrantForRequest, "request id %s yielded lease %s (token %d) to %s %s by %s, after lease %s to %s",
 			r.RequestID, short(lease), r.Token, r.Type, r.Op, r.Worker, short(granted[r.RequestID]), grantOp[r.RequestID])
 	}
 	for _, r := range h {
@@ -588,19 +594,19 @@ func CheckRequestIDs(h []history.Record) Result {
 		if r.Type != history.OpReuse || r.Kind != history.Complete || r.Result == history.Unknown {
 			continue
 		}
-		f.r.Checked++
+		f.R.Checked++
 		if r.Result != history.OK {
 			continue
 		}
 		switch prev, ok := granted[r.RequestID]; {
 		case r.Changed != "":
-			f.invalid(AnomalyReplayAcrossParams, "request id %s sent by %s with another %s (%s) was answered with lease %s (token %d)",
+			f.Invalid(AnomalyReplayAcrossParams, "request id %s sent by %s with another %s (%s) was answered with lease %s (token %d)",
 				r.RequestID, r.Worker, r.Changed, r.Op, short(r.Value), r.Token)
 		case ok && prev != r.Value:
 			second(r, r.Value)
 		}
 	}
-	return f.done("request-id reuse")
+	return f.Done("request-id reuse")
 }
 
 // CheckAcknowledgedDurable is property 3 for renewals and releases (the
@@ -611,7 +617,7 @@ func CheckRequestIDs(h []history.Record) Result {
 // linearizability workload, whose leases never expire (the library's
 // Release also succeeds on a lease that is already gone).
 func CheckAcknowledgedDurable(h []history.Record) Result {
-	f := newFinding(NameDurable)
+	f := NewFinding(NameDurable)
 	seen := map[string]bool{} // event + lease + token
 	gaps := 0
 	invokes := map[string]history.Record{}
@@ -638,12 +644,12 @@ func CheckAcknowledgedDurable(h []history.Record) Result {
 		switch {
 		case r.Type == history.OpRenew:
 			event, anomaly = "renewed", AnomalyAckedRenewLost
-		case r.Type == history.OpRelease && (r.Value == Released || (r.Value == "" && strings.HasPrefix(r.Resource, LinPrefix))):
+		case r.Type == history.OpRelease && (r.Value == history.Released || (r.Value == "" && strings.HasPrefix(r.Resource, LinPrefix))):
 			event, anomaly = "released", AnomalyAckedReleaseLost
 		default:
 			continue
 		}
-		f.r.Checked++
+		f.R.Checked++
 		tok := ""
 		if inv.Token != 0 {
 			tok = strconv.FormatUint(inv.Token, 10)
@@ -652,13 +658,13 @@ func CheckAcknowledgedDurable(h []history.Record) Result {
 			continue
 		}
 		if gaps > 0 {
-			f.unknown("%s %s (lease %s) not seen as %s, but the watch stream had %d gap(s)", r.Type, r.Op, short(inv.Lease), event, gaps)
+			f.Unknown("%s %s (lease %s) not seen as %s, but the watch stream had %d gap(s)", r.Type, r.Op, short(inv.Lease), event, gaps)
 			continue
 		}
-		f.invalid(anomaly, "%s %s by %s of lease %s (token %d) on %q was acknowledged, but no %s event exists for it",
+		f.Invalid(anomaly, "%s %s by %s of lease %s (token %d) on %q was acknowledged, but no %s event exists for it",
 			r.Type, r.Op, r.Worker, short(inv.Lease), inv.Token, r.Resource, event)
 	}
-	return f.done("acknowledged renewal or release")
+	return f.Done("acknowledged renewal or release")
 }
 
 // Tally counts passes (valid) and failures (invalid or unknown). A result
@@ -702,7 +708,7 @@ const ReasonClockRate = "out-of-spec clock rate"
 func MarkRequired(nemeses []string, rs []Result) {
 	outOfSpec := false
 	for _, k := range nemeses {
-		outOfSpec = outOfSpec || k == NemClockRate || k == NemClockRateClientPause
+		outOfSpec = outOfSpec || k == history.NemClockRate || k == history.NemClockRateClientPause
 	}
 	for i := range rs {
 		if outOfSpec && (rs[i].Checker == NameGrantIntervals || rs[i].Checker == NameSafeWindows) {

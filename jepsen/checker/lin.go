@@ -1,4 +1,4 @@
-package jepsen
+package checker
 
 import (
 	"fmt"
@@ -94,12 +94,12 @@ func LeaseModel() porcupine.Model {
 				return []interface{}{s}
 			case history.OpRelease:
 				switch {
-				case o.result == history.OK && o.released == Released:
+				case o.result == history.OK && o.released == history.Released:
 					if holds {
 						return []interface{}{linState{"", s.counter}}
 					}
 					return nil
-				case o.result == history.OK && o.released == NotReleased:
+				case o.result == history.OK && o.released == history.NotReleased:
 					if !holds {
 						return []interface{}{s}
 					}
@@ -200,7 +200,7 @@ func LinOperations(h []history.Record) map[string][]porcupine.Operation {
 				continue // known not applied: no effect, nothing observed
 			}
 			in := linInput{kind: r.Type, op: r.Op, lease: i.Lease, token: i.Token}
-			o := linOutput{result: r.Result, held: strings.HasPrefix(r.Error, HeldPrefix), token: r.Token, lease: r.Lease}
+			o := linOutput{result: r.Result, held: strings.HasPrefix(r.Error, history.HeldPrefix), token: r.Token, lease: r.Lease}
 			if r.Type == history.OpRelease {
 				o.released = r.Value
 			}
@@ -224,7 +224,7 @@ func LinOperations(h []history.Record) map[string][]porcupine.Operation {
 // workload, the history of acquires, releases and reads is linearizable
 // against LeaseModel. A check that times out is unknown.
 func CheckLinearizable(h []history.Record, timeout time.Duration) Result {
-	f := newFinding(NameLinearizable)
+	f := NewFinding(NameLinearizable)
 	parts := LinOperations(h)
 	res := make([]string, 0, len(parts))
 	for r := range parts {
@@ -234,16 +234,16 @@ func CheckLinearizable(h []history.Record, timeout time.Duration) Result {
 	model := LeaseModel()
 	for _, r := range res {
 		ops := parts[r]
-		f.r.Checked += len(ops)
+		f.R.Checked += len(ops)
 		result, info := porcupine.CheckOperationsVerbose(model, ops, timeout)
 		switch result {
 		case porcupine.Illegal:
-			f.invalid(AnomalyNotLinearizable, "resource %q: %d operations have no linearization; longest prefix: %s", r, len(ops), longestPrefix(model, ops, info))
+			f.Invalid(AnomalyNotLinearizable, "resource %q: %d operations have no linearization; longest prefix: %s", r, len(ops), longestPrefix(model, ops, info))
 		case porcupine.Unknown:
-			f.unknown("resource %q: linearizability check timed out after %v over %d operations", r, timeout, len(ops))
+			f.Unknown("resource %q: linearizability check timed out after %v over %d operations", r, timeout, len(ops))
 		}
 	}
-	return f.done("operation of the linearizability workload")
+	return f.Done("operation of the linearizability workload")
 }
 
 // longestPrefix describes the end of the longest partial linearization.
@@ -272,10 +272,6 @@ func longestPrefix(model porcupine.Model, ops []porcupine.Operation, info porcup
 	}
 	return fmt.Sprintf("%d ops, ending %s", len(best), strings.Join(s, "; "))
 }
-
-// LinearizabilityFile is porcupine's visualization of a run's
-// linearizability workload (WriteLinearizability).
-const LinearizabilityFile = "linearizability.html"
 
 // LinearizabilityInfo checks the linearizability workload of h again, all
 // its resources in one porcupine call (one partition per resource, in
@@ -313,43 +309,4 @@ func LinearizabilityInfo(h []history.Record, timeout time.Duration) (porcupine.M
 	}
 	result, info := porcupine.CheckOperationsVerbose(model, all, timeout)
 	return model, result, info
-}
-
-// FaultAnnotations turns nemesis.jsonl's faults into porcupine
-// annotations, one row per nemesis kind, each interval from start to heal
-// (to the end of the history when never healed), its target and what was
-// observed in the tooltip.
-func FaultAnnotations(faults []history.Fault, end int64) []porcupine.Annotation {
-	var out []porcupine.Annotation
-	for _, f := range faultSpans(faults, end) {
-		c := faultColor(f.kind)
-		c.A = 0xff
-		desc := f.label
-		if !f.effective {
-			desc += " (not effective)"
-		}
-		out = append(out, porcupine.Annotation{
-			Tag:             "nemesis " + f.kind,
-			Start:           f.start,
-			End:             f.end,
-			Description:     desc,
-			Details:         fmt.Sprintf("%s %s for %v, effective %v: %s", f.kind, f.target, time.Duration(f.end-f.start).Round(time.Millisecond), f.effective, f.detail),
-			BackgroundColor: fmt.Sprintf("#%02x%02x%02x", c.R, c.G, c.B),
-		})
-	}
-	return out
-}
-
-// WriteLinearizability writes porcupine's visualization of the
-// linearizability workload of h (LinearizabilityInfo) to path, with the
-// faults as annotations. It returns porcupine's result; a history without
-// that workload writes nothing and returns ("", nil).
-func WriteLinearizability(path string, h []history.Record, faults []history.Fault, timeout time.Duration) (porcupine.CheckResult, error) {
-	if len(LinOperations(h)) == 0 {
-		return "", nil
-	}
-	model, result, info := LinearizabilityInfo(h, timeout)
-	_, t1 := historySpan(h)
-	info.AddAnnotations(FaultAnnotations(faults, t1))
-	return result, porcupine.VisualizePath(model, info, path)
 }

@@ -1,0 +1,57 @@
+package checker
+
+import "github.com/leasefence/leasefence/jepsen/history"
+
+// The halves of the clock-drift-edge and restore nemeses that decide what
+// their runs require (MarkRequired).
+
+// ReasonDriftEdgeNoLin is why, in a clock-drift-edge run, a checker of the
+// linearizability workload that found nothing to check does not decide it.
+const ReasonDriftEdgeNoLin = "clock-drift-edge runs no linearizability workload (its ttls would exceed the max ttl)"
+
+// driftEdgeRequired marks, in a run with NemClockDriftEdge, the verdicts
+// of lease-linearizable and acknowledged-ops-durable not required when
+// they are unknown: they check the linearizability workload's operations
+// (durable also the API renewals and releases that a stalling worker makes
+// inside its lease, which may be none), and DriftEdgeFor leaves that
+// workload out. An anomaly they find still fails the run.
+func driftEdgeRequired(nemeses []string, rs []Result) {
+	on := false
+	for _, k := range nemeses {
+		on = on || history.IsDriftEdge(k)
+	}
+	if !on {
+		return
+	}
+	for i := range rs {
+		if (rs[i].Checker == NameLinearizable || rs[i].Checker == NameDurable) && rs[i].Verdict == history.Unknown {
+			rs[i].NotRequired = ReasonDriftEdgeNoLin
+		}
+	}
+}
+
+// ReasonRestore says why a result does not decide a run with NemRestore.
+const ReasonRestore = "a restore from a backup loses acknowledged state"
+
+// restoreRequired marks what a run with NemRestore cannot require: the
+// exclusion checkers (a holder of a lease granted after the backup keeps
+// its safe window while the restored cluster grants the resource again),
+// acknowledged durability and linearizability (the lost cluster's
+// acknowledged operations are gone by design), and request-id identity (the
+// request ids the lost cluster answered after the backup are unknown to the
+// new one, so a reuse with changed parameters is rightly a new request).
+func restoreRequired(nemeses []string, rs []Result) {
+	on := false
+	for _, k := range nemeses {
+		on = on || history.IsRestore(k)
+	}
+	if !on {
+		return
+	}
+	for i := range rs {
+		switch rs[i].Checker {
+		case NameGrantIntervals, NameSafeWindows, NameDurable, NameLinearizable, NameRequestIDs:
+			rs[i].NotRequired = ReasonRestore
+		}
+	}
+}
