@@ -33,6 +33,7 @@ func main() {
 	fs.DurationVar(&cfg.KeepAliveInterval, "keepalive-interval", 0, "renewal interval of every lease (0: ttl/3)")
 	fs.IntVar(&cfg.LocalCluster, "local-cluster", 0, "start an N-node cluster in this process instead of using --endpoints")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "where --local-cluster keeps its data (default: the temp dir)")
+	fs.StringVar(&cfg.System, "system", "leasefence", "label of the results (to compare two builds: one label each)")
 	fs.BoolVar(&cfg.Spread, "spread", false, "start the --conns clients at the endpoints in turn (calls through followers), not all at the leader")
 	fs.BoolVar(&cfg.AllowNonLoopback, "allow-nonloopback", false, "permit endpoints that are not loopback addresses")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the runs to this file")

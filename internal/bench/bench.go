@@ -9,6 +9,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -69,6 +70,9 @@ type Config struct {
 	// forward theirs, instead of every client starting at the leader.
 	// Results are labelled with the workload and " (spread)".
 	Spread bool
+	// System labels the results (default "leasefence"): two builds
+	// compared side by side get a name each.
+	System string
 	// LocalCluster, when > 0, starts a cluster of that many nodes inside
 	// this process (loopback gRPC, raft-boltdb under DataDir) for the run.
 	LocalCluster int
@@ -222,7 +226,7 @@ func Run(ctx context.Context, cfg Config) error {
 			if err != nil {
 				return fmt.Errorf("bench: %s at %d clients: %w", w, n, err)
 			}
-			r.System = "leasefence"
+			r.System = cmp.Or(cfg.System, "leasefence")
 			r.Workload = w
 			if cfg.Spread {
 				r.Workload += " (spread)"
