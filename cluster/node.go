@@ -480,6 +480,7 @@ func (n *Node) startRaft(ctx context.Context, rs raftStores) (existing bool, err
 	if err := started(ctx); err != nil {
 		return existing, err
 	}
+	n.sm.logs = rs.logs
 	if err := guardDisk(cfg.DataDir, func() (err error) {
 		n.raft, err = raft.NewRaft(rc, n.sm, rs.logs, store, snaps, n.tr)
 		return err

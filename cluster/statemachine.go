@@ -53,6 +53,10 @@ type stateMachine struct {
 	checks *stateCheckpoints
 	// opts build every fsm.State: the first, and each one restored.
 	opts []fsm.Option
+	// logs is raft's log store, set before raft starts: Restore looks in
+	// it for the entries after an older snapshot (nil: none, as in a
+	// state machine that has applied nothing).
+	logs raft.LogStore
 }
 
 func newStateMachine(h *hub, log hclog.Logger, onFatal func(error), opts ...fsm.Option) *stateMachine {
@@ -169,15 +173,17 @@ func (m *stateMachine) Snapshot() (raft.FSMSnapshot, error) {
 // Restore implements raft.FSM: builds fresh state from the snapshot and
 // swaps it in; on error the current state is kept.
 //
-// A snapshot older than the state already applied is refused (errStaleSnapshot):
-// everything applied is committed, so it holds nothing this node lacks,
-// and hashicorp/raft would install it anyway — rewinding its applied
-// index to the snapshot's while the entries after it may be compacted
-// by this node's own newer snapshot, so the next commit panics on "log
-// not found" (a stale InstallSnapshot from a leader whose view of this
-// follower fell behind; hashicorp/raft issues 85 and 697). Raft fails the
-// InstallSnapshot instead, and the leader retries with entries or a newer
-// snapshot.
+// A snapshot older than the state already applied is refused
+// (errStaleSnapshot) when the log no longer holds the entries after it.
+// hashicorp/raft installs a stale InstallSnapshot from a leader whose view
+// of this follower fell behind, rewinds its applied index to the
+// snapshot's and applies the entries after it again — which panics on
+// "log not found" once this node's own newer snapshot has compacted them
+// (hashicorp/raft issues 85 and 697; the soak's seed 9). Refused, the
+// InstallSnapshot fails and the leader retries with entries or a newer
+// snapshot. With the entries still in the log the rewind is harmless (they
+// are applied again to the same result), and refusing would only keep
+// the leader sending the same snapshot until it takes a newer one.
 func (m *stateMachine) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	var hdr [8]byte
@@ -190,8 +196,8 @@ func (m *stateMachine) Restore(rc io.ReadCloser) error {
 	m.mu.RLock()
 	have := m.index
 	m.mu.RUnlock()
-	if index < have {
-		err := fmt.Errorf("%w: snapshot at index %d, state applied to %d", errStaleSnapshot, index, have)
+	if index < have && !m.logHolds(index+1, have) {
+		err := fmt.Errorf("%w: snapshot at index %d, state applied to %d, entries %d-%d no longer in the log", errStaleSnapshot, index, have, index+1, have)
 		m.log.Warn("refused a snapshot older than the applied state; the leader will send entries or a newer one", "snapshot-index", index, "applied", have)
 		return err
 	}
@@ -210,7 +216,19 @@ func (m *stateMachine) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-// errStaleSnapshot refuses a snapshot older than the applied state.
+// logHolds reports whether the log store holds every entry from first to
+// last.
+func (m *stateMachine) logHolds(first, last uint64) bool {
+	if m.logs == nil {
+		return false
+	}
+	lo, err1 := m.logs.FirstIndex()
+	hi, err2 := m.logs.LastIndex()
+	return err1 == nil && err2 == nil && lo != 0 && lo <= first && hi >= last
+}
+
+// errStaleSnapshot refuses a snapshot older than the applied state whose
+// later entries are gone from the log.
 var errStaleSnapshot = errors.New("cluster: refused a snapshot older than the state already applied")
 
 // fsmSnapshot is written as the index of the last entry it contains (8
