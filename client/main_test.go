@@ -1,13 +1,16 @@
 package client_test
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/leasefence/leasefence/client"
 	"github.com/leasefence/leasefence/internal/testcluster"
 )
 
@@ -41,4 +44,18 @@ func startCluster(t *testing.T, extra ...string) *testcluster.Cluster {
 		t.Skip("starts real leased processes")
 	}
 	return testcluster.Start(t, leasedBin, 3, extra...)
+}
+
+// embeddedClient returns a client of the embedded node TestMain started,
+// closed when the test ends, and a context that ends after d.
+func embeddedClient(t *testing.T, d time.Duration) (*client.Client, context.Context) {
+	t.Helper()
+	c, err := client.New(client.Config{Endpoints: []string{endpoint}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return c, ctx
 }
