@@ -2,9 +2,6 @@ package client_test
 
 import (
 	"context"
-	"flag"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -17,25 +14,7 @@ import (
 var leasedBin string
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	bin, cleanup, err := testcluster.Build()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	leasedBin = bin
-	var stopExampleNode func()
-	endpoint, stopExampleNode = testcluster.StartEmbedded()
-	code := m.Run()
-	stopExampleNode()
-	cleanup()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	testcluster.Main(m, &leasedBin, &endpoint, func() error { return goleak.Find() })
 }
 
 func startCluster(t *testing.T, extra ...string) *testcluster.Cluster {

@@ -2,9 +2,6 @@ package election_test
 
 import (
 	"context"
-	"flag"
-	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,19 +16,7 @@ import (
 var leasedBin string
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	bin, cleanup, err := testcluster.Build()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	leasedBin = bin
-	var stop func()
-	endpoint, stop = testcluster.StartEmbedded()
-	code := m.Run()
-	stop()
-	cleanup()
-	os.Exit(code)
+	testcluster.Main(m, &leasedBin, &endpoint, nil)
 }
 
 // stallable drops every keep-alive message while stalled is set, as a
