@@ -160,6 +160,17 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
+// reportedUnsafe returns the unsafe settings node n's Status lists,
+// comma-separated.
+func reportedUnsafe(ctx context.Context, t testing.TB, n *Node) string {
+	t.Helper()
+	st, err := n.admin.Status(ctx, &api.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(st.Unsafe, ",")
+}
+
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
