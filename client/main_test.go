@@ -29,12 +29,5 @@ func startCluster(t *testing.T, extra ...string) *testcluster.Cluster {
 // closed when the test ends, and a context that ends after d.
 func embeddedClient(t *testing.T, d time.Duration) (*client.Client, context.Context) {
 	t.Helper()
-	c, err := client.New(client.Config{Endpoints: []string{endpoint}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return c, ctx
+	return mustNew(t, client.Config{Endpoints: []string{endpoint}}), ctxFor(t, d)
 }
