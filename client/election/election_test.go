@@ -136,18 +136,9 @@ func TestObserveReportsEachLeaderChange(t *testing.T) {
 // delayFirstRenewReply holds back the answer to the first unary Renew (the
 // one a waiting Acquire confirms its grant with) for d.
 func delayFirstRenewReply(d time.Duration, n *atomic.Int32) grpc.UnaryClientInterceptor {
-	return func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		err := invoker(ctx, m, req, reply, cc, opts...)
-		if err == nil && m == "/leasefence.v1.LeaseService/Renew" && n.Add(1) == 1 {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-			}
-		}
-		return err
-	}
+	return testcluster.DelayReply(d, func(m string) bool {
+		return m == "/leasefence.v1.LeaseService/Renew" && n.Add(1) == 1
+	})
 }
 
 // A campaign whose grant is confirmed only after its safe window closed
