@@ -442,10 +442,7 @@ func (d *DockerNet) Describe() string {
 	defer d.mu.Unlock()
 	s := fmt.Sprintf("docker mode (image %s, network %s, %s0/24); %s (iptables DROP in the receiver's container namespace)",
 		d.image, d.names.network(), d.prefix, netns.GrudgeString(d.grudge))
-	if d.flaky > 0 {
-		s += fmt.Sprintf("; flaky: peer SYNs reset with p=%.2f, other peer packets with p=%.4f", d.flaky, d.flaky/100)
-	}
-	return s
+	return s + netns.FlakyString(d.flaky)
 }
 
 // Stats implements Net from the rules' packet counters (a restarted

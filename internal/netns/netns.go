@@ -286,10 +286,7 @@ func (n *NSNet) Describe() string {
 	if n.delay > 0 || n.jitter > 0 {
 		s += fmt.Sprintf("; netem delay %v jitter %v", n.delay, n.jitter)
 	}
-	if n.flaky > 0 {
-		s += fmt.Sprintf("; flaky: peer SYNs reset with p=%.2f, other peer packets with p=%.4f", n.flaky, n.flaky/100)
-	}
-	return s
+	return s + FlakyString(n.flaky)
 }
 
 // Stats implements Net from the packet counters of the iptables rules.

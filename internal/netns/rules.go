@@ -2,6 +2,7 @@ package netns
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -106,6 +107,15 @@ func (r Rules) FlakyFor(b string, p float64) []error {
 				"--probability", strconv.FormatFloat(p/100, 'f', 5, 64), "-j", "REJECT", "--reject-with", "tcp-reset"))
 	}
 	return errs
+}
+
+// FlakyString describes Flaky(p)'s rules for Describe: "" for p == 0,
+// else "; flaky: ..." with both probabilities.
+func FlakyString(p float64) string {
+	if p == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; flaky: peer SYNs reset with p=%.2f, other peer packets with p=%.4f", p, p/100)
 }
 
 // Silence (on) inserts the rules that drop every packet into and out of

@@ -73,3 +73,12 @@ func TestRulesRefusedNodeIsAnErrorAndCountsNothing(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
+
+func TestFlakyStringIsEmptyWithoutFlakiness(t *testing.T) {
+	if s := FlakyString(0); s != "" {
+		t.Fatalf("FlakyString(0) = %q", s)
+	}
+	if s, want := FlakyString(0.5), "; flaky: peer SYNs reset with p=0.50, other peer packets with p=0.0050"; s != want {
+		t.Fatalf("FlakyString(0.5) = %q, want %q", s, want)
+	}
+}
