@@ -34,6 +34,7 @@
 # LF_PORT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 
 DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-2s}
@@ -55,19 +56,7 @@ if ! command -v etcd >/dev/null; then
   # The package may start a system etcd on 2379; ours uses other ports.
 fi
 
-WORK=$(mktemp -d -t leasefence-etcd-compare.XXXXXX)
-pids=()
-cleanup() {
-  trap - INT TERM EXIT
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  if [ "${KEEP:-0}" = 1 ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
-}
-trap cleanup INT TERM EXIT
-
-echo "building into $WORK/bin"
-mkdir -p "$WORK/bin"
-$GO build -o "$WORK/bin/" ./cmd/leased ./cmd/leasebench
+bench_workdir etcd-compare
 (cd bench/etcd && $GO build -o "$WORK/bin/etcdbench" .)
 
 # A three-node etcd, default settings (heartbeat 100ms, election 1s, fsync).
@@ -87,16 +76,7 @@ for i in 1 2 3; do
 done
 
 # A three-node leasefence, default settings, one process per node.
-peers="" lf_endpoints=""
-for i in 1 2 3; do
-  peers+="${peers:+,}n$i=127.0.0.1:$((LF_PORT + i - 1))"
-  lf_endpoints+="${lf_endpoints:+,}127.0.0.1:$((LF_PORT + i - 1))"
-done
-for i in 1 2 3; do
-  "$WORK/bin/leased" --insecure --id "n$i" --listen "127.0.0.1:$((LF_PORT + i - 1))" \
-    --data-dir "$WORK/leasefence/n$i" --bootstrap "$peers" >"$WORK/leased-n$i.log" 2>&1 &
-  pids+=($!)
-done
+start_leased "$LF_PORT" "$WORK/leasefence" "$WORK/leased"
 
 echo "etcd $(etcd --version | head -1 | awk '{print $3}') at $etcd_endpoints; leasefence at $lf_endpoints"
 echo "machine: $(nproc) cpus, $(uname -sr), $($GO version | awk '{print $3}'); ${DURATION} per run after ${WARMUP} warm-up"

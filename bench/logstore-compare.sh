@@ -16,6 +16,7 @@
 # with LF_PORT (the second cluster is LF_PORT+10).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 
 DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-2s}
@@ -24,34 +25,13 @@ ROUNDS=${ROUNDS:-3}
 LF_PORT=${LF_PORT:-27401}
 GO=${GO:-go}
 
-WORK=$(mktemp -d -t leasefence-logstore-compare.XXXXXX)
-pids=()
-cleanup() {
-  trap - INT TERM EXIT
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  if [ "${KEEP:-0}" = 1 ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
-}
-trap cleanup INT TERM EXIT
-
-echo "building into $WORK/bin"
-mkdir -p "$WORK/bin"
-$GO build -o "$WORK/bin/" ./cmd/leased ./cmd/leasebench
+bench_workdir logstore-compare
 
 declare -A endpoints
 base=$LF_PORT
 for store in boltdb wal; do
-  peers="" eps=""
-  for i in 1 2 3; do
-    peers+="${peers:+,}n$i=127.0.0.1:$((base + i - 1))"
-    eps+="${eps:+,}127.0.0.1:$((base + i - 1))"
-  done
-  for i in 1 2 3; do
-    "$WORK/bin/leased" --insecure --log-store "$store" --id "n$i" --listen "127.0.0.1:$((base + i - 1))" \
-      --data-dir "$WORK/$store/n$i" --bootstrap "$peers" >"$WORK/leased-$store-n$i.log" 2>&1 &
-    pids+=($!)
-  done
-  endpoints[$store]=$eps
+  start_leased "$base" "$WORK/$store" "$WORK/leased-$store" --log-store "$store"
+  endpoints[$store]=$lf_endpoints
   base=$((base + 10))
 done
 

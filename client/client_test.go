@@ -24,12 +24,18 @@ func newClient(t *testing.T, c *testcluster.Cluster, tweak func(*client.Config))
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	cl, err := client.New(cfg)
+	return mustNew(t, cfg)
+}
+
+// mustNew returns a client of cfg, closed when the test ends.
+func mustNew(tb testing.TB, cfg client.Config) *client.Client {
+	tb.Helper()
+	c, err := client.New(cfg)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { cl.Close() })
-	return cl
+	tb.Cleanup(func() { c.Close() })
+	return c
 }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {

@@ -9,24 +9,14 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/leasefence/leasefence/client"
+	"github.com/leasefence/leasefence/internal/testcluster"
 )
 
 // delayReply holds the answer to method back for d after it arrived, as a
 // slow network or a paused client would: the lease is granted on time, the
 // client learns of it late.
 func delayReply(method string, d time.Duration) grpc.UnaryClientInterceptor {
-	return func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		err := invoker(ctx, m, req, reply, cc, opts...)
-		if err == nil && m == method {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-			}
-		}
-		return err
-	}
+	return testcluster.DelayReply(d, func(m string) bool { return m == method })
 }
 
 // An Acquire whose answer arrives after the grant's safe window

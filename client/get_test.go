@@ -1,23 +1,14 @@
 package client_test
 
 import (
-	"context"
 	"testing"
 	"time"
-
-	"github.com/leasefence/leasefence/client"
 )
 
 // GetStale's answer says it is stale and which node answered; Get's does
 // not claim to be stale.
 func TestGetStaleSaysSoAndNamesTheNode(t *testing.T) {
-	c, err := client.New(client.Config{Endpoints: []string{endpoint}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	c, ctx := embeddedClient(t, 10*time.Second)
 	l, err := c.Acquire(ctx, "stale/get")
 	if err != nil {
 		t.Fatal(err)

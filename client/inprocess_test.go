@@ -14,12 +14,7 @@ import (
 func inProcessClient(tb testing.TB, nd *cluster.Node, cfg client.Config) *client.Client {
 	tb.Helper()
 	cfg.InProcess = &client.InProcess{Addr: nd.Addr(), Dial: nd.DialInProcess}
-	c, err := client.New(cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { c.Close() })
-	return c
+	return mustNew(tb, cfg)
 }
 
 // TestInProcessClientOnFollower: the Go client over an in-memory

@@ -68,13 +68,7 @@ func TestKeepAliveUnderBackpressureNeverBlocksAcquire(t *testing.T) {
 // A retry whose request id replays a lease that has since ended must not
 // look like a fresh grant.
 func TestReplayOfEndedLeaseIsReportedLost(t *testing.T) {
-	c, err := client.New(client.Config{Endpoints: []string{endpoint}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	c, ctx := embeddedClient(t, 20*time.Second)
 	l, err := c.Acquire(ctx, "replay/ended", client.WithRequestID("req-replay-1"))
 	if err != nil {
 		t.Fatal(err)
@@ -98,13 +92,7 @@ func TestIdleKeepAliveStreamIsKeptAndEachRenewalSentOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for 30 s")
 	}
-	c, err := client.New(client.Config{Endpoints: []string{endpoint}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	c, ctx := embeddedClient(t, 60*time.Second)
 	l, err := c.Acquire(ctx, "idle/stream") // default ttl
 	if err != nil {
 		t.Fatal(err)

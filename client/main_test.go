@@ -1,38 +1,20 @@
 package client_test
 
 import (
-	"flag"
-	"fmt"
-	"os"
+	"context"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/leasefence/leasefence/client"
 	"github.com/leasefence/leasefence/internal/testcluster"
 )
 
 var leasedBin string
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	bin, cleanup, err := testcluster.Build()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	leasedBin = bin
-	var stopExampleNode func()
-	endpoint, stopExampleNode = testcluster.StartEmbedded()
-	code := m.Run()
-	stopExampleNode()
-	cleanup()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	testcluster.Main(m, &leasedBin, &endpoint, func() error { return goleak.Find() })
 }
 
 func startCluster(t *testing.T, extra ...string) *testcluster.Cluster {
@@ -41,4 +23,11 @@ func startCluster(t *testing.T, extra ...string) *testcluster.Cluster {
 		t.Skip("starts real leased processes")
 	}
 	return testcluster.Start(t, leasedBin, 3, extra...)
+}
+
+// embeddedClient returns a client of the embedded node TestMain started,
+// closed when the test ends, and a context that ends after d.
+func embeddedClient(t *testing.T, d time.Duration) (*client.Client, context.Context) {
+	t.Helper()
+	return mustNew(t, client.Config{Endpoints: []string{endpoint}}), ctxFor(t, d)
 }

@@ -69,17 +69,7 @@ func TestCallRefusedForOverloadWaitsAsAskedThenSucceeds(t *testing.T) {
 	const hint = 150 * time.Millisecond
 	call := func(t *testing.T, n *busyNode, retryFor time.Duration) error {
 		addr := serveBusy(t, n)
-		cl, err := client.New(client.Config{Endpoints: []string{addr}, RetryFor: retryFor})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cl.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		return cl.Invoke(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
-			_, err := api.NewClusterServiceClient(conn).Status(ctx, &api.StatusRequest{})
-			return err
-		}, client.Mutation())
+		return invokeStatusWith(t, client.Config{Endpoints: []string{addr}, RetryFor: retryFor}, 20*time.Second, client.Mutation())
 	}
 	t.Run("accepted after refusals", func(t *testing.T) {
 		n := &busyNode{hint: hint, refusals: 3}

@@ -3,7 +3,6 @@
 package client_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -50,13 +49,7 @@ func TestSuspendEndsTheLeaseUnlessPlantedMonotonicClock(t *testing.T) {
 			if bug != "" {
 				cfg.Testing.PlantedBugs = []string{bug}
 			}
-			c, err := client.New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
+			c, ctx := mustNew(t, cfg), ctxFor(t, 20*time.Second)
 			l, err := c.Acquire(ctx, fmt.Sprintf("suspend/%s-%d", bug, time.Now().UnixNano()), client.WithTTL(10*time.Second))
 			if err != nil {
 				t.Fatal(err)
@@ -92,13 +85,7 @@ func TestIdleStreamTornDownOnlyWithPlantedSilenceBug(t *testing.T) {
 			if bug != "" {
 				cfg.Testing.PlantedBugs = []string{bug}
 			}
-			c, err := client.New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
+			c, ctx := mustNew(t, cfg), ctxFor(t, 30*time.Second)
 			l, err := c.Acquire(ctx, fmt.Sprintf("idle/planted-%s-%d", bug, time.Now().UnixNano()), client.WithTTL(6*time.Second))
 			if err != nil {
 				t.Fatal(err)

@@ -57,12 +57,19 @@ func statusWith(t *testing.T, c codes.Code, msg string, detail *api.NotLeader) e
 
 func invokeStatus(t *testing.T, endpoints []string, opts ...client.InvokeOption) error {
 	t.Helper()
-	cl, err := client.New(client.Config{Endpoints: endpoints, RetryFor: 200 * time.Millisecond})
+	return invokeStatusWith(t, client.Config{Endpoints: endpoints, RetryFor: 200 * time.Millisecond}, 10*time.Second, opts...)
+}
+
+// invokeStatusWith calls ClusterService.Status through Invoke with a fresh
+// client of cfg, waiting at most d, and returns Invoke's error.
+func invokeStatusWith(t *testing.T, cfg client.Config, d time.Duration, opts ...client.InvokeOption) error {
+	t.Helper()
+	cl, err := client.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	return cl.Invoke(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
 		_, err := api.NewClusterServiceClient(conn).Status(ctx, &api.StatusRequest{})

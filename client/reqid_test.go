@@ -1,7 +1,6 @@
 package client_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -12,13 +11,7 @@ import (
 // A request id names one request: reusing it with another scope is an
 // invalid argument naming request_id, never the first lease.
 func TestRequestIDReusedWithAnotherScopeIsInvalid(t *testing.T) {
-	c, err := client.New(client.Config{Endpoints: []string{endpoint}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	c, ctx := embeddedClient(t, 20*time.Second)
 	l, err := c.Acquire(ctx, "reqid/c1", client.WithRequestID("req-scope-1"))
 	if err != nil {
 		t.Fatal(err)

@@ -291,10 +291,6 @@ func TestUnsafeFeaturesNeedTheirFlagAndAreReported(t *testing.T) {
 	})
 	ctx := ctxT(t)
 	for i, n := range tc.nodes {
-		st, err := n.admin.Status(ctx, &api.StatusRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
 		want := "insecure"
 		if i == 0 {
 			want = "insecure,pprof"
@@ -302,7 +298,7 @@ func TestUnsafeFeaturesNeedTheirFlagAndAreReported(t *testing.T) {
 		if i == 1 {
 			want = "insecure,peer-route"
 		}
-		if got := strings.Join(st.Unsafe, ","); got != want {
+		if got := reportedUnsafe(ctx, t, n); got != want {
 			t.Fatalf("%s reports unsafe %q, want %q", n.ID(), got, want)
 		}
 		resp, err := http.Get("http://" + n.MetricsAddr() + "/debug/pprof/")

@@ -37,22 +37,6 @@ func replaceInFile(t *testing.T, path string, old, new []byte) int {
 	return n
 }
 
-// waitAllApplied waits until every running node applied the leader's
-// applied index.
-func (tc *testCluster) waitAllApplied() {
-	tc.t.Helper()
-	_, l := tc.leader()
-	want := l.AppliedIndex()
-	eventually(tc.t, 10*time.Second, "every node applies the leader's index", func() bool {
-		for _, n := range tc.nodes {
-			if n != nil && n.AppliedIndex() < want {
-				return false
-			}
-		}
-		return true
-	})
-}
-
 // TestFlippedByteInRaftDBStopsTheNodeAtStart reproduces issue 14 §1: a
 // follower's raft.db has one applied command's resource name changed
 // (db/39 -> dX/39, same length). Started again, it must refuse with a
@@ -67,7 +51,7 @@ func TestFlippedByteInRaftDBStopsTheNodeAtStart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tc.waitAllApplied()
+	tc.waitAllApplied(t)
 	fi, _ := tc.follower()
 	tc.stop(fi)
 	path := logPathOf(tc.cfgs[fi]) // raft.db, or wal/ (LEASEFENCE_LOG_STORE=wal)
@@ -107,7 +91,7 @@ func TestFlippedByteInSnapshotStopsTheNodeAtStart(t *testing.T) {
 	if _, err := c.Acquire(ctx, acquireReq("snapdb/39", 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	tc.waitAllApplied()
+	tc.waitAllApplied(t)
 	fi, f := tc.follower()
 	if err := f.Raft().Snapshot().Error(); err != nil {
 		t.Fatal(err)

@@ -160,6 +160,33 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
+// waitAllApplied waits until every running node applied the leader's
+// applied index; t is the test or subtest that fails if they do not.
+func (tc *testCluster) waitAllApplied(t testing.TB) {
+	t.Helper()
+	_, l := tc.leader()
+	want := l.AppliedIndex()
+	eventually(t, 10*time.Second, "every node applies the leader's index", func() bool {
+		for _, n := range tc.nodes {
+			if n != nil && n.AppliedIndex() < want {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// reportedUnsafe returns the unsafe settings node n's Status lists,
+// comma-separated.
+func reportedUnsafe(ctx context.Context, t testing.TB, n *Node) string {
+	t.Helper()
+	st, err := n.admin.Status(ctx, &api.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(st.Unsafe, ",")
+}
+
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/fsm"
 )
 
@@ -47,15 +46,11 @@ func TestPlantedBugsArePerNodeAndReported(t *testing.T) {
 	})
 	ctx := ctxT(t)
 	for i, n := range tc.nodes {
-		st, err := n.admin.Status(ctx, &api.StatusRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
 		want := "insecure"
 		if i == pi {
 			want = "insecure,planted-bug:grant-no-margin,planted-bug:local-reads"
 		}
-		if got := strings.Join(st.Unsafe, ","); got != want {
+		if got := reportedUnsafe(ctx, t, n); got != want {
 			t.Errorf("%s reports unsafe %q, want %q", n.ID(), got, want)
 		}
 		if got, want := n.planted(BugLocalReads), i == pi; got != want {

@@ -54,7 +54,7 @@ func TestReplicaWithDivergentStateRaisesAlarmAndServesNothing(t *testing.T) {
 	if _, err := c.Acquire(ctx, acquireReq("real/1", 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	tc.waitAllApplied()
+	tc.waitAllApplied(t)
 	fi, f := tc.follower()
 	corruptReplica(t, f)
 	for i := 0; i < 8; i++ { // past the next checkpoints

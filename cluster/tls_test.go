@@ -191,16 +191,7 @@ func TestMutualTLSAdmitsCertifiedClientsAndKeepsRaftToPeers(t *testing.T) {
 		if _, err := acquireOn(t, fx.dial(t, follower.Addr(), clientCert), "tls/replicated"); err != nil {
 			t.Fatal(err)
 		}
-		_, leader := tc.leader()
-		want := leader.AppliedIndex()
-		eventually(t, 10*time.Second, "every node applies the leader's index", func() bool {
-			for _, n := range tc.nodes {
-				if n.AppliedIndex() < want {
-					return false
-				}
-			}
-			return true
-		})
+		tc.waitAllApplied(t)
 	})
 }
 

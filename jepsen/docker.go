@@ -275,28 +275,27 @@ func (d *DockerNet) pid(id string) int {
 	return pid
 }
 
-// ipt runs iptables in node id's network namespace.
-func (d *DockerNet) ipt(id string, args ...string) error {
-	pid := d.pid(id)
-	if pid == 0 {
-		return fmt.Errorf("docker mode: %s is not running", id)
-	}
-	return netns.Run("nsenter", append([]string{"-t", strconv.Itoa(pid), "-n", netns.IptablesBin}, args...)...)
+// rules are the iptables faults, entering a container's namespace with
+// nsenter through the pid of its init.
+func (d *DockerNet) rules() netns.Rules {
+	return netns.Rules{IDs: d.ids, IP: d.ip, In: func(id string) ([]string, error) {
+		pid := d.pid(id)
+		if pid == 0 {
+			return nil, fmt.Errorf("docker mode: %s is not running", id)
+		}
+		return []string{"nsenter", "-t", strconv.Itoa(pid), "-n"}, nil
+	}}
 }
 
 // setupNS makes the fault chains in a fresh namespace of id and puts back
 // the faults in place. Called with d.mu held.
 func (d *DockerNet) setupNS(id string) error {
-	errs := []error{
-		d.ipt(id, "-N", "LFJ-PART"), d.ipt(id, "-N", "LFJ-FLAKY"),
-		d.ipt(id, "-A", "INPUT", "-j", "LFJ-PART"), d.ipt(id, "-A", "INPUT", "-j", "LFJ-FLAKY"),
-	}
-	for _, a := range d.grudge[id] {
-		errs = append(errs, d.ipt(id, "-A", "LFJ-PART", "-s", d.ip[a], "-j", "DROP"))
-	}
-	errs = append(errs, d.flakyRules(id, d.flaky)...)
+	r := d.rules()
+	errs := r.Chains(id)
+	errs = append(errs, r.Drop(id, d.grudge[id])...)
+	errs = append(errs, r.FlakyFor(id, d.flaky)...)
 	if d.silenced[id] {
-		errs = append(errs, d.silence(id, "-I"))
+		errs = append(errs, r.Silence(id, true))
 	}
 	return errors.Join(errs...)
 }
@@ -393,21 +392,9 @@ func (d *DockerNet) Partition(grudge map[string][]string) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var errs []error
-	d.grudge = map[string][]string{}
-	for _, b := range d.ids {
-		errs = append(errs, d.ipt(b, "-F", "LFJ-PART"))
-	}
-	for b, froms := range grudge {
-		for _, a := range froms {
-			if a == b {
-				continue
-			}
-			d.grudge[b] = append(d.grudge[b], a)
-			errs = append(errs, d.ipt(b, "-A", "LFJ-PART", "-s", d.ip[a], "-j", "DROP"))
-		}
-	}
-	return errors.Join(errs...)
+	var err error
+	d.grudge, err = d.rules().Partition(grudge)
+	return err
 }
 
 // Slow implements Net: refused, docker mode has no packet delay.
@@ -418,24 +405,6 @@ func (d *DockerNet) Slow(delay, jitter time.Duration) error {
 	return errors.New("docker mode cannot delay packets (no netem qdisc); use proxy mode for net-slow")
 }
 
-func (d *DockerNet) flakyRules(b string, p float64) []error {
-	if p == 0 {
-		return nil
-	}
-	var errs []error
-	for _, a := range d.ids {
-		if a == b {
-			continue
-		}
-		errs = append(errs,
-			d.ipt(b, "-A", "LFJ-FLAKY", "-s", d.ip[a], "-p", "tcp", "--syn", "-m", "statistic", "--mode", "random",
-				"--probability", strconv.FormatFloat(p, 'f', 4, 64), "-j", "REJECT", "--reject-with", "tcp-reset"),
-			d.ipt(b, "-A", "LFJ-FLAKY", "-s", d.ip[a], "-p", "tcp", "-m", "statistic", "--mode", "random",
-				"--probability", strconv.FormatFloat(p/100, 'f', 5, 64), "-j", "REJECT", "--reject-with", "tcp-reset"))
-	}
-	return errs
-}
-
 // Flaky implements Net as namespace mode does (netns.NSNet.Flaky).
 func (d *DockerNet) Flaky(p float64) error {
 	if p < 0 || p > 1 {
@@ -443,19 +412,9 @@ func (d *DockerNet) Flaky(p float64) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var errs []error
-	for _, b := range d.ids {
-		errs = append(errs, d.ipt(b, "-F", "LFJ-FLAKY"))
-		errs = append(errs, d.flakyRules(b, p)...)
-	}
+	err := d.rules().Flaky(p)
 	d.flaky = p
-	return errors.Join(errs...)
-}
-
-func (d *DockerNet) silence(id, op string) error {
-	return errors.Join(
-		d.ipt(id, op, "INPUT", "!", "-i", "lo", "-j", "DROP"),
-		d.ipt(id, op, "OUTPUT", "!", "-o", "lo", "-j", "DROP"))
+	return err
 }
 
 // Silence (on) drops every packet into and out of id's container but its
@@ -470,12 +429,8 @@ func (d *DockerNet) Silence(id string, on bool) error {
 	if d.silenced[id] == on {
 		return nil
 	}
-	op := "-D"
-	if on {
-		op = "-I"
-	}
 	d.silenced[id] = on
-	return d.silence(id, op)
+	return d.rules().Silence(id, on)
 }
 
 // Heal implements Net.
@@ -487,32 +442,15 @@ func (d *DockerNet) Describe() string {
 	defer d.mu.Unlock()
 	s := fmt.Sprintf("docker mode (image %s, network %s, %s0/24); %s (iptables DROP in the receiver's container namespace)",
 		d.image, d.names.network(), d.prefix, netns.GrudgeString(d.grudge))
-	if d.flaky > 0 {
-		s += fmt.Sprintf("; flaky: peer SYNs reset with p=%.2f, other peer packets with p=%.4f", d.flaky, d.flaky/100)
-	}
-	return s
+	return s + netns.FlakyString(d.flaky)
 }
 
 // Stats implements Net from the rules' packet counters (a restarted
-// container's counters start again from zero).
+// container's counters start again from zero; a stopped one counts nothing).
 func (d *DockerNet) Stats() NetStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	s := NetStats{Held: map[string]int64{}}
-	byIP := map[string]string{}
-	for id, ip := range d.ip {
-		byIP[ip] = id
-	}
-	for _, b := range d.ids {
-		pid := d.pid(b)
-		if pid == 0 {
-			continue
-		}
-		for _, chain := range []string{"LFJ-PART", "LFJ-FLAKY"} {
-			s.AddRuleCounters(chain, b, byIP, netns.Output("nsenter", "-t", strconv.Itoa(pid), "-n", netns.IptablesBin, "-L", chain, "-v", "-x", "-n"))
-		}
-	}
-	return s
+	return d.rules().Stats()
 }
 
 // Close implements Net: it stops the containers (SIGKILL, after unpausing),

@@ -356,23 +356,30 @@ func TestCallsAfterCloseReturnErrTransportShutdown(t *testing.T) {
 	}
 }
 
-func TestCloseCancelsInFlightCalls(t *testing.T) {
-	a := startNode(t, "127.0.0.1:0", nil)
-	b := startNode(t, "127.0.0.1:0", nil)
-
-	// b's consumer takes the RPC and never answers.
-	taken := make(chan raft.RPC, 1)
+// unansweredVote starts nodes a and b and sends a RequestVote from a to b
+// in the background; b's consumer takes it (taken receives it) and never
+// answers. errCh receives the call's error.
+func unansweredVote(t *testing.T) (a, b *testNode, taken <-chan raft.RPC, errCh <-chan error) {
+	t.Helper()
+	a = startNode(t, "127.0.0.1:0", nil)
+	b = startNode(t, "127.0.0.1:0", nil)
+	took := make(chan raft.RPC, 1)
 	go func() {
 		select {
 		case rpc := <-b.tr.Consumer():
-			taken <- rpc
+			took <- rpc
 		case <-t.Context().Done():
 		}
 	}()
-	errCh := make(chan error, 1)
+	errs := make(chan error, 1)
 	go func() {
-		errCh <- a.tr.RequestVote("b", b.addr, &raft.RequestVoteRequest{Term: 1}, &raft.RequestVoteResponse{})
+		errs <- a.tr.RequestVote("b", b.addr, &raft.RequestVoteRequest{Term: 1}, &raft.RequestVoteResponse{})
 	}()
+	return a, b, took, errs
+}
+
+func TestCloseCancelsInFlightCalls(t *testing.T) {
+	a, _, taken, errCh := unansweredVote(t)
 	select {
 	case <-taken:
 	case <-time.After(5 * time.Second):
@@ -394,22 +401,8 @@ func TestCloseCancelsInFlightCalls(t *testing.T) {
 }
 
 func TestClosedServerRespondsUnavailableAndHandsNothingToRaft(t *testing.T) {
-	a := startNode(t, "127.0.0.1:0", nil)
-	b := startNode(t, "127.0.0.1:0", nil)
-
 	// An RPC waiting for b's raft when b closes is answered Unavailable.
-	taken := make(chan raft.RPC, 1)
-	go func() {
-		select {
-		case rpc := <-b.tr.Consumer():
-			taken <- rpc
-		case <-t.Context().Done():
-		}
-	}()
-	errCh := make(chan error, 1)
-	go func() {
-		errCh <- a.tr.RequestVote("b", b.addr, &raft.RequestVoteRequest{Term: 1}, &raft.RequestVoteResponse{})
-	}()
+	a, b, taken, errCh := unansweredVote(t)
 	<-taken
 	_ = b.tr.Close() // the gRPC server keeps serving
 	if err := <-errCh; status.Code(err) != codes.Unavailable {

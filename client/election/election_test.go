@@ -2,9 +2,6 @@ package election_test
 
 import (
 	"context"
-	"flag"
-	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,19 +16,7 @@ import (
 var leasedBin string
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	bin, cleanup, err := testcluster.Build()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	leasedBin = bin
-	var stop func()
-	endpoint, stop = testcluster.StartEmbedded()
-	code := m.Run()
-	stop()
-	cleanup()
-	os.Exit(code)
+	testcluster.Main(m, &leasedBin, &endpoint, nil)
 }
 
 // stallable drops every keep-alive message while stalled is set, as a
@@ -151,18 +136,9 @@ func TestObserveReportsEachLeaderChange(t *testing.T) {
 // delayFirstRenewReply holds back the answer to the first unary Renew (the
 // one a waiting Acquire confirms its grant with) for d.
 func delayFirstRenewReply(d time.Duration, n *atomic.Int32) grpc.UnaryClientInterceptor {
-	return func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		err := invoker(ctx, m, req, reply, cc, opts...)
-		if err == nil && m == "/leasefence.v1.LeaseService/Renew" && n.Add(1) == 1 {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-			}
-		}
-		return err
-	}
+	return testcluster.DelayReply(d, func(m string) bool {
+		return m == "/leasefence.v1.LeaseService/Renew" && n.Add(1) == 1
+	})
 }
 
 // A campaign whose grant is confirmed only after its safe window closed

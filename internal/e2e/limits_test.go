@@ -26,7 +26,6 @@ import (
 
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/client"
-	"github.com/leasefence/leasefence/internal/certgen"
 	"github.com/leasefence/leasefence/internal/testcluster"
 	"github.com/leasefence/leasefence/transport"
 )
@@ -124,16 +123,8 @@ func TestAbusiveClientIsRefusedWhileHonestClientsAreServed(t *testing.T) {
 		bin = b
 	}
 	const capN = 200
-	dir := t.TempDir()
-	if _, err := certgen.WriteCluster(dir, []string{"node"}, []string{"client"}, transport.DefaultPeerIdentity); err != nil {
-		t.Fatal(err)
-	}
-	file := func(name string) string { return filepath.Join(dir, name) }
-	clientTLS, err := client.LoadTLS(file("client.crt"), file("client.key"), file("ca.crt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"--tls-cert", file("node.crt"), "--tls-key", file("node.key"), "--tls-ca", file("ca.crt"), "--log-level", "warn"}
+	dir, clientTLS, args := mutualTLS(t)
+	args = append(args, "--log-level", "warn")
 	help, _ := exec.Command(bin, "--help").CombinedOutput()
 	withLimits := strings.Contains(string(help), "-max-connections")
 	if withLimits {

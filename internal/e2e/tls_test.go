@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -16,14 +17,13 @@ import (
 	"github.com/leasefence/leasefence/transport"
 )
 
-// A cluster of real leased processes started with --tls-cert/--tls-key/
-// --tls-ca serves leasectl and the Go client when they present a client
-// certificate, and refuses them when they come without TLS.
-func TestLeasectlAndClientOverMutualTLS(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real processes")
-	}
-	dir := t.TempDir()
+// mutualTLS writes into a fresh dir a CA (ca.crt), the certificate every
+// node presents (node.crt, node.key) and a client's (client.crt,
+// client.key). It returns the dir, the client's TLS config and leased's
+// flags for mutual TLS.
+func mutualTLS(t *testing.T) (dir string, clientTLS *tls.Config, nodeFlags []string) {
+	t.Helper()
+	dir = t.TempDir()
 	if _, err := certgen.WriteCluster(dir, []string{"node"}, []string{"client"}, transport.DefaultPeerIdentity); err != nil {
 		t.Fatal(err)
 	}
@@ -32,8 +32,19 @@ func TestLeasectlAndClientOverMutualTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := testcluster.StartTLS(t, leasedBin, 3, clientTLS,
-		"--tls-cert", file("node.crt"), "--tls-key", file("node.key"), "--tls-ca", file("ca.crt"))
+	return dir, clientTLS, []string{"--tls-cert", file("node.crt"), "--tls-key", file("node.key"), "--tls-ca", file("ca.crt")}
+}
+
+// A cluster of real leased processes started with --tls-cert/--tls-key/
+// --tls-ca serves leasectl and the Go client when they present a client
+// certificate, and refuses them when they come without TLS.
+func TestLeasectlAndClientOverMutualTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	dir, clientTLS, nodeFlags := mutualTLS(t)
+	file := func(name string) string { return filepath.Join(dir, name) }
+	c := testcluster.StartTLS(t, leasedBin, 3, clientTLS, nodeFlags...)
 	eps := c.Endpoints()
 	tlsFlags := []string{"--tls-cert", file("client.crt"), "--tls-key", file("client.key"), "--tls-ca", file("ca.crt")}
 

@@ -121,14 +121,15 @@ func NewNSNet(ids []string) (*NSNet, error) {
 			in(IPBin, "addr", "add", n.ip[id]+"/24", "dev", "eth0"),
 			in(IPBin, "link", "set", "eth0", "up"),
 			in(IPBin, "link", "set", "lo", "up"),
-			in(IptablesBin, "-N", "LFJ-PART"),
-			in(IptablesBin, "-N", "LFJ-FLAKY"),
-			in(IptablesBin, "-A", "INPUT", "-j", "LFJ-PART"),
-			in(IptablesBin, "-A", "INPUT", "-j", "LFJ-FLAKY"),
 		)
 	}
 	for _, s := range steps {
 		if err := Run(s[0], s[1:]...); err != nil {
+			return fail(err)
+		}
+	}
+	for _, id := range ids {
+		if err := errors.Join(n.rules().Chains(id)...); err != nil {
 			return fail(err)
 		}
 	}
@@ -206,8 +207,11 @@ func (n *NSNet) Command(id, bin string, args []string) (string, []string) {
 
 func (n *NSNet) known(id string) bool { _, ok := n.ns[id]; return ok }
 
-func (n *NSNet) in(id string, args ...string) error {
-	return Run(IPBin, append([]string{"netns", "exec", n.ns[id], IptablesBin}, args...)...)
+// rules are the iptables faults, entering a namespace with `ip netns exec`.
+func (n *NSNet) rules() Rules {
+	return Rules{IDs: n.ids, IP: n.ip, In: func(id string) ([]string, error) {
+		return []string{IPBin, "netns", "exec", n.ns[id]}, nil
+	}}
 }
 
 // Partition implements Net.
@@ -217,21 +221,9 @@ func (n *NSNet) Partition(grudge map[string][]string) error {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	var errs []error
-	for _, b := range n.ids {
-		errs = append(errs, n.in(b, "-F", "LFJ-PART"))
-	}
-	n.grudge = map[string][]string{}
-	for b, froms := range grudge {
-		for _, a := range froms {
-			if a == b {
-				continue
-			}
-			errs = append(errs, n.in(b, "-A", "LFJ-PART", "-s", n.ip[a], "-j", "DROP"))
-			n.grudge[b] = append(n.grudge[b], a)
-		}
-	}
-	return errors.Join(errs...)
+	var err error
+	n.grudge, err = n.rules().Partition(grudge)
+	return err
 }
 
 // Silence (on) drops every packet into and out of id's namespace but its
@@ -242,14 +234,7 @@ func (n *NSNet) Silence(id string, on bool) error {
 	if !n.known(id) {
 		return fmt.Errorf("namespace mode: no node %q", id)
 	}
-	op := "-I"
-	if !on {
-		op = "-D"
-	}
-	return errors.Join(
-		n.in(id, op, "INPUT", "!", "-i", "lo", "-j", "DROP"),
-		n.in(id, op, "OUTPUT", "!", "-o", "lo", "-j", "DROP"),
-	)
+	return n.rules().Silence(id, on)
 }
 
 // Slow implements Net with netem, if the kernel has it.
@@ -279,25 +264,9 @@ func (n *NSNet) Flaky(p float64) error {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	var errs []error
-	for _, b := range n.ids {
-		errs = append(errs, n.in(b, "-F", "LFJ-FLAKY"))
-		if p == 0 {
-			continue
-		}
-		for _, a := range n.ids {
-			if a == b {
-				continue
-			}
-			errs = append(errs,
-				n.in(b, "-A", "LFJ-FLAKY", "-s", n.ip[a], "-p", "tcp", "--syn", "-m", "statistic", "--mode", "random",
-					"--probability", strconv.FormatFloat(p, 'f', 4, 64), "-j", "REJECT", "--reject-with", "tcp-reset"),
-				n.in(b, "-A", "LFJ-FLAKY", "-s", n.ip[a], "-p", "tcp", "-m", "statistic", "--mode", "random",
-					"--probability", strconv.FormatFloat(p/100, 'f', 5, 64), "-j", "REJECT", "--reject-with", "tcp-reset"))
-		}
-	}
+	err := n.rules().Flaky(p)
 	n.flaky = p
-	return errors.Join(errs...)
+	return err
 }
 
 // Heal implements Net.
@@ -317,48 +286,14 @@ func (n *NSNet) Describe() string {
 	if n.delay > 0 || n.jitter > 0 {
 		s += fmt.Sprintf("; netem delay %v jitter %v", n.delay, n.jitter)
 	}
-	if n.flaky > 0 {
-		s += fmt.Sprintf("; flaky: peer SYNs reset with p=%.2f, other peer packets with p=%.4f", n.flaky, n.flaky/100)
-	}
-	return s
+	return s + FlakyString(n.flaky)
 }
 
 // Stats implements Net from the packet counters of the iptables rules.
 func (n *NSNet) Stats() Stats {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	s := Stats{Held: map[string]int64{}}
-	byIP := map[string]string{}
-	for id, ip := range n.ip {
-		byIP[ip] = id
-	}
-	for _, b := range n.ids {
-		for _, chain := range []string{"LFJ-PART", "LFJ-FLAKY"} {
-			s.AddRuleCounters(chain, b, byIP, Output(IPBin, "netns", "exec", n.ns[b], IptablesBin, "-L", chain, "-v", "-x", "-n"))
-		}
-	}
-	return s
-}
-
-// AddRuleCounters adds the packet counters of `iptables -L chain -v -x -n`
-// in node b's namespace (out) to s: LFJ-PART's as packets held from the
-// source's node (byIP) to b, LFJ-FLAKY's as resets.
-func (s *Stats) AddRuleCounters(chain, b string, byIP map[string]string, out string) {
-	for _, l := range strings.Split(out, "\n") {
-		f := strings.Fields(l) // pkts bytes target prot opt in out source destination ...
-		if len(f) < 9 {
-			continue
-		}
-		pkts, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			continue
-		}
-		if chain == "LFJ-PART" {
-			s.Held[byIP[f[7]]+"->"+b] += pkts
-		} else {
-			s.Reset += pkts
-		}
-	}
+	return n.rules().Stats()
 }
 
 // Close implements Net: it deletes the namespaces (with their rules and

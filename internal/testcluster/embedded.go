@@ -2,6 +2,7 @@ package testcluster
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,34 @@ import (
 	"github.com/leasefence/leasefence/cluster"
 	"github.com/leasefence/leasefence/internal/loopback"
 )
+
+// Main is a TestMain for the packages whose tests run against real leased
+// processes and whose Example tests run against an embedded node: it builds
+// leased (race) into *bin, starts a one-node embedded cluster at *endpoint,
+// runs the tests, stops and removes both, and exits with the tests' status.
+// leaks, when not nil, runs after tests that passed; its error (a
+// goroutine leak) fails the binary.
+func Main(m *testing.M, bin, endpoint *string, leaks func() error) {
+	flag.Parse()
+	b, cleanup, err := Build()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	*bin = b
+	var stop func()
+	*endpoint, stop = StartEmbedded()
+	code := m.Run()
+	stop()
+	cleanup()
+	if code == 0 && leaks != nil {
+		if err := leaks(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // StartEmbedded starts a one-node cluster inside this process (the
 // embedding API) on a free loopback port, waits until it leads, and returns
