@@ -8,11 +8,11 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/leasefence/leasefence/fence/fencekv"
 	"github.com/leasefence/leasefence/jepsen/history"
+	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
 // AllNemeses lists every kind implemented: the process nemeses above,
@@ -72,7 +72,7 @@ type nemesis struct {
 	nodes   NodeControl
 	clocks  ClockControl // nil unless a clock nemesis is enabled (clock.go)
 	net     Net          // network faults (nemesis_net.go); nil: none
-	workers []*workerProc
+	workers []nm.Worker
 	kv      *fencekv.Client
 	ttl     time.Duration
 	log     *history.Writer
@@ -238,9 +238,9 @@ func errString(err error, ok string) string {
 // wait is bounded: at most 8 ttl. It reports whether the pause was
 // effective.
 func (n *nemesis) clientPause(ctx context.Context, kind string) bool {
-	var idle []*workerProc
+	var idle []nm.Worker
 	for _, w := range n.workers {
-		if w.proc.Running() {
+		if w.Running() {
 			idle = append(idle, w)
 		}
 	}
@@ -250,32 +250,32 @@ func (n *nemesis) clientPause(ctx context.Context, kind string) bool {
 	w := idle[n.rng.IntN(len(idle))]
 	// Drop a stale notice from an earlier pause, if any.
 	select {
-	case <-w.paused:
+	case <-w.Paused():
 	default:
 	}
-	cmd, where := CmdPause, "write"
+	where := "write"
 	switch kind {
 	case history.NemClientPauseAcquire:
-		cmd, where = CmdPauseAcquire, "acquire answer"
+		where = "acquire answer"
 	case history.NemClientPauseReplay:
-		cmd, where = CmdPauseReplay, "write after a replayed acquire"
+		where = "write after a replayed acquire"
 	}
-	if err := w.proc.Send(cmd); err != nil {
+	if err := w.PauseAt(kind); err != nil {
 		return false
 	}
 	var note PauseNotice
 	select {
-	case note = <-w.paused:
+	case note = <-w.Paused():
 	case <-time.After(10 * time.Second):
-		n.record(history.Fault{Phase: "start", Kind: kind, Target: w.id, Detail: "worker did not reach a " + where + " within 10s"})
-		n.record(history.Fault{Phase: "heal", Kind: kind, Target: w.id, Detail: "never paused"})
+		n.record(history.Fault{Phase: "start", Kind: kind, Target: w.ID(), Detail: "worker did not reach a " + where + " within 10s"})
+		n.record(history.Fault{Phase: "heal", Kind: kind, Target: w.ID(), Detail: "never paused"})
 		return false
 	case <-ctx.Done():
 		return false
 	}
-	stopped := w.proc.WaitStopped(5 * time.Second)
-	n.progress(fmt.Sprintf("nemesis: %s frozen at its %s with token %d on %s", w.id, where, note.Token, note.Resource))
-	n.record(history.Fault{Phase: "start", Kind: kind, Target: w.id,
+	stopped := w.WaitStopped(5 * time.Second)
+	n.progress(fmt.Sprintf("nemesis: %s frozen at its %s with token %d on %s", w.ID(), where, note.Token, note.Resource))
+	n.record(history.Fault{Phase: "start", Kind: kind, Target: w.ID(),
 		Detail: fmt.Sprintf("SIGSTOP at %s %s on %s with token %d, seen stopped: %v", where, note.Op, note.Resource, note.Token, stopped)})
 	// A worker stopped before its write resumes once the newer holder's
 	// write has landed (its stale write comes after it); one stopped at an
@@ -299,12 +299,12 @@ func (n *nemesis) clientPause(ctx context.Context, kind string) bool {
 		}
 		time.Sleep(poll)
 	}
-	err := w.proc.Signal(syscall.SIGCONT)
+	err := w.Resume()
 	detail := fmt.Sprintf("SIGCONT; a newer token %d was accepted meanwhile", highest)
 	if highest == 0 {
 		detail = "SIGCONT; no newer token was accepted within 8 ttl"
 	}
-	n.record(history.Fault{Phase: "heal", Kind: kind, Target: w.id, Effective: stopped && highest > note.Token, Detail: errString(err, detail)})
+	n.record(history.Fault{Phase: "heal", Kind: kind, Target: w.ID(), Effective: stopped && highest > note.Token, Detail: errString(err, detail)})
 	return stopped && highest > note.Token
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasefence/leasefence/jepsen/history"
+	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
 // ComboNemeses lists the combined kinds; partition-kill needs a Net.
@@ -83,11 +84,11 @@ func (n *nemesis) rollingRestart(ctx context.Context) {
 	n.progress("nemesis: rolling restart " + strings.Join(order, ","))
 	n.record(history.Fault{Phase: "start", Kind: history.NemRollingRestart, Target: strings.Join(order, ","), Leader: leader != "",
 		Detail: fmt.Sprintf("SIGTERM, restart and catch up, one node at a time, leader %s last", orNone(leader))})
-	c, isCluster := n.nodes.(*Cluster)
+	c, isCluster := n.nodes.(nm.Cluster)
 	var done, problems []string
 	for _, id := range order {
 		if isCluster {
-			c.Proc(id).Kill(syscall.SIGTERM, 10*time.Second)
+			c.Process(id).Kill(syscall.SIGTERM, 10*time.Second)
 		} else if err := n.nodes.Kill9(id); err != nil {
 			problems = append(problems, id+": "+err.Error())
 			continue

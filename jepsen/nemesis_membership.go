@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/jepsen/history"
+	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
 // memberAddTimeout bounds one Join call of the nemesis: the leader's probe
@@ -21,7 +22,7 @@ const memberAddTimeout = 10 * time.Second
 
 func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 	bg := context.WithoutCancel(ctx) // always heal
-	cl, ok := n.nodes.(*Cluster)
+	cl, ok := n.nodes.(nm.Cluster)
 	leader := ""
 	if ok {
 		leader = cl.Leader(bg)
@@ -62,7 +63,7 @@ func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 		id := fmt.Sprintf("u%d-%d", seq, i+1)
 		unreachable[addr] = id
 		t := time.Now()
-		err := cl.join(bg, id, addr)
+		err := cl.Join(bg, id, addr)
 		a := history.MemberAdd{ID: id, Addr: addr, Answer: joinAnswer(err), TookNs: int64(time.Since(t))}
 		if err != nil {
 			a.Error = err.Error()
@@ -83,7 +84,7 @@ func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 		if a.Answer == history.AddRefused {
 			continue
 		}
-		if err := cl.removeBounded(bg, a.ID); err != nil {
+		if err := cl.RemoveBounded(bg, a.ID); err != nil {
 			herrs = append(herrs, fmt.Sprintf("remove %s: %v", a.ID, err))
 		}
 	}
@@ -148,7 +149,7 @@ func listedIn(states map[string]*api.StatusResponse, unreachable map[string]stri
 }
 
 // join asks the leader to add a voter id at addr.
-func (c *Cluster) join(ctx context.Context, id, addr string) error {
+func (c *Cluster) Join(ctx context.Context, id, addr string) error {
 	cs, err := c.leaderClient(ctx)
 	if err != nil {
 		return err
@@ -159,10 +160,10 @@ func (c *Cluster) join(ctx context.Context, id, addr string) error {
 	return err
 }
 
-// removeBounded asks the leader to remove member id: three tries of 5 s at
+// RemoveBounded asks the leader to remove member id: three tries of 5 s at
 // most (a cluster without a quorum cannot remove anything). A member the
 // leader does not know counts as removed.
-func (c *Cluster) removeBounded(ctx context.Context, id string) error {
+func (c *Cluster) RemoveBounded(ctx context.Context, id string) error {
 	var err error
 	for i := 0; i < 3; i++ {
 		var cs api.ClusterServiceClient

@@ -16,6 +16,7 @@ import (
 	"github.com/leasefence/leasefence/fence/fencekv"
 	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
+	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
 // mismatchBump is the odd node's bump under NemRestoreMismatch.
@@ -34,7 +35,7 @@ func (n *nemesis) restore(ctx context.Context, mismatch bool) {
 	if mismatch {
 		kind = history.NemRestoreMismatch
 	}
-	cl, ok := n.nodes.(*Cluster)
+	cl, ok := n.nodes.(nm.Cluster)
 	if !ok || n.hist == nil {
 		n.record(history.Fault{Phase: "start", Kind: kind, Detail: "no cluster of processes or no history to probe into"})
 		n.record(history.Fault{Phase: "heal", Kind: kind, Detail: "nothing done"})
@@ -44,7 +45,7 @@ func (n *nemesis) restore(ctx context.Context, mismatch bool) {
 	k := n.counts[history.NemRestore] + n.counts[history.NemRestoreMismatch] + 1
 	n.mu.Unlock()
 	ctx = context.WithoutCancel(ctx) // once started, always finish
-	file := filepath.Join(cl.dir, fmt.Sprintf("backup-%d.lfb", k))
+	file := filepath.Join(cl.Dir(), fmt.Sprintf("backup-%d.lfb", k))
 	n.progress(fmt.Sprintf("nemesis: restore %d: backup to %s", k, file))
 	index, berr := cl.Backup(ctx, file)
 	var scopes []string
@@ -73,12 +74,12 @@ func (n *nemesis) restore(ctx context.Context, mismatch bool) {
 		n.record(history.Fault{Phase: "heal", Kind: kind, Target: "all", Detail: "no backup, nothing lost"})
 		return
 	}
-	lost := filepath.Join(cl.dir, fmt.Sprintf("lost-%d", k))
+	lost := filepath.Join(cl.Dir(), fmt.Sprintf("lost-%d", k))
 	odd, healed := "", "a new cluster from the backup (default bump) has a leader"
 	if mismatch {
-		odd = cl.ids[(k-1)%len(cl.ids)]
+		odd = cl.Nodes()[(k-1)%len(cl.Nodes())]
 	}
-	rerr := cl.restoreAll(ctx, file, lost, odd)
+	rerr := cl.RestoreAll(ctx, file, lost, odd)
 	if rerr == nil && n.onRestore != nil {
 		n.onRestore()
 	}
@@ -99,7 +100,7 @@ func (n *nemesis) restore(ctx context.Context, mismatch bool) {
 	}
 	n.progress(fmt.Sprintf("nemesis: restore %d: after it: %s", k, strings.Join(post, ", ")))
 	if odd != "" {
-		err := cl.refound(ctx, odd, file, filepath.Join(lost, odd+"-mismatched"))
+		err := cl.Refound(ctx, odd, file, filepath.Join(lost, odd+"-mismatched"))
 		n.progress(fmt.Sprintf("nemesis: restore %d: %s restored again with the default bump: %s", k, odd, errString(err, "started")))
 	}
 }
@@ -107,7 +108,7 @@ func (n *nemesis) restore(ctx context.Context, mismatch bool) {
 // probe acquires scope (its own resource), writes to fencedkv under the
 // token and releases, recording the acquire and the write in the history.
 // It returns a summary for the fault's detail.
-func (n *nemesis) probe(ctx context.Context, cl *Cluster, tag, scope string) string {
+func (n *nemesis) probe(ctx context.Context, cl nm.Cluster, tag, scope string) string {
 	op := tag + "-" + scope
 	c, err := client.New(client.Config{Endpoints: cl.Endpoints()})
 	if err != nil {
@@ -209,7 +210,7 @@ func (c *Cluster) backupFrom(ctx context.Context, cs api.ClusterServiceClient, p
 	}
 }
 
-// restoreAll loses the whole cluster and starts a new one from backup:
+// RestoreAll loses the whole cluster and starts a new one from backup:
 // it kills every node (SIGKILL), moves their data dirs under lostDir, and
 // starts every node again on its address with an empty data dir,
 // bootstrapping the same members with --restore backup (the default
@@ -217,7 +218,7 @@ func (c *Cluster) backupFrom(ctx context.Context, cs api.ClusterServiceClient, p
 // that gets --bump-tokens mismatchBump and is started 2 s before the others
 // (NemRestoreMismatch): with the cluster id check it is kept out and
 // cannot lead; without it, it usually wins the first election.
-func (c *Cluster) restoreAll(ctx context.Context, backup, lostDir, odd string) error {
+func (c *Cluster) RestoreAll(ctx context.Context, backup, lostDir, odd string) error {
 	for _, p := range c.procs {
 		p.Kill(syscall.SIGKILL, 10*time.Second)
 	}
@@ -265,11 +266,11 @@ func (c *Cluster) restoreAll(ctx context.Context, backup, lostDir, odd string) e
 	return fmt.Errorf("no leader within 30s of the restore; %s's log ends:\n%s", c.ids[0], c.procs[0].Tail(2048))
 }
 
-// refound repairs node id of a restored cluster as docs/OPERATIONS.md
+// Refound repairs node id of a restored cluster as docs/OPERATIONS.md
 // says for a founding node given another file or bump: stop it, move its
 // data dir to lostDir, and start it again from backup with the default
 // bump.
-func (c *Cluster) refound(ctx context.Context, id, backup, lostDir string) error {
+func (c *Cluster) Refound(ctx context.Context, id, backup, lostDir string) error {
 	p := c.Proc(id)
 	p.Kill(syscall.SIGKILL, 10*time.Second)
 	if err := os.Rename(c.DataDir(id), lostDir); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/jepsen/history"
+	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
 // SnapshotArgs make the nodes snapshot and compact often, so a node that
@@ -38,14 +39,14 @@ func (n *nemesis) follower(ctx context.Context) (string, bool) {
 }
 
 func (n *nemesis) snapshot(ctx context.Context, hold time.Duration) {
-	cl, ok := n.nodes.(*Cluster)
+	cl, ok := n.nodes.(nm.Cluster)
 	id, found := n.follower(ctx)
 	if !ok || !found {
 		n.record(history.Fault{Phase: "start", Kind: history.NemSnapshot, Detail: "no follower to hold back (no leader)"})
 		n.record(history.Fault{Phase: "heal", Kind: history.NemSnapshot, Detail: "nothing done"})
 		return
 	}
-	before := strings.Count(cl.Proc(id).Tail(1<<30), installedMarker)
+	before := strings.Count(cl.Process(id).Tail(1<<30), installedMarker)
 	n.progress(fmt.Sprintf("nemesis: snapshot: %s down while the others compact their logs", id))
 	err := cl.Kill9(id)
 	n.record(history.Fault{Phase: "start", Kind: history.NemSnapshot, Target: id, Detail: errString(err, "SIGKILL; the others snapshot and compact meanwhile")})
@@ -53,7 +54,7 @@ func (n *nemesis) snapshot(ctx context.Context, hold time.Duration) {
 	rerr := cl.Restart(id)
 	installed := false
 	for deadline := time.Now().Add(20 * time.Second); rerr == nil && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if strings.Count(cl.Proc(id).Tail(1<<30), installedMarker) > before {
+		if strings.Count(cl.Process(id).Tail(1<<30), installedMarker) > before {
 			installed = true
 			break
 		}
@@ -66,7 +67,7 @@ func (n *nemesis) snapshot(ctx context.Context, hold time.Duration) {
 }
 
 func (n *nemesis) member(ctx context.Context, hold time.Duration) {
-	cl, ok := n.nodes.(*Cluster)
+	cl, ok := n.nodes.(nm.Cluster)
 	id, found := n.follower(ctx)
 	if !ok || !found {
 		n.record(history.Fault{Phase: "start", Kind: history.NemMember, Detail: "no follower to remove (no leader)"})
@@ -76,7 +77,7 @@ func (n *nemesis) member(ctx context.Context, hold time.Duration) {
 	n.progress(fmt.Sprintf("nemesis: member: remove %s, wipe it, join it back", id))
 	all := len(cl.Nodes())
 	err := cl.RemoveMember(ctx, id)
-	removed := err == nil && cl.waitMembers(ctx, all-1, id, false)
+	removed := err == nil && cl.WaitMembers(ctx, all-1, id, false)
 	if err == nil {
 		cl.Kill9(id)
 		err = os.RemoveAll(cl.DataDir(id))
@@ -85,7 +86,7 @@ func (n *nemesis) member(ctx context.Context, hold time.Duration) {
 		Detail: errString(err, fmt.Sprintf("removed (seen %d members: %v), killed, data dir wiped", all-1, removed))})
 	sleepCtx(context.WithoutCancel(ctx), hold) // always heal
 	rerr := cl.Rejoin(ctx, id)
-	joined := rerr == nil && cl.waitMembers(context.WithoutCancel(ctx), all, id, true) && cl.waitCaughtUp(context.WithoutCancel(ctx), id)
+	joined := rerr == nil && cl.WaitMembers(context.WithoutCancel(ctx), all, id, true) && cl.WaitCaughtUp(context.WithoutCancel(ctx), id)
 	n.record(history.Fault{Phase: "heal", Kind: history.NemMember, Target: id, Effective: removed && joined,
 		Detail: errString(rerr, fmt.Sprintf("rejoined as a fresh node, seen among %d members and caught up: %v", all, joined))})
 }
@@ -141,9 +142,9 @@ func (c *Cluster) Rejoin(ctx context.Context, id string) error {
 	return p.Start()
 }
 
-// waitMembers waits up to 20 s until the leader lists want members and
+// WaitMembers waits up to 20 s until the leader lists want members and
 // id is (present) or is not (!present) among them.
-func (c *Cluster) waitMembers(ctx context.Context, want int, id string, present bool) bool {
+func (c *Cluster) WaitMembers(ctx context.Context, want int, id string, present bool) bool {
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		l := c.Leader(ctx)
 		if l == "" {
@@ -164,9 +165,9 @@ func (c *Cluster) waitMembers(ctx context.Context, want int, id string, present 
 	return false
 }
 
-// waitCaughtUp waits up to 20 s until node id has applied what the leader
+// WaitCaughtUp waits up to 20 s until node id has applied what the leader
 // had committed when the wait began.
-func (c *Cluster) waitCaughtUp(ctx context.Context, id string) bool {
+func (c *Cluster) WaitCaughtUp(ctx context.Context, id string) bool {
 	var target uint64
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if target == 0 {

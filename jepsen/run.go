@@ -20,6 +20,7 @@ import (
 	"github.com/leasefence/leasefence/fence/fencekv"
 	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
+	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 	"github.com/leasefence/leasefence/jepsen/report"
 )
 
@@ -132,6 +133,44 @@ type workerProc struct {
 	id     string
 	proc   *Proc
 	paused chan PauseNotice
+}
+
+var _ nm.Worker = (*workerProc)(nil)
+
+// ID implements nemesis.Worker.
+func (w *workerProc) ID() string { return w.id }
+
+// Running implements nemesis.Worker.
+func (w *workerProc) Running() bool { return w.proc.Running() }
+
+// PauseAt implements nemesis.Worker: it sends the worker the pause
+// command for kind (CmdPause, CmdPauseAcquire, CmdPauseReplay).
+func (w *workerProc) PauseAt(kind string) error {
+	cmd := CmdPause
+	switch kind {
+	case history.NemClientPauseAcquire:
+		cmd = CmdPauseAcquire
+	case history.NemClientPauseReplay:
+		cmd = CmdPauseReplay
+	}
+	return w.proc.Send(cmd)
+}
+
+// Paused implements nemesis.Worker.
+func (w *workerProc) Paused() <-chan PauseNotice { return w.paused }
+
+// WaitStopped implements nemesis.Worker.
+func (w *workerProc) WaitStopped(timeout time.Duration) bool { return w.proc.WaitStopped(timeout) }
+
+// Resume implements nemesis.Worker.
+func (w *workerProc) Resume() error { return w.proc.Signal(syscall.SIGCONT) }
+
+func asWorkers(ws []*workerProc) []nm.Worker {
+	out := make([]nm.Worker, len(ws))
+	for i, w := range ws {
+		out[i] = w
+	}
+	return out
 }
 
 // ResourcePrefix starts every resource the fenced workers lease; the
@@ -543,7 +582,7 @@ func (r *run) startProbes(ctx context.Context) error {
 func (r *run) workload(ctx context.Context) error {
 	cfg := r.cfg
 	tw := time.Now()
-	r.nem = &nemesis{kinds: append([]string(nil), cfg.Nemeses...), rng: r.rng, nodes: r.cl, net: r.cl.Net(), workers: r.fencedWorkers, kv: r.kv, ttl: cfg.TTL, log: r.nlog, hist: r.hist,
+	r.nem = &nemesis{kinds: append([]string(nil), cfg.Nemeses...), rng: r.rng, nodes: r.cl, net: r.cl.Net(), workers: asWorkers(r.fencedWorkers), kv: r.kv, ttl: cfg.TTL, log: r.nlog, hist: r.hist,
 		counts: map[string]int{}, effect: map[string]int{}, progress: func(s string) { r.say("%s", s) }}
 	if UsesClock(cfg.Nemeses) {
 		r.nem.clocks = fileClocks{c: r.cl, dir: filepath.Join(r.dir, "logs")}

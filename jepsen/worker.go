@@ -29,6 +29,7 @@ import (
 	"github.com/leasefence/leasefence/fence/fencekv"
 	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
+	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
 // Lines a worker prints on stdout.
@@ -62,12 +63,7 @@ const (
 )
 
 // PauseNotice is what a worker says before it stops itself.
-type PauseNotice struct {
-	Worker   string `json:"worker"`
-	Op       string `json:"op"`
-	Resource string `json:"resource"`
-	Token    uint64 `json:"token"`
-}
+type PauseNotice = nm.PauseNotice
 
 // WorkerConfig is one worker process.
 type WorkerConfig struct {
