@@ -16,10 +16,6 @@ import (
 	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
-// memberAddTimeout bounds one Join call of the nemesis: the leader's probe
-// of the new member takes up to 2 s (cluster.joinProbeTimeout).
-const memberAddTimeout = 10 * time.Second
-
 func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 	bg := context.WithoutCancel(ctx) // always heal
 	cl, ok := n.nodes.(nm.Cluster)
@@ -35,7 +31,7 @@ func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 	var addrs []string
 	var err error
 	if leader != "" {
-		addrs, err = FreeAddrs(k) // closed before it returns: nothing listens there
+		addrs, err = cl.FreeAddrs(k) // closed before it returns: nothing listens there
 	}
 	if !ok || leader == "" || err != nil {
 		why := "no leader"
@@ -146,36 +142,4 @@ func listedIn(states map[string]*api.StatusResponse, unreachable map[string]stri
 			}
 		}
 	}
-}
-
-// join asks the leader to add a voter id at addr.
-func (c *Cluster) Join(ctx context.Context, id, addr string) error {
-	cs, err := c.leaderClient(ctx)
-	if err != nil {
-		return err
-	}
-	jctx, cancel := context.WithTimeout(ctx, memberAddTimeout)
-	defer cancel()
-	_, err = cs.Join(jctx, &api.JoinRequest{Id: id, Addr: addr})
-	return err
-}
-
-// RemoveBounded asks the leader to remove member id: three tries of 5 s at
-// most (a cluster without a quorum cannot remove anything). A member the
-// leader does not know counts as removed.
-func (c *Cluster) RemoveBounded(ctx context.Context, id string) error {
-	var err error
-	for i := 0; i < 3; i++ {
-		var cs api.ClusterServiceClient
-		if cs, err = c.leaderClient(ctx); err == nil {
-			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err = cs.Remove(rctx, &api.RemoveRequest{Id: id})
-			cancel()
-			if err == nil || status.Code(err) == codes.NotFound {
-				return nil
-			}
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	return err
 }

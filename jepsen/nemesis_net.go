@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/leasefence/leasefence/api"
@@ -29,31 +28,6 @@ func isNetNemesis(kind string) bool {
 // node's own view (state, leader, term). *Cluster implements it.
 type nodeStater interface {
 	NodeStates(ctx context.Context) map[string]*api.StatusResponse
-}
-
-// NodeStates asks every running, unpaused node for its status, in
-// parallel (1 s each); nodes that do not answer are left out.
-func (c *Cluster) NodeStates(ctx context.Context) map[string]*api.StatusResponse {
-	out := map[string]*api.StatusResponse{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, id := range c.ids {
-		p := c.Proc(id)
-		if !p.Running() || p.Stopped() {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if st, err := c.Status(ctx, id); err == nil {
-				mu.Lock()
-				out[id] = st
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return out
 }
 
 // observation is what the nemesis saw of the cluster while a network

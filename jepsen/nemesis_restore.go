@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/client"
 	"github.com/leasefence/leasefence/fence"
 	"github.com/leasefence/leasefence/fence/fencekv"
@@ -159,123 +156,4 @@ func (n *nemesis) probe(ctx context.Context, cl nm.Cluster, tag, scope string) s
 		return fmt.Sprintf("%s token %d, write: %v", scope, l.Token(), err)
 	}
 	return fmt.Sprintf("%s token %d", scope, l.Token())
-}
-
-// Backup writes a backup of the cluster (ClusterService.Snapshot, as
-// `leasectl snapshot save` does) to path and returns the Raft index it
-// reflects.
-func (c *Cluster) Backup(ctx context.Context, path string) (uint64, error) {
-	var last error
-	for attempt := 0; attempt < 10; attempt++ {
-		cs, err := c.leaderClient(ctx)
-		if err == nil {
-			var index uint64
-			if index, err = c.backupFrom(ctx, cs, path); err == nil {
-				return index, nil
-			}
-		}
-		last = err
-		if !sleepCtx(ctx, 300*time.Millisecond) {
-			break
-		}
-	}
-	return 0, fmt.Errorf("backup: %w", last)
-}
-
-func (c *Cluster) backupFrom(ctx context.Context, cs api.ClusterServiceClient, path string) (uint64, error) {
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	stream, err := cs.Snapshot(sctx, &api.SnapshotRequest{})
-	if err != nil {
-		return 0, err
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	var index uint64
-	for {
-		ch, err := stream.Recv()
-		if err != nil {
-			return 0, err
-		}
-		if _, err := f.Write(ch.Data); err != nil {
-			return 0, err
-		}
-		index = ch.Index
-		if ch.Sha256 != "" { // the last chunk
-			return index, f.Sync()
-		}
-	}
-}
-
-// RestoreAll loses the whole cluster and starts a new one from backup:
-// it kills every node (SIGKILL), moves their data dirs under lostDir, and
-// starts every node again on its address with an empty data dir,
-// bootstrapping the same members with --restore backup (the default
-// bump). It waits up to 30 s for a leader. A non-empty odd names a node
-// that gets --bump-tokens mismatchBump and is started 2 s before the others
-// (NemRestoreMismatch): with the cluster id check it is kept out and
-// cannot lead; without it, it usually wins the first election.
-func (c *Cluster) RestoreAll(ctx context.Context, backup, lostDir, odd string) error {
-	for _, p := range c.procs {
-		p.Kill(syscall.SIGKILL, 10*time.Second)
-	}
-	if err := os.MkdirAll(lostDir, 0o755); err != nil {
-		return err
-	}
-	var peers []string
-	for i, id := range c.ids {
-		peers = append(peers, fmt.Sprintf("%s=%s", id, c.addrs[i]))
-	}
-	for _, id := range c.ids {
-		if err := os.Rename(c.DataDir(id), filepath.Join(lostDir, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-		p := c.Proc(id)
-		p.Args = append(withoutFlags(p.Args, "--bootstrap", "--join", "--restore", "--bump-tokens"), "--bootstrap", strings.Join(peers, ","), "--restore", backup)
-		if id == odd {
-			p.Args = append(p.Args, "--bump-tokens", fmt.Sprint(mismatchBump))
-		}
-	}
-	if odd != "" {
-		if err := c.Proc(odd).Start(); err != nil {
-			return err
-		}
-		if !sleepCtx(ctx, 2*time.Second) {
-			return ctx.Err()
-		}
-	}
-	for _, id := range c.ids {
-		if id == odd {
-			continue
-		}
-		if err := c.Proc(id).Start(); err != nil {
-			return err
-		}
-	}
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		if c.Leader(ctx) != "" {
-			return nil
-		}
-		if !sleepCtx(ctx, 100*time.Millisecond) {
-			return ctx.Err()
-		}
-	}
-	return fmt.Errorf("no leader within 30s of the restore; %s's log ends:\n%s", c.ids[0], c.procs[0].Tail(2048))
-}
-
-// Refound repairs node id of a restored cluster as docs/OPERATIONS.md
-// says for a founding node given another file or bump: stop it, move its
-// data dir to lostDir, and start it again from backup with the default
-// bump.
-func (c *Cluster) Refound(ctx context.Context, id, backup, lostDir string) error {
-	p := c.Proc(id)
-	p.Kill(syscall.SIGKILL, 10*time.Second)
-	if err := os.Rename(c.DataDir(id), lostDir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	p.Args = withoutFlags(p.Args, "--bump-tokens")
-	return p.Start()
 }

@@ -460,9 +460,8 @@ func (w *workerState) write(op, res string, tok fence.Token, leaseID string, che
 	}
 }
 
-// RequestIDOf is the request id an acquire is sent with: its op id, which
-// is unique within a run (every run starts with empty data dirs).
-func RequestIDOf(op string) string { return "jepsen/" + op }
+// RequestIDOf is history.RequestIDOf.
+func RequestIDOf(op string) string { return history.RequestIDOf(op) }
 
 func acquireError(err error) string {
 	if errors.Is(err, client.ErrHeld) {

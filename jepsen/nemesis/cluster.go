@@ -103,6 +103,9 @@ type Members interface {
 	// WaitCaughtUp waits up to 20 s until node id has applied what the
 	// leader had committed when the wait began.
 	WaitCaughtUp(ctx context.Context, id string) bool
+	// FreeAddrs picks n loopback addresses nothing listens on now (for
+	// members that cannot be reached).
+	FreeAddrs(n int) ([]string, error)
 }
 
 // Worker is one fenced worker process, as the client-pause nemeses use
