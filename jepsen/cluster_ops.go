@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leasefence/leasefence/api"
+	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
 // What *Cluster does for the nemeses (nemesis.Cluster): members, backups
@@ -219,7 +220,7 @@ func (c *Cluster) backupFrom(ctx context.Context, cs api.ClusterServiceClient, p
 // starts every node again on its address with an empty data dir,
 // bootstrapping the same members with --restore backup (the default
 // bump). It waits up to 30 s for a leader. A non-empty odd names a node
-// that gets --bump-tokens mismatchBump and is started 2 s before the others
+// that gets --bump-tokens nm.MismatchBump and is started 2 s before the others
 // (NemRestoreMismatch): with the cluster id check it is kept out and
 // cannot lead; without it, it usually wins the first election.
 func (c *Cluster) RestoreAll(ctx context.Context, backup, lostDir, odd string) error {
@@ -240,7 +241,7 @@ func (c *Cluster) RestoreAll(ctx context.Context, backup, lostDir, odd string) e
 		p := c.Proc(id)
 		p.Args = append(withoutFlags(p.Args, "--bootstrap", "--join", "--restore", "--bump-tokens"), "--bootstrap", strings.Join(peers, ","), "--restore", backup)
 		if id == odd {
-			p.Args = append(p.Args, "--bump-tokens", fmt.Sprint(mismatchBump))
+			p.Args = append(p.Args, "--bump-tokens", fmt.Sprint(nm.MismatchBump))
 		}
 	}
 	if odd != "" {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
+	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
 // TestCorruptCommandEntryChangesTheNewestNamedEntry: on a real raft.db,
@@ -34,7 +35,7 @@ func TestCorruptCommandEntryChangesTheNewestNamedEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	store.Close()
-	index, err := CorruptCommandEntry(path, ResourcePrefix)
+	index, err := nm.CorruptCommandEntry(path, ResourcePrefix)
 	if err != nil || index != 2 {
 		t.Fatalf("got %d, %v; want entry 2", index, err)
 	}

@@ -1,99 +1,15 @@
-package jepsen
+package nemesis
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/leasefence/leasefence/jepsen/history"
 )
-
-// ClockFile is the name of a node's fault clock control file in its data
-// dir.
-const ClockFile = "fault-clock.json"
-
-// UsesClock reports whether any of these nemeses needs the fault clock.
-func UsesClock(nemeses []string) bool {
-	for _, k := range nemeses {
-		if strings.HasPrefix(k, "clock-") {
-			return true
-		}
-	}
-	return false
-}
-
-// ClockArgs are the extra leased arguments that turn on the fault clock,
-// with each node's control file in its data dir under dir (StartCluster
-// replaces {id} by the node's id).
-func ClockArgs(dir string) []string {
-	return []string{"--unsafe-fault-clock", filepath.Join(dir, "{id}", ClockFile)}
-}
-
-// ClockControl is what the clock nemeses need from the cluster: set a
-// node's fault clock, and read back what the node reports it runs at.
-type ClockControl interface {
-	SetClock(id string, rate float64, wallOffset time.Duration) error
-	ClockStatus(ctx context.Context, id string) (rate float64, wallOffset time.Duration, err error)
-}
-
-// fileClocks is ClockControl over the control files of a Cluster's nodes
-// (written atomically: a temporary file renamed over the old one) and
-// their Status.
-type fileClocks struct {
-	c   *Cluster
-	dir string
-}
-
-var _ ClockControl = fileClocks{}
-
-type clockControlFile struct {
-	Rate         float64 `json:"rate"`
-	WallOffsetNs int64   `json:"wall_offset_ns"`
-}
-
-func (f fileClocks) SetClock(id string, rate float64, wallOffset time.Duration) error {
-	b, err := json.Marshal(clockControlFile{Rate: rate, WallOffsetNs: int64(wallOffset)})
-	if err != nil {
-		return err
-	}
-	d := filepath.Join(f.dir, id)
-	if err := os.MkdirAll(d, 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(d, ClockFile+".tmp*")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(b)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(d, ClockFile))
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	}
-	return err
-}
-
-func (f fileClocks) ClockStatus(ctx context.Context, id string) (float64, time.Duration, error) {
-	st, err := f.c.Status(ctx, id)
-	if err != nil {
-		return 0, 0, err
-	}
-	fc := st.GetFaultClock()
-	if fc == nil {
-		return 0, 0, fmt.Errorf("%s runs without the fault clock (unsafe %v)", id, st.GetUnsafe())
-	}
-	return fc.GetRate(), time.Duration(fc.GetWallOffsetNs()), nil
-}
 
 // setClockVerified sets node id's clock and polls its Status (every 20 ms,
 // up to 2 s) until it reports those settings.
@@ -119,7 +35,7 @@ func setClockVerified(ctx context.Context, cc ClockControl, id string, rate floa
 
 // clockTargets picks one node, or (half the time) a random subset of two
 // or more, in the nodes' order.
-func (n *nemesis) clockTargets() []string {
+func (n *Nemesis) clockTargets() []string {
 	ids := n.nodes.Nodes()
 	k := 1
 	if n.rng.IntN(2) == 1 {
@@ -138,7 +54,7 @@ func (n *nemesis) clockTargets() []string {
 }
 
 // wallOffset is ± 1 s to 1 h, log-uniform (as many small steps as large).
-func (n *nemesis) wallOffset() time.Duration {
+func (n *Nemesis) wallOffset() time.Duration {
 	d := time.Duration(float64(time.Second) * math.Pow(3600, n.rng.Float64()))
 	if n.rng.IntN(2) == 0 {
 		d = -d
@@ -147,7 +63,7 @@ func (n *nemesis) wallOffset() time.Duration {
 }
 
 // healClocks puts every target back at rate 1 and offset 0, verified.
-func (n *nemesis) healClocks(ctx context.Context, ids []string) string {
+func (n *Nemesis) healClocks(ctx context.Context, ids []string) string {
 	var bad []string
 	for _, id := range ids {
 		if ok, err := setClockVerified(ctx, n.clocks, id, 1, 0); !ok {
@@ -162,7 +78,7 @@ func (n *nemesis) healClocks(ctx context.Context, ids []string) string {
 
 // clockBump steps the wall clock of one or several nodes by ± 1 s to 1 h
 // (each its own offset) for the hold.
-func (n *nemesis) clockBump(ctx context.Context, hold time.Duration) {
+func (n *Nemesis) clockBump(ctx context.Context, hold time.Duration) {
 	ctx = context.WithoutCancel(ctx) // always heal
 	ids := n.clockTargets()
 	leader := n.nodes.Leader(ctx)
@@ -188,7 +104,7 @@ func (n *nemesis) clockBump(ctx context.Context, hold time.Duration) {
 // clockStrobe flips the wall clock of one or several nodes between +X and
 // −X (X of 1 s to 1 h per node) every 50–200 ms for the hold. Effective
 // when every target's Status was seen at both signs.
-func (n *nemesis) clockStrobe(ctx context.Context, hold time.Duration) {
+func (n *Nemesis) clockStrobe(ctx context.Context, hold time.Duration) {
 	ctx = context.WithoutCancel(ctx)
 	ids := n.clockTargets()
 	leader := n.nodes.Leader(ctx)
@@ -236,7 +152,7 @@ func (n *nemesis) clockStrobe(ctx context.Context, hold time.Duration) {
 // clockRate runs the leader's monotonic clock at 0.5× or 2× for the hold:
 // far beyond the drift bound (DESIGN.md, default 1e-4), so out of spec.
 // Effective when the node was the leader and reported the rate.
-func (n *nemesis) clockRate(ctx context.Context, hold time.Duration) {
+func (n *Nemesis) clockRate(ctx context.Context, hold time.Duration) {
 	ctx = context.WithoutCancel(ctx)
 	id, isLeader := n.target(ctx, history.NemClockRate+"-leader")
 	rate := []float64{0.5, 2}[n.rng.IntN(2)]

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/internal/netns"
 )
 
 // NodeControl is what every process nemesis needs from the cluster under
@@ -135,4 +136,32 @@ type PauseNotice struct {
 	Op       string `json:"op"`
 	Resource string `json:"resource"`
 	Token    uint64 `json:"token"`
+}
+
+// Net is what the network nemeses need: node↔node faults (the top-level
+// Net, over a proxy, namespaces or containers, satisfies it). A Net that
+// also has Silence(id string, on bool) error can make one node mute
+// (silent-leader); without it silent-leader partitions the node away.
+type Net interface {
+	// Partition makes grudge[b] the nodes b does not receive from; an
+	// empty grudge heals partitions only.
+	Partition(grudge map[string][]string) error
+	// Slow delays traffic on every link by delay plus a uniform jitter in
+	// [0, jitter). Zero delay and jitter end it.
+	Slow(delay, jitter time.Duration) error
+	// Flaky makes every link unreliable with probability p. Zero ends it.
+	Flaky(p float64) error
+	// Heal removes every partition, delay and flakiness.
+	Heal() error
+	// Describe says how the current faults are realised.
+	Describe() string
+	// Stats says what the faults did to traffic so far.
+	Stats() netns.Stats
+}
+
+// ClockControl is what the clock nemeses need from the cluster: set a
+// node's fault clock, and read back what the node reports it runs at.
+type ClockControl interface {
+	SetClock(id string, rate float64, wallOffset time.Duration) error
+	ClockStatus(ctx context.Context, id string) (rate float64, wallOffset time.Duration, err error)
 }

@@ -1,4 +1,4 @@
-package jepsen
+package nemesis
 
 import (
 	"context"
@@ -13,12 +13,11 @@ import (
 
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/jepsen/history"
-	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
-func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
+func (n *Nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 	bg := context.WithoutCancel(ctx) // always heal
-	cl, ok := n.nodes.(nm.Cluster)
+	cl, ok := n.nodes.(Cluster)
 	leader := ""
 	if ok {
 		leader = cl.Leader(bg)

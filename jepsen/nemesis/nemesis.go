@@ -1,18 +1,16 @@
-package jepsen
+package nemesis
 
 import (
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/leasefence/leasefence/fence/fencekv"
 	"github.com/leasefence/leasefence/jepsen/history"
-	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
 // AllNemeses lists every kind implemented: the process nemeses above,
@@ -64,18 +62,59 @@ func ParseNemeses(s string) ([]string, error) {
 	return out, nil
 }
 
-// nemesis injects one fault at a time on a seeded schedule, records each
+// Config is what a Nemesis works on.
+type Config struct {
+	// Kinds are the enabled fault kinds (history.Nem*; ParseNemeses).
+	Kinds []string
+	// Rng is the run's seeded source: which kind, which node, how long.
+	Rng   *rand.Rand
+	Nodes NodeControl // a Cluster for the nemeses that need one
+	// Clocks sets the nodes' fault clocks; nil unless a clock nemesis is
+	// enabled (clock.go).
+	Clocks ClockControl
+	// Net injects network faults (net.go); nil: none.
+	Net Net
+	// Workers are the fenced workers the client pauses stop.
+	Workers []Worker
+	// KV is the fenced store: the client pauses read the highest accepted
+	// token there, the restore probe writes through it.
+	KV  *fencekv.Client
+	TTL time.Duration
+	// ResourcePrefix starts every resource the workers lease: the storage
+	// nemesis corrupts an entry naming one.
+	ResourcePrefix string
+	// Log receives nemesis.jsonl.
+	Log *history.Writer
+	// Hist is the run's history, where the restore probe records its
+	// operations (nil: no restore probe).
+	Hist *history.Writer
+	// OnRestore is called once a cluster restored from a backup serves
+	// (the watcher starts afresh on it).
+	OnRestore func()
+	// Progress prints a line for the person watching.
+	Progress func(string)
+}
+
+// New returns a Nemesis over c.
+func New(c Config) *Nemesis {
+	return &Nemesis{kinds: append([]string(nil), c.Kinds...), rng: c.Rng, nodes: c.Nodes, clocks: c.Clocks, net: c.Net,
+		workers: c.Workers, kv: c.KV, ttl: c.TTL, resourcePrefix: c.ResourcePrefix, log: c.Log, hist: c.Hist,
+		onRestore: c.OnRestore, progress: c.Progress, counts: map[string]int{}, effect: map[string]int{}}
+}
+
+// Nemesis injects one fault at a time on a seeded schedule, records each
 // start and heal in nemesis.jsonl, and heals everything before it returns.
-type nemesis struct {
-	kinds   []string
-	rng     *rand.Rand
-	nodes   NodeControl
-	clocks  ClockControl // nil unless a clock nemesis is enabled (clock.go)
-	net     Net          // network faults (nemesis_net.go); nil: none
-	workers []nm.Worker
-	kv      *fencekv.Client
-	ttl     time.Duration
-	log     *history.Writer
+type Nemesis struct {
+	kinds          []string
+	rng            *rand.Rand
+	nodes          NodeControl
+	clocks         ClockControl // nil unless a clock nemesis is enabled (clock.go)
+	net            Net          // network faults (net.go); nil: none
+	workers        []Worker
+	kv             *fencekv.Client
+	ttl            time.Duration
+	resourcePrefix string
+	log            *history.Writer
 	// hist is the run's history, where the restore probe records its
 	// operations (nil: no restore probe).
 	hist *history.Writer
@@ -90,7 +129,7 @@ type nemesis struct {
 }
 
 // faultRecorder is where faults are recorded.
-func (n *nemesis) record(f history.Fault) {
+func (n *Nemesis) record(f history.Fault) {
 	if f.TimeNs == 0 {
 		f.TimeNs = history.Now()
 	}
@@ -105,11 +144,11 @@ func (n *nemesis) record(f history.Fault) {
 	}
 }
 
-// run injects faults until ctx ends: wait 1–3 s, take the next kind (each
+// Run injects faults until ctx ends: wait 1–3 s, take the next kind (each
 // enabled kind once per round, rounds shuffled by the seed), hold the
 // fault 1–4 s (client pause: until the lease moved on), heal. Bounded by
 // ctx and by a fault count.
-func (n *nemesis) run(ctx context.Context) {
+func (n *Nemesis) Run(ctx context.Context) {
 	if len(n.kinds) == 0 {
 		<-ctx.Done() // the workload still runs its full time
 		return
@@ -184,7 +223,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // target picks a node: the leader for the *-leader kinds (a random node if
 // none is known), otherwise a random node.
-func (n *nemesis) target(ctx context.Context, kind string) (string, bool) {
+func (n *Nemesis) target(ctx context.Context, kind string) (string, bool) {
 	leader := n.nodes.Leader(ctx)
 	if strings.HasSuffix(kind, "-leader") && leader != "" {
 		return leader, true
@@ -194,7 +233,7 @@ func (n *nemesis) target(ctx context.Context, kind string) (string, bool) {
 	return id, id == leader
 }
 
-func (n *nemesis) kill(ctx context.Context, kind string, hold time.Duration) {
+func (n *Nemesis) kill(ctx context.Context, kind string, hold time.Duration) {
 	id, isLeader := n.target(ctx, kind)
 	n.progress(fmt.Sprintf("nemesis: kill -9 %s%s", id, leaderMark(isLeader)))
 	err := n.nodes.Kill9(id)
@@ -204,7 +243,7 @@ func (n *nemesis) kill(ctx context.Context, kind string, hold time.Duration) {
 	n.record(history.Fault{Phase: "heal", Kind: kind, Target: id, Effective: err == nil, Detail: errString(rerr, "restarted from its data dir")})
 }
 
-func (n *nemesis) pause(ctx context.Context, kind string, hold time.Duration) {
+func (n *Nemesis) pause(ctx context.Context, kind string, hold time.Duration) {
 	id, isLeader := n.target(ctx, kind)
 	n.progress(fmt.Sprintf("nemesis: SIGSTOP %s%s", id, leaderMark(isLeader)))
 	stopped, err := n.nodes.Pause(id)
@@ -237,8 +276,8 @@ func errString(err error, ok string) string {
 // worker's (someone else got a newer lease and wrote), and resumes it. The
 // wait is bounded: at most 8 ttl. It reports whether the pause was
 // effective.
-func (n *nemesis) clientPause(ctx context.Context, kind string) bool {
-	var idle []nm.Worker
+func (n *Nemesis) clientPause(ctx context.Context, kind string) bool {
+	var idle []Worker
 	for _, w := range n.workers {
 		if w.Running() {
 			idle = append(idle, w)
@@ -309,7 +348,7 @@ func (n *nemesis) clientPause(ctx context.Context, kind string) bool {
 }
 
 // Counts returns the started and verified-effective faults by kind.
-func (n *nemesis) Counts() (map[string]int, map[string]int) {
+func (n *Nemesis) Counts() (map[string]int, map[string]int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	c, e := map[string]int{}, map[string]int{}
@@ -320,13 +359,4 @@ func (n *nemesis) Counts() (map[string]int, map[string]int) {
 		e[k] = v
 	}
 	return c, e
-}
-
-func sortedKeys(m map[string]int) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }

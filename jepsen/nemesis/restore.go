@@ -1,4 +1,4 @@
-package jepsen
+package nemesis
 
 import (
 	"context"
@@ -11,13 +11,11 @@ import (
 	"github.com/leasefence/leasefence/client"
 	"github.com/leasefence/leasefence/fence"
 	"github.com/leasefence/leasefence/fence/fencekv"
-	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
-	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
-// mismatchBump is the odd node's bump under NemRestoreMismatch.
-const mismatchBump = 1
+// MismatchBump is the odd node's bump under NemRestoreMismatch.
+const MismatchBump = 1
 
 // RestorePrefix starts the probe's resources, one scope each, first used
 // after the backup: "jn/<restore>-<i>".
@@ -27,12 +25,12 @@ const RestorePrefix = "jn/"
 const probeScopes = 2
 
 // restore runs one NemRestore fault; with mismatch, a NemRestoreMismatch.
-func (n *nemesis) restore(ctx context.Context, mismatch bool) {
+func (n *Nemesis) restore(ctx context.Context, mismatch bool) {
 	kind := history.NemRestore
 	if mismatch {
 		kind = history.NemRestoreMismatch
 	}
-	cl, ok := n.nodes.(nm.Cluster)
+	cl, ok := n.nodes.(Cluster)
 	if !ok || n.hist == nil {
 		n.record(history.Fault{Phase: "start", Kind: kind, Detail: "no cluster of processes or no history to probe into"})
 		n.record(history.Fault{Phase: "heal", Kind: kind, Detail: "nothing done"})
@@ -82,7 +80,7 @@ func (n *nemesis) restore(ctx context.Context, mismatch bool) {
 	}
 	if odd != "" {
 		healed = fmt.Sprintf("a new cluster from the backup has a leader, %s; %s was given --bump-tokens %d and started first",
-			cl.Leader(ctx), odd, mismatchBump)
+			cl.Leader(ctx), odd, MismatchBump)
 	}
 	// The heal is when the new cluster serves: CheckRestore holds every
 	// acquire invoked after it, the probe's below included, to the loss.
@@ -105,17 +103,17 @@ func (n *nemesis) restore(ctx context.Context, mismatch bool) {
 // probe acquires scope (its own resource), writes to fencedkv under the
 // token and releases, recording the acquire and the write in the history.
 // It returns a summary for the fault's detail.
-func (n *nemesis) probe(ctx context.Context, cl nm.Cluster, tag, scope string) string {
+func (n *Nemesis) probe(ctx context.Context, cl Cluster, tag, scope string) string {
 	op := tag + "-" + scope
 	c, err := client.New(client.Config{Endpoints: cl.Endpoints()})
 	if err != nil {
 		return scope + ": " + err.Error()
 	}
 	defer c.Close()
-	inv := history.Record{Kind: history.Invoke, Worker: "restore", Op: op, Type: history.OpAcquire, Resource: scope, RequestID: RequestIDOf(op), TimeNs: history.Now()}
+	inv := history.Record{Kind: history.Invoke, Worker: "restore", Op: op, Type: history.OpAcquire, Resource: scope, RequestID: history.RequestIDOf(op), TimeNs: history.Now()}
 	_ = n.hist.Write(inv)
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	l, err := c.Acquire(actx, scope, client.WithTTL(n.ttl), client.WithHolder("restore"), client.WithRequestID(RequestIDOf(op)))
+	l, err := c.Acquire(actx, scope, client.WithTTL(n.ttl), client.WithHolder("restore"), client.WithRequestID(history.RequestIDOf(op)))
 	cancel()
 	done := inv
 	done.Kind, done.TimeNs = history.Complete, history.Now()
@@ -136,7 +134,7 @@ func (n *nemesis) probe(ctx context.Context, cl nm.Cluster, tag, scope string) s
 		_ = l.Release(rctx)
 		cancel()
 	}()
-	winv := history.Record{Kind: history.Invoke, Worker: "restore", Op: op + "-w", Type: checker.OpProbeWrite, Resource: scope, Token: l.Token(), Lease: l.ID().String(), TimeNs: history.Now()}
+	winv := history.Record{Kind: history.Invoke, Worker: "restore", Op: op + "-w", Type: history.OpProbeWrite, Resource: scope, Token: l.Token(), Lease: l.ID().String(), TimeNs: history.Now()}
 	_ = n.hist.Write(winv)
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	_, err = n.kv.Put(wctx, scope, fence.Token{Scope: l.Scope(), Value: l.Token()}, []byte(op))
@@ -156,4 +154,14 @@ func (n *nemesis) probe(ctx context.Context, cl nm.Cluster, tag, scope string) s
 		return fmt.Sprintf("%s token %d, write: %v", scope, l.Token(), err)
 	}
 	return fmt.Sprintf("%s token %d", scope, l.Token())
+}
+
+// acquireError is how a failed acquire's error is recorded, as the
+// workers record it (the top-level acquireError): a refusal because the
+// lease is held starts with history.HeldPrefix.
+func acquireError(err error) string {
+	if errors.Is(err, client.ErrHeld) {
+		return history.HeldPrefix + err.Error()
+	}
+	return err.Error()
 }

@@ -1,4 +1,4 @@
-package jepsen
+package nemesis
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/leasefence/leasefence/jepsen/history"
-	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
 // SnapshotArgs make the nodes snapshot and compact often, so a node that
@@ -21,7 +20,7 @@ var SnapshotArgs = []string{"--snapshot-threshold", "32", "--snapshot-threshold-
 const installedMarker = "Installed remote snapshot"
 
 // follower picks a random running node that is not the leader.
-func (n *nemesis) follower(ctx context.Context) (string, bool) {
+func (n *Nemesis) follower(ctx context.Context) (string, bool) {
 	leader := n.nodes.Leader(ctx)
 	var ids []string
 	for _, id := range n.nodes.Nodes() {
@@ -35,8 +34,8 @@ func (n *nemesis) follower(ctx context.Context) (string, bool) {
 	return ids[n.rng.IntN(len(ids))], true
 }
 
-func (n *nemesis) snapshot(ctx context.Context, hold time.Duration) {
-	cl, ok := n.nodes.(nm.Cluster)
+func (n *Nemesis) snapshot(ctx context.Context, hold time.Duration) {
+	cl, ok := n.nodes.(Cluster)
 	id, found := n.follower(ctx)
 	if !ok || !found {
 		n.record(history.Fault{Phase: "start", Kind: history.NemSnapshot, Detail: "no follower to hold back (no leader)"})
@@ -63,8 +62,8 @@ func (n *nemesis) snapshot(ctx context.Context, hold time.Duration) {
 	n.record(history.Fault{Phase: "heal", Kind: history.NemSnapshot, Target: id, Effective: err == nil && installed, Detail: errString(rerr, detail)})
 }
 
-func (n *nemesis) member(ctx context.Context, hold time.Duration) {
-	cl, ok := n.nodes.(nm.Cluster)
+func (n *Nemesis) member(ctx context.Context, hold time.Duration) {
+	cl, ok := n.nodes.(Cluster)
 	id, found := n.follower(ctx)
 	if !ok || !found {
 		n.record(history.Fault{Phase: "start", Kind: history.NemMember, Detail: "no follower to remove (no leader)"})

@@ -1,4 +1,4 @@
-package jepsen
+package nemesis
 
 import (
 	"bytes"
@@ -16,7 +16,6 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/leasefence/leasefence/jepsen/history"
-	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
 // refusalMarkers are what leased says when it refuses corrupt storage
@@ -28,8 +27,8 @@ var refusalMarkers = []string{"corrupt log entry", "corrupt snapshot", "state is
 // refuses.
 const setAsideMarker = "corrupt snapshot; it will not be restored"
 
-func (n *nemesis) storage(ctx context.Context, hold time.Duration) {
-	cl, ok := n.nodes.(nm.Cluster)
+func (n *Nemesis) storage(ctx context.Context, hold time.Duration) {
+	cl, ok := n.nodes.(Cluster)
 	id, found := n.follower(ctx)
 	if !ok || !found {
 		n.record(history.Fault{Phase: "start", Kind: history.NemStorage, Detail: "no follower to corrupt (no leader)"})
@@ -49,7 +48,7 @@ func (n *nemesis) storage(ctx context.Context, hold time.Duration) {
 		detail = fmt.Sprintf("SIGTERM; one byte of snapshot %s (index %d) changed", out.Snapshot, index)
 	} else {
 		path := filepath.Join(cl.DataDir(id), "raft.db")
-		index, err = CorruptCommandEntry(path, ResourcePrefix)
+		index, err = CorruptCommandEntry(path, n.resourcePrefix)
 		detail = fmt.Sprintf("SIGTERM; entry %d's resource name changed in %s", index, path)
 	}
 	if err != nil {
@@ -92,7 +91,7 @@ func (n *nemesis) storage(ctx context.Context, hold time.Duration) {
 
 // observeStorage watches node id for up to d after its restart on corrupt
 // storage, into o.
-func observeStorage(ctx context.Context, o *history.StorageOutcome, cl nm.Cluster, id string, p nm.Process, logBefore int, d time.Duration) {
+func observeStorage(ctx context.Context, o *history.StorageOutcome, cl Cluster, id string, p Process, logBefore int, d time.Duration) {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		select {
