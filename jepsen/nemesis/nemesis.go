@@ -1,3 +1,11 @@
+// Package nemesis injects the harness's faults: the loop that picks one
+// fault at a time on a seeded schedule (Nemesis.Run) and every fault kind
+// of history's Nem* vocabulary, each recorded as a start and a heal in
+// nemesis.jsonl. It knows the cluster only through the interfaces it
+// declares (cluster.go): NodeControl for processes, Cluster for storage,
+// members and restores, Net for the network, ClockControl for the fault
+// clocks and Worker for the client pauses; the top-level jepsen package
+// implements them.
 package nemesis
 
 import (
@@ -14,11 +22,11 @@ import (
 )
 
 // AllNemeses lists every kind implemented: the process nemeses above,
-// snapshot and member (nemesis_state.go), storage (nemesis_storage.go),
-// member-unreachable (nemesis_membership.go), the
-// network ones (NetNemeses, nemesis_net.go; silent-leader, nemesis_silent.go),
-// the combined ones (ComboNemeses, nemesis_combo.go), the clock ones
-// (clock.go) and restore (nemesis_restore.go). "all" means every one in spec
+// snapshot and member (state.go), storage (storage.go),
+// member-unreachable (membership.go), the
+// network ones (NetNemeses, net.go; silent-leader, silent.go),
+// the combined ones (ComboNemeses, combo.go), the clock ones
+// (clock.go) and restore (restore.go). "all" means every one in spec
 // (InSpecNemeses): clock-rate, beyond the drift bound, and restore, which
 // loses acknowledged state by design, must be named.
 var AllNemeses = slices.Concat(
