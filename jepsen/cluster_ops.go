@@ -19,8 +19,8 @@ import (
 	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
-// What *Cluster does for the nemeses (nemesis.Cluster): members, backups
-// and restores, the nodes' states.
+// What *Cluster does only for the nemeses (nemesis.Cluster): members,
+// backups and restores, the nodes' states.
 
 // DataDir returns node id's data dir.
 func (c *Cluster) DataDir(id string) string { return filepath.Join(c.dir, id) }
@@ -220,9 +220,9 @@ func (c *Cluster) backupFrom(ctx context.Context, cs api.ClusterServiceClient, p
 // starts every node again on its address with an empty data dir,
 // bootstrapping the same members with --restore backup (the default
 // bump). It waits up to 30 s for a leader. A non-empty odd names a node
-// that gets --bump-tokens nm.MismatchBump and is started 2 s before the others
-// (NemRestoreMismatch): with the cluster id check it is kept out and
-// cannot lead; without it, it usually wins the first election.
+// that gets --bump-tokens nemesis.MismatchBump and is started 2 s before
+// the others (NemRestoreMismatch): with the cluster id check it is kept
+// out and cannot lead; without it, it usually wins the first election.
 func (c *Cluster) RestoreAll(ctx context.Context, backup, lostDir, odd string) error {
 	for _, p := range c.procs {
 		p.Kill(syscall.SIGKILL, 10*time.Second)

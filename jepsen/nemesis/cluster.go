@@ -60,11 +60,12 @@ type Processes interface {
 type Process interface {
 	// Start starts it with its arguments.
 	Start() error
-	// Kill sends sig and waits up to timeout for the exit (then SIGKILL).
+	// Kill sends sig (and SIGCONT) and waits up to timeout for the exit,
+	// then SIGKILLs.
 	Kill(sig syscall.Signal, timeout time.Duration)
 	// Exited is closed once the process has exited.
 	Exited() <-chan struct{}
-	// Tail returns up to the last n bytes of its output.
+	// Tail returns the last n bytes of its log.
 	Tail(n int) string
 }
 
@@ -75,14 +76,18 @@ type Storage interface {
 	Dir() string
 	// DataDir returns node id's data dir.
 	DataDir(id string) string
-	// Backup writes the leader's backup to path and returns its index.
+	// Backup writes a backup of the cluster (ClusterService.Snapshot) to
+	// path and returns the Raft index it reflects.
 	Backup(ctx context.Context, path string) (uint64, error)
-	// RestoreAll stops every node, moves its data dir into lostDir and
-	// re-founds the cluster from backup (odd, when not "", from a backup
-	// with a bumped term: the restore-mismatch nemesis).
+	// RestoreAll loses the whole cluster and starts a new one from
+	// backup: every node killed, its data dir moved under lostDir, all
+	// bootstrapped again with --restore backup; it waits up to 30 s for a
+	// leader. A non-empty odd names a node restored with --bump-tokens
+	// MismatchBump and started 2 s before the others (restore-mismatch).
 	RestoreAll(ctx context.Context, backup, lostDir, odd string) error
-	// Refound re-founds node id alone from backup, its data moved to
-	// lostDir.
+	// Refound repairs node id of a restored cluster: stopped, its data
+	// dir moved to lostDir, started again from backup with the default
+	// bump.
 	Refound(ctx context.Context, id, backup, lostDir string) error
 }
 
