@@ -4,6 +4,6 @@
 // completion in a history, and checks the properties of DESIGN.md ("What is
 // checked") with independent checkers over that history. The record of a run is
 // jepsen/history, the checkers jepsen/checker, report.html and the plots
-// jepsen/report; this package runs the processes, the workloads and the
-// nemeses (README.md, "Layout").
+// jepsen/report, the faults jepsen/nemesis; this package runs the
+// processes, the workloads and the nemeses over them (README.md, "Layout").
 package jepsen

@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasefence/leasefence/internal/netns"
 	"github.com/leasefence/leasefence/jepsen/history"
+	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
 func TestDockerNamesCarryThePidAndNodeID(t *testing.T) {
@@ -65,7 +66,7 @@ func TestDockerCreateArgsRunTheImageAsDeployed(t *testing.T) {
 
 func TestDockerModeKnowsOnlyRealNemeses(t *testing.T) {
 	for _, k := range DockerNemeses {
-		if !slices.Contains(AllNemeses, k) {
+		if !slices.Contains(nm.AllNemeses, k) {
 			t.Errorf("DockerNemeses names %q, which is no nemesis", k)
 		}
 	}

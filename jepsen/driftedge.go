@@ -1,21 +1,19 @@
 package jepsen
 
 import (
-	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/leasefence/leasefence/client"
 	"github.com/leasefence/leasefence/jepsen/history"
+	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
 // The drift-edge settings.
 const (
-	// EdgeDrift is the drift bound the nodes and the clients assume, and
-	// the rate error of every clock the fault sets (nodes 1 + EdgeDrift,
-	// clients 1 − EdgeDrift). The nodes and the client accept up to 0.1.
-	EdgeDrift = 0.05
+	// EdgeDrift is nemesis.EdgeDrift: the drift bound the nodes and the
+	// clients assume, and the rate error of every clock the fault sets.
+	EdgeDrift = nm.EdgeDrift
 	// EdgeClientMargin is the workers' client margin: small (the client
 	// refuses zero), so that drift alone decides whether windows overlap.
 	// Clock readings here are nanoseconds; a millisecond covers a reading
@@ -108,35 +106,6 @@ func (e *DriftEdge) WorkerArgs() []string {
 		args = append(args, "--clock-tick", e.ClientTick.String())
 	}
 	return args
-}
-
-// clockDriftEdge runs every node's monotonic clock at 1 + EdgeDrift, waits
-// a ttl (every lease then live was granted or renewed on the fast clock),
-// stops a worker before its write until a newer holder has written (a
-// client-pause), and puts the clocks back at rate 1. Effective when every
-// node reported the rate and the pause was effective.
-func (n *nemesis) clockDriftEdge(ctx context.Context, kind string) {
-	ctx = context.WithoutCancel(ctx) // always heal
-	ids := n.nodes.Nodes()
-	rate := 1 + EdgeDrift
-	var bad []string
-	for _, id := range ids {
-		if ok, err := setClockVerified(ctx, n.clocks, id, rate, 0); !ok {
-			bad = append(bad, fmt.Sprintf("%s: %v", id, err))
-		}
-	}
-	leader := n.nodes.Leader(ctx)
-	detail := fmt.Sprintf("monotonic rate %g× on every node (the drift bound %g, in spec; read back), then a client pause", rate, EdgeDrift)
-	if len(bad) > 0 {
-		detail = fmt.Sprintf("monotonic rate %g× on every node, not seen in Status on %s; then a client pause", rate, strings.Join(bad, "; "))
-	}
-	target := strings.Join(ids, ",")
-	n.progress(fmt.Sprintf("nemesis: clock rate %g× on every node (leader %s), then a client pause", rate, leader))
-	n.record(history.Fault{Phase: "start", Kind: kind, Target: target, Leader: leader != "", Detail: detail})
-	sleepCtx(ctx, n.ttl)
-	paused := n.clientPause(ctx, history.NemClientPause)
-	n.record(history.Fault{Phase: "heal", Kind: kind, Target: target, Effective: len(bad) == 0 && paused,
-		Detail: fmt.Sprintf("client pause effective: %v; %s", paused, n.healClocks(ctx, ids))})
 }
 
 // rateClock is a worker's client clock (client.Config.Clock) running at a

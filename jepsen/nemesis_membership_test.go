@@ -9,6 +9,7 @@ import (
 	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/checker/checkertest"
 	"github.com/leasefence/leasefence/jepsen/history"
+	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
 // memberFault is a member-unreachable fault from 10 s to 16 s whose adds
@@ -99,7 +100,7 @@ func TestFreeAddrsRefuseConnections(t *testing.T) {
 }
 
 func TestMemberUnreachableIsInSpec(t *testing.T) {
-	ks, err := ParseNemeses("all")
+	ks, err := nm.ParseNemeses("all")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
+	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
 // PlantedBug is a deliberate defect in leased, fencedkv or the client
@@ -49,7 +50,7 @@ var PlantedBugs = []PlantedBug{
 	{Name: "wall-clock-time", In: "leased", What: "the leader's cluster time is its wall clock, not its monotonic clock",
 		Nemeses: []string{"clock-bump"}, Time: 30 * time.Second, Catch: []string{checker.NameSafeWindows, checker.NameGrantIntervals, checker.NameLinearizable}},
 	{Name: "release-ack-before-commit", In: "leased", What: "a release is acknowledged once proposed, before Raft commits it",
-		Nemeses: ComboNemeses, Time: 45 * time.Second, Catch: []string{checker.NameLinearizable, checker.NameDurable}},
+		Nemeses: nm.ComboNemeses, Time: 45 * time.Second, Catch: []string{checker.NameLinearizable, checker.NameDurable}},
 	{Name: "renew-ack-before-commit", In: "leased", What: "a renewal is acknowledged at once and proposed 200 ms later, before Raft commits it",
 		Nemeses: []string{history.NemPartitionLeader, history.NemKillLeader}, Time: 45 * time.Second, Catch: []string{checker.NameDurable, checker.NameSafeWindows, checker.NameGrantIntervals}},
 	{Name: "dedup-resource-only", In: "leased", What: "a request id's retry is compared by resource only, so it replays a lease across scopes, holders, ttls and wait",

@@ -22,6 +22,7 @@ import (
 
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/internal/netns"
+	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
 // Build compiles leased and fencedkv (and, when jepsenToo, jepsen/cmd/jepsen) into
@@ -268,25 +269,12 @@ func (p *Proc) Tail(n int) string {
 	return string(b)
 }
 
-// NodeControl is what nemeses need from the cluster under test. The
-// process faults (kill, pause) are implemented here with signals; network
-// faults (partitions through a per-link proxy, or namespaces) will be a
-// separate Net interface whose links the proxy mode owns, so that nemeses
-// can combine both without knowing how a fault is realised.
-type NodeControl interface {
-	// Nodes returns node ids in a stable order.
-	Nodes() []string
-	// Leader returns the id of a node that reports itself leader, or "".
-	Leader(ctx context.Context) string
-	// Kill9 kills node id with SIGKILL; Restart starts it again from its
-	// data dir.
-	Kill9(id string) error
-	Restart(id string) error
-	// Pause stops node id with SIGSTOP and reports whether it was seen
-	// stopped; Resume continues it.
-	Pause(id string) (bool, error)
-	Resume(id string) error
-}
+// NodeControl is what nemeses need from the cluster under test
+// (nemesis.NodeControl). The process faults (kill, pause) are implemented
+// here with signals, or by the DockerNet in docker mode; network faults are
+// the separate Net interface, so that nemeses can combine both without
+// knowing how a fault is realised.
+type NodeControl = nm.NodeControl
 
 // Cluster is N leased processes and their gRPC connections.
 type Cluster struct {
@@ -304,7 +292,10 @@ type Cluster struct {
 	rt nodeRuntime
 }
 
-var _ NodeControl = (*Cluster)(nil)
+var (
+	_ NodeControl = (*Cluster)(nil)
+	_ nm.Cluster  = (*Cluster)(nil)
+)
 
 // FreeAddrs picks n distinct loopback addresses that nothing listens on
 // now. They are released before it returns, so another process may take
@@ -537,6 +528,12 @@ func (c *Cluster) Nodes() []string { return append([]string(nil), c.ids...) }
 
 // Proc returns node id's process.
 func (c *Cluster) Proc(id string) *Proc { return c.procs[c.byID[id]] }
+
+// Process implements nemesis.Processes.
+func (c *Cluster) Process(id string) nm.Process { return c.Proc(id) }
+
+// Dir implements nemesis.Storage: it holds each node's data dir and log.
+func (c *Cluster) Dir() string { return c.dir }
 
 func (c *Cluster) conn(addr string) (*grpc.ClientConn, error) {
 	c.mu.Lock()

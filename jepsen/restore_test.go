@@ -6,6 +6,7 @@ import (
 	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/checker/checkertest"
 	"github.com/leasefence/leasefence/jepsen/history"
+	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
 // restoreHistory: before the loss (at 1000 ms) w1 got token 5 on r and the
@@ -100,7 +101,7 @@ func TestRestoreRunsDoNotRequireWhatARestoreLoses(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range InSpecNemeses() {
+	for _, k := range nm.InSpecNemeses() {
 		if history.IsRestore(k) {
 			t.Fatal("restore is in spec: \"all\" would stop requiring linearizability")
 		}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	"github.com/leasefence/leasefence/fence/fencekv"
 	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
+	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 	"github.com/leasefence/leasefence/jepsen/report"
 )
 
@@ -75,7 +77,7 @@ type Config struct {
 // resources, every in-spec nemesis in proxy mode.
 func DefaultConfig() Config {
 	return Config{Nodes: 5, Workers: 10, Resources: 5, LinWorkers: 3, LinResources: 2, Duration: 60 * time.Second, Quiet: 5 * time.Second,
-		TTL: 2 * time.Second, SkewMargin: 300 * time.Millisecond, Seed: 1, Nemeses: InSpecNemeses(), NetMode: NetProxy,
+		TTL: 2 * time.Second, SkewMargin: 300 * time.Millisecond, Seed: 1, Nemeses: nm.InSpecNemeses(), NetMode: NetProxy,
 		ResultsDir: filepath.Join("results", "jepsen")}
 }
 
@@ -132,6 +134,44 @@ type workerProc struct {
 	id     string
 	proc   *Proc
 	paused chan PauseNotice
+}
+
+var _ nm.Worker = (*workerProc)(nil)
+
+// ID implements nemesis.Worker.
+func (w *workerProc) ID() string { return w.id }
+
+// Running implements nemesis.Worker.
+func (w *workerProc) Running() bool { return w.proc.Running() }
+
+// PauseAt implements nemesis.Worker: it sends the worker the pause
+// command for kind (CmdPause, CmdPauseAcquire, CmdPauseReplay).
+func (w *workerProc) PauseAt(kind string) error {
+	cmd := CmdPause
+	switch kind {
+	case history.NemClientPauseAcquire:
+		cmd = CmdPauseAcquire
+	case history.NemClientPauseReplay:
+		cmd = CmdPauseReplay
+	}
+	return w.proc.Send(cmd)
+}
+
+// Paused implements nemesis.Worker.
+func (w *workerProc) Paused() <-chan PauseNotice { return w.paused }
+
+// WaitStopped implements nemesis.Worker.
+func (w *workerProc) WaitStopped(timeout time.Duration) bool { return w.proc.WaitStopped(timeout) }
+
+// Resume implements nemesis.Worker.
+func (w *workerProc) Resume() error { return w.proc.Signal(syscall.SIGCONT) }
+
+func asWorkers(ws []*workerProc) []nm.Worker {
+	out := make([]nm.Worker, len(ws))
+	for i, w := range ws {
+		out[i] = w
+	}
+	return out
 }
 
 // ResourcePrefix starts every resource the fenced workers lease; the
@@ -222,7 +262,7 @@ type run struct {
 	badMu                  sync.Mutex
 	stopProbes             context.CancelFunc
 	pwg                    sync.WaitGroup
-	nem                    *nemesis
+	nem                    *nm.Nemesis
 	tc                     time.Time // start of collect and check
 	serves                 *checker.Finding
 	audit                  []fencekv.AuditRecord
@@ -375,7 +415,7 @@ func (r *run) startCluster(ctx context.Context) error {
 	cfg := r.cfg
 	ts := time.Now()
 	extra := append([]string{"--min-ttl", "1s", "--max-ttl", max(r.linTTL+time.Minute, 10*time.Minute).String(),
-		"--skew-margin", cfg.SkewMargin.String(), "--tick", "250ms"}, SnapshotArgs...)
+		"--skew-margin", cfg.SkewMargin.String(), "--tick", "250ms"}, nm.SnapshotArgs...)
 	extra = append(extra, r.edge.NodeArgs()...)
 	if UsesClock(cfg.Nemeses) {
 		extra = append(extra, ClockArgs(filepath.Join(r.dir, "logs"))...)
@@ -543,12 +583,12 @@ func (r *run) startProbes(ctx context.Context) error {
 func (r *run) workload(ctx context.Context) error {
 	cfg := r.cfg
 	tw := time.Now()
-	r.nem = &nemesis{kinds: append([]string(nil), cfg.Nemeses...), rng: r.rng, nodes: r.cl, net: r.cl.Net(), workers: r.fencedWorkers, kv: r.kv, ttl: cfg.TTL, log: r.nlog, hist: r.hist,
-		counts: map[string]int{}, effect: map[string]int{}, progress: func(s string) { r.say("%s", s) }}
+	nc := nm.Config{Kinds: cfg.Nemeses, Rng: r.rng, Nodes: r.cl, Net: r.cl.Net(), Workers: asWorkers(r.fencedWorkers), KV: r.kv, TTL: cfg.TTL,
+		ResourcePrefix: ResourcePrefix, Log: r.nlog, Hist: r.hist, OnRestore: r.wt.clusterReplaced, Progress: func(s string) { r.say("%s", s) }}
 	if UsesClock(cfg.Nemeses) {
-		r.nem.clocks = fileClocks{c: r.cl, dir: filepath.Join(r.dir, "logs")}
+		nc.Clocks = fileClocks{c: r.cl, dir: filepath.Join(r.dir, "logs")}
 	}
-	r.nem.onRestore = r.wt.clusterReplaced
+	r.nem = nm.New(nc)
 	nctx, stopNem := context.WithTimeout(ctx, cfg.Duration)
 	progressDone := make(chan struct{})
 	go func() {
@@ -564,7 +604,7 @@ func (r *run) workload(ctx context.Context) error {
 			}
 		}
 	}()
-	r.nem.run(nctx)
+	r.nem.Run(nctx)
 	stopNem()
 	if ctx.Err() != nil {
 		close(progressDone)
@@ -986,4 +1026,24 @@ func writeHistory(path string, h []history.Record) error {
 		return err
 	}
 	return f.Close()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func sortedKeys(m map[string]int) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
 }

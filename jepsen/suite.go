@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
+	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
 // Scenario is one run of a suite and what it must show: every checker
@@ -77,11 +78,11 @@ var FencedGroups = []struct {
 	Time    time.Duration
 }{
 	{"process faults", []string{history.NemKill, history.NemKillLeader, history.NemPause, history.NemPauseLeader, history.NemClientPause, history.NemClientPauseAcquire, history.NemClientPauseReplay, history.NemSnapshot, history.NemMember}, 80 * time.Second},
-	{"network faults", NetNemeses, 60 * time.Second},
+	{"network faults", nm.NetNemeses, 60 * time.Second},
 	{"clock faults", []string{history.NemClockBump, history.NemClockStrobe}, 25 * time.Second},
 	{"clocks at the drift edge", []string{history.NemClockDriftEdge}, 30 * time.Second},
 	{"clocks at the drift edge, read in ticks", []string{history.NemClockDriftEdgeCoarse}, 45 * time.Second},
-	{"combined faults", ComboNemeses, 45 * time.Second},
+	{"combined faults", nm.ComboNemeses, 45 * time.Second},
 	{"restore from a backup", []string{history.NemRestore, history.NemRestoreMismatch}, 35 * time.Second},
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/leasefence/leasefence/fence/fencekv"
 	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
+	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
 // Lines a worker prints on stdout.
@@ -62,12 +63,7 @@ const (
 )
 
 // PauseNotice is what a worker says before it stops itself.
-type PauseNotice struct {
-	Worker   string `json:"worker"`
-	Op       string `json:"op"`
-	Resource string `json:"resource"`
-	Token    uint64 `json:"token"`
-}
+type PauseNotice = nm.PauseNotice
 
 // WorkerConfig is one worker process.
 type WorkerConfig struct {
@@ -464,9 +460,8 @@ func (w *workerState) write(op, res string, tok fence.Token, leaseID string, che
 	}
 }
 
-// RequestIDOf is the request id an acquire is sent with: its op id, which
-// is unique within a run (every run starts with empty data dirs).
-func RequestIDOf(op string) string { return "jepsen/" + op }
+// RequestIDOf is history.RequestIDOf.
+func RequestIDOf(op string) string { return history.RequestIDOf(op) }
 
 func acquireError(err error) string {
 	if errors.Is(err, client.ErrHeld) {

@@ -44,13 +44,15 @@ var allowed = map[string][]string{
 // harnessAllowed maps a package of the harness's module (its folder under
 // jepsen/) to the harness packages it may depend on (itself and its
 // subfolders always): the record of a run at the bottom, the checkers
-// over it, the report over both (issue 17 item 4; etcd's
-// tests/robustness is the model). Packages not listed (the top-level
-// orchestration, cmd) may import any of them.
+// over it, the report over both, the nemeses beside the checkers (they
+// write the record and know the cluster only through interfaces of their
+// own) (issue 17 item 4; etcd's tests/robustness is the model). Packages
+// not listed (the top-level orchestration, cmd) may import any of them.
 var harnessAllowed = map[string][]string{
 	"history": {},
 	"checker": {"history"},
 	"report":  {"checker", "history"},
+	"nemesis": {"history"},
 }
 
 // forbidden lists outside packages a folder must never reach, even

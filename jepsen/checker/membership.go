@@ -6,7 +6,7 @@ import (
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
-// The member-unreachable nemesis's checker (nemesis_membership.go).
+// The member-unreachable nemesis's checker (nemesis/membership.go).
 
 // NameMembershipQuorum is CheckMembershipKeepsQuorum's name.
 const NameMembershipQuorum = "membership-keeps-quorum"

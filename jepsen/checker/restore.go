@@ -2,11 +2,10 @@ package checker
 
 import "github.com/leasefence/leasefence/jepsen/history"
 
-// The restore nemesis's checker (nemesis_restore.go).
+// The restore nemesis's checker (nemesis/restore.go).
 
-// OpProbeWrite is the probe's fenced write to fencedkv (a record type of
-// its own: its keys have no final read, unlike the workers' writes).
-const OpProbeWrite = "probe-write"
+// OpProbeWrite is history.OpProbeWrite, the probe's fenced write.
+const OpProbeWrite = history.OpProbeWrite
 
 // NameRestore is the checker of a restore: CheckRestore.
 const NameRestore = "restore-beats-lost-tokens"

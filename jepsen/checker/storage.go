@@ -6,7 +6,7 @@ import (
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
-// The storage nemesis's checker (nemesis_storage.go).
+// The storage nemesis's checker (nemesis/storage.go).
 
 // NameStorage is CheckStorageRefused's name.
 const NameStorage = "corrupt-storage-refused"

@@ -45,6 +45,10 @@ const (
 	// in Value (api.FormatLeaseID form) and Token, never in Lease: no other checker treats
 	// it as a grant.
 	OpReuse = "reuse"
+	// OpProbeWrite is the restore nemesis's probe's fenced write to
+	// fencedkv (a type of its own: its keys have no final read, unlike
+	// the workers' writes).
+	OpProbeWrite = "probe-write"
 )
 
 // Results of a completion.

@@ -23,7 +23,7 @@ const (
 	NemClientPauseReplay = "client-pause-replay"
 )
 
-// Realised in clock.go.
+// Realised in nemesis/clock.go.
 
 // Clock nemeses. They need the nodes started with leased's unsafe
 // fault-injection clock (ClockArgs), which Run does when one is enabled.
@@ -40,7 +40,7 @@ const (
 	NemClockRate   = "clock-rate"   // the leader's monotonic clock at 0.5× or 2× (out of spec)
 )
 
-// Realised in driftedge.go.
+// Realised in nemesis/driftedge.go (the run's setup: driftedge.go).
 
 // NemClockDriftEdge puts the clocks at the edge of what the settings allow
 // (issue 15, the client's drift and margin bugs). It is in spec: every
@@ -87,7 +87,7 @@ const NemClockDriftEdge = "clock-drift-edge"
 // the leader and back once the resource is free).
 const NemClockDriftEdgeCoarse = "clock-drift-edge-coarse"
 
-// Realised in nemesis_clockpause.go.
+// Realised in nemesis/clockpause.go.
 
 // NemClockRateClientPause is a combined fault (issue 15 §5): the leader's
 // monotonic clock at 0.5× or 2× (as clock-rate: out of spec) while a
@@ -97,7 +97,7 @@ const NemClockDriftEdgeCoarse = "clock-drift-edge-coarse"
 // stale write and every fencing checker must stay valid.
 const NemClockRateClientPause = "clock-rate-client-pause"
 
-// Realised in nemesis_combo.go.
+// Realised in nemesis/combo.go.
 
 // Combined and minority faults (issue "the harness sees what it missed",
 // item 5): faults that single-kind nemeses never put together.
@@ -116,7 +116,7 @@ const (
 	NemPartitionKill = "partition-kill"
 )
 
-// Realised in nemesis_membership.go.
+// Realised in nemesis/membership.go.
 
 // NemMemberUnreachable asks the leader (ClusterService.Join, what
 // `leasectl members add` does) to add voters at loopback addresses where
@@ -128,7 +128,7 @@ const (
 // was answered (refused or added).
 const NemMemberUnreachable = "member-unreachable"
 
-// Realised in nemesis_net.go.
+// Realised in nemesis/net.go.
 
 // Network nemesis kinds, realised through the cluster's Net (proxy or
 // namespace mode).
@@ -142,7 +142,7 @@ const (
 	NemNetFlaky        = "net-flaky"        // connections reset and refused at random
 )
 
-// Realised in nemesis_restore.go.
+// Realised in nemesis/restore.go.
 
 // NemRestore is disaster recovery mid-run (issue 15 §1): take a backup
 // through the API (what `leasectl snapshot save` does), grant in scopes the
@@ -168,7 +168,7 @@ const NemRestore = "restore"
 // with the same file and the default bump. Not part of "all": name it.
 const NemRestoreMismatch = "restore-mismatch"
 
-// Realised in nemesis_silent.go.
+// Realised in nemesis/silent.go.
 
 // NemSilentLeader makes the leader silent without a reset (issue 15 §2):
 // in namespace mode every packet into and out of its namespace is
@@ -178,7 +178,7 @@ const NemRestoreMismatch = "restore-mismatch"
 // there clients still reach it: use netns for the whole fault).
 const NemSilentLeader = "silent-leader"
 
-// Realised in nemesis_state.go.
+// Realised in nemesis/state.go.
 
 // Nemeses that move state around rather than break processes.
 const (
@@ -193,7 +193,7 @@ const (
 	NemMember = "member"
 )
 
-// Realised in nemesis_storage.go.
+// Realised in nemesis/storage.go.
 
 // NemStorage stops a follower, changes one byte of a committed command
 // entry's body in its raft.db (a resource name, as a bad disk or a stray

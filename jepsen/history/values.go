@@ -23,3 +23,9 @@ const (
 	AddAdded   = "added"   // OK: the leader added it
 	AddError   = "error"   // anything else: no decision seen (no leader, timeout, ...)
 )
+
+// RequestIDOf is the request id an acquire is sent with: its op id, which
+// is unique within a run (every run starts with empty data dirs). The
+// workers and the restore nemesis's probe send it; resolving a lost
+// answer reads it back.
+func RequestIDOf(op string) string { return "jepsen/" + op }

@@ -36,6 +36,7 @@ import (
 
 	"github.com/leasefence/leasefence/jepsen"
 	"github.com/leasefence/leasefence/jepsen/checker"
+	"github.com/leasefence/leasefence/jepsen/nemesis"
 	"github.com/leasefence/leasefence/jepsen/report"
 )
 
@@ -119,7 +120,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var err error
-	if cfg.Nemeses, err = jepsen.ParseNemeses(nemeses); err != nil {
+	if cfg.Nemeses, err = nemesis.ParseNemeses(nemeses); err != nil {
 		fmt.Fprintln(stderr, "jepsen:", err)
 		return 2
 	}

@@ -1,4 +1,4 @@
-package jepsen
+package nemesis
 
 import (
 	"context"
@@ -16,7 +16,7 @@ var ComboNemeses = []string{history.NemKillMinority, history.NemRollingRestart, 
 // killMinority kills ⌊(n−1)/2⌋ nodes at once and restarts them after hold.
 // Effective when every kill took and a leader was seen among the survivors
 // while they were down (a quorum was up and served).
-func (n *nemesis) killMinority(ctx context.Context, hold time.Duration) {
+func (n *Nemesis) killMinority(ctx context.Context, hold time.Duration) {
 	bg := context.WithoutCancel(ctx)
 	ids := n.nodes.Nodes()
 	k := (len(ids) - 1) / 2
@@ -67,7 +67,7 @@ func (n *nemesis) killMinority(ctx context.Context, hold time.Duration) {
 // rollingRestart restarts every node in turn, the leader last (as an
 // operator upgrading a cluster would), each with SIGTERM and a wait until
 // it reports the leader's commit index again. Bounded: 20 s per node.
-func (n *nemesis) rollingRestart(ctx context.Context) {
+func (n *Nemesis) rollingRestart(ctx context.Context) {
 	bg := context.WithoutCancel(ctx)
 	ids := n.nodes.Nodes()
 	leader := n.nodes.Leader(bg)
@@ -83,11 +83,11 @@ func (n *nemesis) rollingRestart(ctx context.Context) {
 	n.progress("nemesis: rolling restart " + strings.Join(order, ","))
 	n.record(history.Fault{Phase: "start", Kind: history.NemRollingRestart, Target: strings.Join(order, ","), Leader: leader != "",
 		Detail: fmt.Sprintf("SIGTERM, restart and catch up, one node at a time, leader %s last", orNone(leader))})
-	c, isCluster := n.nodes.(*Cluster)
+	c, isCluster := n.nodes.(Cluster)
 	var done, problems []string
 	for _, id := range order {
 		if isCluster {
-			c.Proc(id).Kill(syscall.SIGTERM, 10*time.Second)
+			c.Process(id).Kill(syscall.SIGTERM, 10*time.Second)
 		} else if err := n.nodes.Kill9(id); err != nil {
 			problems = append(problems, id+": "+err.Error())
 			continue
@@ -109,7 +109,7 @@ func (n *nemesis) rollingRestart(ctx context.Context) {
 
 // caughtUp waits until node id reports an applied index at or above the
 // commit index a leader reported after the restart.
-func (n *nemesis) caughtUp(ctx context.Context, id string, within time.Duration) bool {
+func (n *Nemesis) caughtUp(ctx context.Context, id string, within time.Duration) bool {
 	ns, ok := n.nodes.(nodeStater)
 	if !ok {
 		return sleepCtx(ctx, 2*time.Second)
@@ -138,7 +138,7 @@ func (n *nemesis) caughtUp(ctx context.Context, id string, within time.Duration)
 // one); after hold it restarts the node and heals the network. The
 // majority is then short of a quorum until the heal: no one may be
 // granted anything in conflict with what the minority's clients saw.
-func (n *nemesis) partitionKill(ctx context.Context, hold time.Duration) {
+func (n *Nemesis) partitionKill(ctx context.Context, hold time.Duration) {
 	if n.net == nil {
 		n.record(history.Fault{Phase: "start", Kind: history.NemPartitionKill, Detail: "error: the cluster has no Net (started without a net mode)"})
 		n.record(history.Fault{Phase: "heal", Kind: history.NemPartitionKill, Detail: "nothing injected"})

@@ -1,4 +1,4 @@
-package jepsen
+package nemesis
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
-func (n *nemesis) silentLeader(ctx context.Context, hold time.Duration) {
+func (n *Nemesis) silentLeader(ctx context.Context, hold time.Duration) {
 	bg := context.WithoutCancel(ctx) // always heal
 	leader, term := n.currentTerm(bg)
 	if n.net == nil || leader == "" {

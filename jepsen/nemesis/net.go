@@ -1,11 +1,10 @@
-package jepsen
+package nemesis
 
 import (
 	"context"
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/leasefence/leasefence/api"
@@ -29,31 +28,6 @@ func isNetNemesis(kind string) bool {
 // node's own view (state, leader, term). *Cluster implements it.
 type nodeStater interface {
 	NodeStates(ctx context.Context) map[string]*api.StatusResponse
-}
-
-// NodeStates asks every running, unpaused node for its status, in
-// parallel (1 s each); nodes that do not answer are left out.
-func (c *Cluster) NodeStates(ctx context.Context) map[string]*api.StatusResponse {
-	out := map[string]*api.StatusResponse{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, id := range c.ids {
-		p := c.Proc(id)
-		if !p.Running() || p.Stopped() {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if st, err := c.Status(ctx, id); err == nil {
-				mu.Lock()
-				out[id] = st
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return out
 }
 
 // observation is what the nemesis saw of the cluster while a network
@@ -86,7 +60,7 @@ func sortedKeys64(m map[string]uint64) []string {
 }
 
 // observe polls every node's status every 100 ms for d.
-func (n *nemesis) observe(ctx context.Context, d time.Duration) *observation {
+func (n *Nemesis) observe(ctx context.Context, d time.Duration) *observation {
 	o := &observation{leaders: map[string]uint64{}, notLeader: map[string]bool{}, terms: map[string]uint64{}}
 	ns, ok := n.nodes.(nodeStater)
 	if !ok {
@@ -122,7 +96,7 @@ func (o *observation) termsString() string {
 }
 
 // currentTerm returns the leader and the highest term any node reports.
-func (n *nemesis) currentTerm(ctx context.Context) (string, uint64) {
+func (n *Nemesis) currentTerm(ctx context.Context) (string, uint64) {
 	ns, ok := n.nodes.(nodeStater)
 	if !ok {
 		return n.nodes.Leader(ctx), 0
@@ -143,7 +117,7 @@ func (n *nemesis) currentTerm(ctx context.Context) (string, uint64) {
 // grudges builds the partition of kind over ids (shuffled by the seed).
 // It returns the grudge, a description, and the sides whose majority must
 // elect a leader (nil when no such expectation holds).
-func (n *nemesis) grudge(kind, leader string, ids []string) (map[string][]string, string, []string) {
+func (n *Nemesis) grudge(kind, leader string, ids []string) (map[string][]string, string, []string) {
 	ids = append([]string(nil), ids...)
 	n.rng.Shuffle(len(ids), func(a, b int) { ids[a], ids[b] = ids[b], ids[a] })
 	g := map[string][]string{}
@@ -220,7 +194,7 @@ func (n *nemesis) grudge(kind, leader string, ids []string) (map[string][]string
 // cluster, reads the Net's counters, heals, and waits (bounded) until a
 // leader is back. Partitions are held at least 2 s so that an election
 // (timeouts of 500 ms) can be seen.
-func (n *nemesis) netFault(ctx context.Context, kind string, hold time.Duration) {
+func (n *Nemesis) netFault(ctx context.Context, kind string, hold time.Duration) {
 	if n.net == nil {
 		n.record(history.Fault{Phase: "start", Kind: kind, Detail: "error: the cluster has no Net (started without a net mode)"})
 		n.record(history.Fault{Phase: "heal", Kind: kind, Detail: "nothing injected"})
@@ -303,7 +277,7 @@ func (n *nemesis) netFault(ctx context.Context, kind string, hold time.Duration)
 	n.record(history.Fault{Phase: "heal", Kind: kind, Target: target, Effective: effective, Detail: strings.Join(seen, "; ")})
 }
 
-func (n *nemesis) waitLeader(ctx context.Context, d time.Duration) string {
+func (n *Nemesis) waitLeader(ctx context.Context, d time.Duration) string {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		if l := n.nodes.Leader(ctx); l != "" {

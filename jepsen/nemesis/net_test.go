@@ -1,4 +1,4 @@
-package jepsen
+package nemesis
 
 import (
 	"math/rand/v2"
@@ -33,7 +33,7 @@ func TestPartitionShapes(t *testing.T) {
 			ids = append(ids, "n"+string(rune('0'+i)))
 		}
 		majority := size/2 + 1
-		n := &nemesis{rng: rand.New(rand.NewPCG(uint64(size), 1))}
+		n := &Nemesis{rng: rand.New(rand.NewPCG(uint64(size), 1))}
 		for seed := 0; seed < 20; seed++ {
 			// Leader isolated: it hears only itself, the others hear all but it.
 			g, _, others := n.grudge(history.NemPartitionLeader, "n1", ids)

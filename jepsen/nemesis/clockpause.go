@@ -1,4 +1,4 @@
-package jepsen
+package nemesis
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 // clockRateClientPause sets the leader's clock rate, runs a client pause
 // (recorded as its own client-pause fault) and heals the clock.
-func (n *nemesis) clockRateClientPause(ctx context.Context) {
+func (n *Nemesis) clockRateClientPause(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx)
 	id, isLeader := n.target(ctx, history.NemClockRate+"-leader")
 	rate := []float64{0.5, 2}[n.rng.IntN(2)]

@@ -1,4 +1,4 @@
-package jepsen
+package nemesis
 
 import (
 	"context"
@@ -15,13 +15,9 @@ import (
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
-// memberAddTimeout bounds one Join call of the nemesis: the leader's probe
-// of the new member takes up to 2 s (cluster.joinProbeTimeout).
-const memberAddTimeout = 10 * time.Second
-
-func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
+func (n *Nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 	bg := context.WithoutCancel(ctx) // always heal
-	cl, ok := n.nodes.(*Cluster)
+	cl, ok := n.nodes.(Cluster)
 	leader := ""
 	if ok {
 		leader = cl.Leader(bg)
@@ -34,7 +30,7 @@ func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 	var addrs []string
 	var err error
 	if leader != "" {
-		addrs, err = FreeAddrs(k) // closed before it returns: nothing listens there
+		addrs, err = cl.FreeAddrs(k) // closed before it returns: nothing listens there
 	}
 	if !ok || leader == "" || err != nil {
 		why := "no leader"
@@ -62,7 +58,7 @@ func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 		id := fmt.Sprintf("u%d-%d", seq, i+1)
 		unreachable[addr] = id
 		t := time.Now()
-		err := cl.join(bg, id, addr)
+		err := cl.Join(bg, id, addr)
 		a := history.MemberAdd{ID: id, Addr: addr, Answer: joinAnswer(err), TookNs: int64(time.Since(t))}
 		if err != nil {
 			a.Error = err.Error()
@@ -83,7 +79,7 @@ func (n *nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 		if a.Answer == history.AddRefused {
 			continue
 		}
-		if err := cl.removeBounded(bg, a.ID); err != nil {
+		if err := cl.RemoveBounded(bg, a.ID); err != nil {
 			herrs = append(herrs, fmt.Sprintf("remove %s: %v", a.ID, err))
 		}
 	}
@@ -145,36 +141,4 @@ func listedIn(states map[string]*api.StatusResponse, unreachable map[string]stri
 			}
 		}
 	}
-}
-
-// join asks the leader to add a voter id at addr.
-func (c *Cluster) join(ctx context.Context, id, addr string) error {
-	cs, err := c.leaderClient(ctx)
-	if err != nil {
-		return err
-	}
-	jctx, cancel := context.WithTimeout(ctx, memberAddTimeout)
-	defer cancel()
-	_, err = cs.Join(jctx, &api.JoinRequest{Id: id, Addr: addr})
-	return err
-}
-
-// removeBounded asks the leader to remove member id: three tries of 5 s at
-// most (a cluster without a quorum cannot remove anything). A member the
-// leader does not know counts as removed.
-func (c *Cluster) removeBounded(ctx context.Context, id string) error {
-	var err error
-	for i := 0; i < 3; i++ {
-		var cs api.ClusterServiceClient
-		if cs, err = c.leaderClient(ctx); err == nil {
-			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err = cs.Remove(rctx, &api.RemoveRequest{Id: id})
-			cancel()
-			if err == nil || status.Code(err) == codes.NotFound {
-				return nil
-			}
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	return err
 }

@@ -1,14 +1,20 @@
-package jepsen
+// Package nemesis injects the harness's faults: the loop that picks one
+// fault at a time on a seeded schedule (Nemesis.Run) and every fault kind
+// of history's Nem* vocabulary, each recorded as a start and a heal in
+// nemesis.jsonl. It knows the cluster only through the interfaces it
+// declares (cluster.go): NodeControl for processes, Cluster for storage,
+// members and restores, Net for the network, ClockControl for the fault
+// clocks and Worker for the client pauses; the top-level jepsen package
+// implements them.
+package nemesis
 
 import (
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/leasefence/leasefence/fence/fencekv"
@@ -16,11 +22,11 @@ import (
 )
 
 // AllNemeses lists every kind implemented: the process nemeses above,
-// snapshot and member (nemesis_state.go), storage (nemesis_storage.go),
-// member-unreachable (nemesis_membership.go), the
-// network ones (NetNemeses, nemesis_net.go; silent-leader, nemesis_silent.go),
-// the combined ones (ComboNemeses, nemesis_combo.go), the clock ones
-// (clock.go) and restore (nemesis_restore.go). "all" means every one in spec
+// snapshot and member (state.go), storage (storage.go),
+// member-unreachable (membership.go), the
+// network ones (NetNemeses, net.go; silent-leader, silent.go),
+// the combined ones (ComboNemeses, combo.go), the clock ones
+// (clock.go) and restore (restore.go). "all" means every one in spec
 // (InSpecNemeses): clock-rate, beyond the drift bound, and restore, which
 // loses acknowledged state by design, must be named.
 var AllNemeses = slices.Concat(
@@ -64,18 +70,59 @@ func ParseNemeses(s string) ([]string, error) {
 	return out, nil
 }
 
-// nemesis injects one fault at a time on a seeded schedule, records each
+// Config is what a Nemesis works on.
+type Config struct {
+	// Kinds are the enabled fault kinds (history.Nem*; ParseNemeses).
+	Kinds []string
+	// Rng is the run's seeded source: which kind, which node, how long.
+	Rng   *rand.Rand
+	Nodes NodeControl // a Cluster for the nemeses that need one
+	// Clocks sets the nodes' fault clocks; nil unless a clock nemesis is
+	// enabled (clock.go).
+	Clocks ClockControl
+	// Net injects network faults (net.go); nil: none.
+	Net Net
+	// Workers are the fenced workers the client pauses stop.
+	Workers []Worker
+	// KV is the fenced store: the client pauses read the highest accepted
+	// token there, the restore probe writes through it.
+	KV  *fencekv.Client
+	TTL time.Duration
+	// ResourcePrefix starts every resource the workers lease: the storage
+	// nemesis corrupts an entry naming one.
+	ResourcePrefix string
+	// Log receives nemesis.jsonl.
+	Log *history.Writer
+	// Hist is the run's history, where the restore probe records its
+	// operations (nil: no restore probe).
+	Hist *history.Writer
+	// OnRestore is called once a cluster restored from a backup serves
+	// (the watcher starts afresh on it).
+	OnRestore func()
+	// Progress prints a line for the person watching.
+	Progress func(string)
+}
+
+// New returns a Nemesis over c.
+func New(c Config) *Nemesis {
+	return &Nemesis{kinds: append([]string(nil), c.Kinds...), rng: c.Rng, nodes: c.Nodes, clocks: c.Clocks, net: c.Net,
+		workers: c.Workers, kv: c.KV, ttl: c.TTL, resourcePrefix: c.ResourcePrefix, log: c.Log, hist: c.Hist,
+		onRestore: c.OnRestore, progress: c.Progress, counts: map[string]int{}, effect: map[string]int{}}
+}
+
+// Nemesis injects one fault at a time on a seeded schedule, records each
 // start and heal in nemesis.jsonl, and heals everything before it returns.
-type nemesis struct {
-	kinds   []string
-	rng     *rand.Rand
-	nodes   NodeControl
-	clocks  ClockControl // nil unless a clock nemesis is enabled (clock.go)
-	net     Net          // network faults (nemesis_net.go); nil: none
-	workers []*workerProc
-	kv      *fencekv.Client
-	ttl     time.Duration
-	log     *history.Writer
+type Nemesis struct {
+	kinds          []string
+	rng            *rand.Rand
+	nodes          NodeControl
+	clocks         ClockControl // nil unless a clock nemesis is enabled (clock.go)
+	net            Net          // network faults (net.go); nil: none
+	workers        []Worker
+	kv             *fencekv.Client
+	ttl            time.Duration
+	resourcePrefix string
+	log            *history.Writer
 	// hist is the run's history, where the restore probe records its
 	// operations (nil: no restore probe).
 	hist *history.Writer
@@ -90,7 +137,7 @@ type nemesis struct {
 }
 
 // faultRecorder is where faults are recorded.
-func (n *nemesis) record(f history.Fault) {
+func (n *Nemesis) record(f history.Fault) {
 	if f.TimeNs == 0 {
 		f.TimeNs = history.Now()
 	}
@@ -105,11 +152,11 @@ func (n *nemesis) record(f history.Fault) {
 	}
 }
 
-// run injects faults until ctx ends: wait 1–3 s, take the next kind (each
+// Run injects faults until ctx ends: wait 1–3 s, take the next kind (each
 // enabled kind once per round, rounds shuffled by the seed), hold the
 // fault 1–4 s (client pause: until the lease moved on), heal. Bounded by
 // ctx and by a fault count.
-func (n *nemesis) run(ctx context.Context) {
+func (n *Nemesis) Run(ctx context.Context) {
 	if len(n.kinds) == 0 {
 		<-ctx.Done() // the workload still runs its full time
 		return
@@ -184,7 +231,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // target picks a node: the leader for the *-leader kinds (a random node if
 // none is known), otherwise a random node.
-func (n *nemesis) target(ctx context.Context, kind string) (string, bool) {
+func (n *Nemesis) target(ctx context.Context, kind string) (string, bool) {
 	leader := n.nodes.Leader(ctx)
 	if strings.HasSuffix(kind, "-leader") && leader != "" {
 		return leader, true
@@ -194,7 +241,7 @@ func (n *nemesis) target(ctx context.Context, kind string) (string, bool) {
 	return id, id == leader
 }
 
-func (n *nemesis) kill(ctx context.Context, kind string, hold time.Duration) {
+func (n *Nemesis) kill(ctx context.Context, kind string, hold time.Duration) {
 	id, isLeader := n.target(ctx, kind)
 	n.progress(fmt.Sprintf("nemesis: kill -9 %s%s", id, leaderMark(isLeader)))
 	err := n.nodes.Kill9(id)
@@ -204,7 +251,7 @@ func (n *nemesis) kill(ctx context.Context, kind string, hold time.Duration) {
 	n.record(history.Fault{Phase: "heal", Kind: kind, Target: id, Effective: err == nil, Detail: errString(rerr, "restarted from its data dir")})
 }
 
-func (n *nemesis) pause(ctx context.Context, kind string, hold time.Duration) {
+func (n *Nemesis) pause(ctx context.Context, kind string, hold time.Duration) {
 	id, isLeader := n.target(ctx, kind)
 	n.progress(fmt.Sprintf("nemesis: SIGSTOP %s%s", id, leaderMark(isLeader)))
 	stopped, err := n.nodes.Pause(id)
@@ -237,10 +284,10 @@ func errString(err error, ok string) string {
 // worker's (someone else got a newer lease and wrote), and resumes it. The
 // wait is bounded: at most 8 ttl. It reports whether the pause was
 // effective.
-func (n *nemesis) clientPause(ctx context.Context, kind string) bool {
-	var idle []*workerProc
+func (n *Nemesis) clientPause(ctx context.Context, kind string) bool {
+	var idle []Worker
 	for _, w := range n.workers {
-		if w.proc.Running() {
+		if w.Running() {
 			idle = append(idle, w)
 		}
 	}
@@ -250,32 +297,32 @@ func (n *nemesis) clientPause(ctx context.Context, kind string) bool {
 	w := idle[n.rng.IntN(len(idle))]
 	// Drop a stale notice from an earlier pause, if any.
 	select {
-	case <-w.paused:
+	case <-w.Paused():
 	default:
 	}
-	cmd, where := CmdPause, "write"
+	where := "write"
 	switch kind {
 	case history.NemClientPauseAcquire:
-		cmd, where = CmdPauseAcquire, "acquire answer"
+		where = "acquire answer"
 	case history.NemClientPauseReplay:
-		cmd, where = CmdPauseReplay, "write after a replayed acquire"
+		where = "write after a replayed acquire"
 	}
-	if err := w.proc.Send(cmd); err != nil {
+	if err := w.PauseAt(kind); err != nil {
 		return false
 	}
 	var note PauseNotice
 	select {
-	case note = <-w.paused:
+	case note = <-w.Paused():
 	case <-time.After(10 * time.Second):
-		n.record(history.Fault{Phase: "start", Kind: kind, Target: w.id, Detail: "worker did not reach a " + where + " within 10s"})
-		n.record(history.Fault{Phase: "heal", Kind: kind, Target: w.id, Detail: "never paused"})
+		n.record(history.Fault{Phase: "start", Kind: kind, Target: w.ID(), Detail: "worker did not reach a " + where + " within 10s"})
+		n.record(history.Fault{Phase: "heal", Kind: kind, Target: w.ID(), Detail: "never paused"})
 		return false
 	case <-ctx.Done():
 		return false
 	}
-	stopped := w.proc.WaitStopped(5 * time.Second)
-	n.progress(fmt.Sprintf("nemesis: %s frozen at its %s with token %d on %s", w.id, where, note.Token, note.Resource))
-	n.record(history.Fault{Phase: "start", Kind: kind, Target: w.id,
+	stopped := w.WaitStopped(5 * time.Second)
+	n.progress(fmt.Sprintf("nemesis: %s frozen at its %s with token %d on %s", w.ID(), where, note.Token, note.Resource))
+	n.record(history.Fault{Phase: "start", Kind: kind, Target: w.ID(),
 		Detail: fmt.Sprintf("SIGSTOP at %s %s on %s with token %d, seen stopped: %v", where, note.Op, note.Resource, note.Token, stopped)})
 	// A worker stopped before its write resumes once the newer holder's
 	// write has landed (its stale write comes after it); one stopped at an
@@ -299,17 +346,17 @@ func (n *nemesis) clientPause(ctx context.Context, kind string) bool {
 		}
 		time.Sleep(poll)
 	}
-	err := w.proc.Signal(syscall.SIGCONT)
+	err := w.Resume()
 	detail := fmt.Sprintf("SIGCONT; a newer token %d was accepted meanwhile", highest)
 	if highest == 0 {
 		detail = "SIGCONT; no newer token was accepted within 8 ttl"
 	}
-	n.record(history.Fault{Phase: "heal", Kind: kind, Target: w.id, Effective: stopped && highest > note.Token, Detail: errString(err, detail)})
+	n.record(history.Fault{Phase: "heal", Kind: kind, Target: w.ID(), Effective: stopped && highest > note.Token, Detail: errString(err, detail)})
 	return stopped && highest > note.Token
 }
 
 // Counts returns the started and verified-effective faults by kind.
-func (n *nemesis) Counts() (map[string]int, map[string]int) {
+func (n *Nemesis) Counts() (map[string]int, map[string]int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	c, e := map[string]int{}, map[string]int{}
@@ -320,13 +367,4 @@ func (n *nemesis) Counts() (map[string]int, map[string]int) {
 		e[k] = v
 	}
 	return c, e
-}
-
-func sortedKeys(m map[string]int) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }

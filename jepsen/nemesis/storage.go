@@ -1,4 +1,4 @@
-package jepsen
+package nemesis
 
 import (
 	"bytes"
@@ -27,8 +27,8 @@ var refusalMarkers = []string{"corrupt log entry", "corrupt snapshot", "state is
 // refuses.
 const setAsideMarker = "corrupt snapshot; it will not be restored"
 
-func (n *nemesis) storage(ctx context.Context, hold time.Duration) {
-	cl, ok := n.nodes.(*Cluster)
+func (n *Nemesis) storage(ctx context.Context, hold time.Duration) {
+	cl, ok := n.nodes.(Cluster)
 	id, found := n.follower(ctx)
 	if !ok || !found {
 		n.record(history.Fault{Phase: "start", Kind: history.NemStorage, Detail: "no follower to corrupt (no leader)"})
@@ -36,7 +36,7 @@ func (n *nemesis) storage(ctx context.Context, hold time.Duration) {
 		return
 	}
 	n.progress(fmt.Sprintf("nemesis: storage: %s stopped, one byte of a committed entry changed, restarted", id))
-	p := cl.Proc(id)
+	p := cl.Process(id)
 	p.Kill(syscall.SIGTERM, 15*time.Second)
 	out := &history.StorageOutcome{}
 	var index uint64
@@ -48,7 +48,7 @@ func (n *nemesis) storage(ctx context.Context, hold time.Duration) {
 		detail = fmt.Sprintf("SIGTERM; one byte of snapshot %s (index %d) changed", out.Snapshot, index)
 	} else {
 		path := filepath.Join(cl.DataDir(id), "raft.db")
-		index, err = CorruptCommandEntry(path, ResourcePrefix)
+		index, err = CorruptCommandEntry(path, n.resourcePrefix)
 		detail = fmt.Sprintf("SIGTERM; entry %d's resource name changed in %s", index, path)
 	}
 	if err != nil {
@@ -67,13 +67,13 @@ func (n *nemesis) storage(ctx context.Context, hold time.Duration) {
 	all := len(cl.Nodes())
 	rerr := cl.RemoveMember(context.WithoutCancel(ctx), id)
 	if rerr == nil {
-		cl.waitMembers(context.WithoutCancel(ctx), all-1, id, false)
+		cl.WaitMembers(context.WithoutCancel(ctx), all-1, id, false)
 		rerr = os.RemoveAll(cl.DataDir(id))
 	}
 	if rerr == nil {
 		rerr = cl.Rejoin(context.WithoutCancel(ctx), id)
 	}
-	joined := rerr == nil && cl.waitMembers(context.WithoutCancel(ctx), all, id, true) && cl.waitCaughtUp(context.WithoutCancel(ctx), id)
+	joined := rerr == nil && cl.WaitMembers(context.WithoutCancel(ctx), all, id, true) && cl.WaitCaughtUp(context.WithoutCancel(ctx), id)
 	what := "served on"
 	switch {
 	case out.Refused:
@@ -91,7 +91,7 @@ func (n *nemesis) storage(ctx context.Context, hold time.Duration) {
 
 // observeStorage watches node id for up to d after its restart on corrupt
 // storage, into o.
-func observeStorage(ctx context.Context, o *history.StorageOutcome, cl *Cluster, id string, p *Proc, logBefore int, d time.Duration) {
+func observeStorage(ctx context.Context, o *history.StorageOutcome, cl Cluster, id string, p Process, logBefore int, d time.Duration) {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		select {

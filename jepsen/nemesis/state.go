@@ -1,0 +1,88 @@
+package nemesis
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/leasefence/leasefence/jepsen/history"
+)
+
+// SnapshotArgs make the nodes snapshot and compact often, so a node that
+// was down for seconds must catch up through a snapshot (NemSnapshot) and
+// restarts restore from one.
+var SnapshotArgs = []string{"--snapshot-threshold", "32", "--snapshot-threshold-max", "32", "--trailing-logs", "32", "--snapshot-interval", "250ms"}
+
+// installedMarker is what hashicorp/raft logs after installing a snapshot
+// sent by the leader.
+const installedMarker = "Installed remote snapshot"
+
+// follower picks a random running node that is not the leader.
+func (n *Nemesis) follower(ctx context.Context) (string, bool) {
+	leader := n.nodes.Leader(ctx)
+	var ids []string
+	for _, id := range n.nodes.Nodes() {
+		if id != leader {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 || leader == "" {
+		return "", false
+	}
+	return ids[n.rng.IntN(len(ids))], true
+}
+
+func (n *Nemesis) snapshot(ctx context.Context, hold time.Duration) {
+	cl, ok := n.nodes.(Cluster)
+	id, found := n.follower(ctx)
+	if !ok || !found {
+		n.record(history.Fault{Phase: "start", Kind: history.NemSnapshot, Detail: "no follower to hold back (no leader)"})
+		n.record(history.Fault{Phase: "heal", Kind: history.NemSnapshot, Detail: "nothing done"})
+		return
+	}
+	before := strings.Count(cl.Process(id).Tail(1<<30), installedMarker)
+	n.progress(fmt.Sprintf("nemesis: snapshot: %s down while the others compact their logs", id))
+	err := cl.Kill9(id)
+	n.record(history.Fault{Phase: "start", Kind: history.NemSnapshot, Target: id, Detail: errString(err, "SIGKILL; the others snapshot and compact meanwhile")})
+	sleepCtx(context.WithoutCancel(ctx), hold+2*time.Second) // always heal
+	rerr := cl.Restart(id)
+	installed := false
+	for deadline := time.Now().Add(20 * time.Second); rerr == nil && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if strings.Count(cl.Process(id).Tail(1<<30), installedMarker) > before {
+			installed = true
+			break
+		}
+	}
+	detail := "restarted; caught up through an installed snapshot"
+	if !installed {
+		detail = "restarted; no snapshot installed within 20s (it caught up from the log)"
+	}
+	n.record(history.Fault{Phase: "heal", Kind: history.NemSnapshot, Target: id, Effective: err == nil && installed, Detail: errString(rerr, detail)})
+}
+
+func (n *Nemesis) member(ctx context.Context, hold time.Duration) {
+	cl, ok := n.nodes.(Cluster)
+	id, found := n.follower(ctx)
+	if !ok || !found {
+		n.record(history.Fault{Phase: "start", Kind: history.NemMember, Detail: "no follower to remove (no leader)"})
+		n.record(history.Fault{Phase: "heal", Kind: history.NemMember, Detail: "nothing done"})
+		return
+	}
+	n.progress(fmt.Sprintf("nemesis: member: remove %s, wipe it, join it back", id))
+	all := len(cl.Nodes())
+	err := cl.RemoveMember(ctx, id)
+	removed := err == nil && cl.WaitMembers(ctx, all-1, id, false)
+	if err == nil {
+		cl.Kill9(id)
+		err = os.RemoveAll(cl.DataDir(id))
+	}
+	n.record(history.Fault{Phase: "start", Kind: history.NemMember, Target: id,
+		Detail: errString(err, fmt.Sprintf("removed (seen %d members: %v), killed, data dir wiped", all-1, removed))})
+	sleepCtx(context.WithoutCancel(ctx), hold) // always heal
+	rerr := cl.Rejoin(ctx, id)
+	joined := rerr == nil && cl.WaitMembers(context.WithoutCancel(ctx), all, id, true) && cl.WaitCaughtUp(context.WithoutCancel(ctx), id)
+	n.record(history.Fault{Phase: "heal", Kind: history.NemMember, Target: id, Effective: removed && joined,
+		Detail: errString(rerr, fmt.Sprintf("rejoined as a fresh node, seen among %d members and caught up: %v", all, joined))})
+}
