@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -751,7 +751,7 @@ func (r *run) print() {
 		fmt.Fprintf(out, " %s %v;", t, sum.Ops[t])
 	}
 	fmt.Fprintf(out, "\nfaults: ")
-	for _, k := range sortedKeys(sum.Faults) {
+	for _, k := range slices.Sorted(maps.Keys(sum.Faults)) {
 		fmt.Fprintf(out, "%s %d (effective %d)  ", k, sum.Faults[k], sum.FaultsEffective[k])
 	}
 	fmt.Fprintf(out, "\nlease events watched: %d\nunknown acquires resolved from the raft logs: %d of %d (ok %d, not applied %d, still unknown %d)\n\n",
@@ -1037,13 +1037,4 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
-}
-
-func sortedKeys(m map[string]int) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }

@@ -2,6 +2,8 @@ package checker
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -114,13 +116,8 @@ func distinct(m map[string]string) map[string]bool {
 }
 
 func describeHashes(m map[string]string) string {
-	ns := make([]string, 0, len(m))
-	for n := range m {
-		ns = append(ns, n)
-	}
-	sort.Strings(ns)
 	var parts []string
-	for _, n := range ns {
+	for _, n := range slices.Sorted(maps.Keys(m)) {
 		parts = append(parts, fmt.Sprintf("%s hash %.16s", n, m[n]))
 	}
 	return strings.Join(parts, ", ")

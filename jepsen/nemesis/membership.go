@@ -37,8 +37,7 @@ func (n *Nemesis) memberUnreachable(ctx context.Context, hold time.Duration) {
 		if err != nil {
 			why = err.Error()
 		}
-		n.record(history.Fault{Phase: "start", Kind: history.NemMemberUnreachable, Detail: "error: " + why})
-		n.record(history.Fault{Phase: "heal", Kind: history.NemMemberUnreachable, Detail: "nothing done"})
+		n.notDone(history.NemMemberUnreachable, "error: "+why)
 		return
 	}
 	n.mu.Lock()

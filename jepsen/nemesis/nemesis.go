@@ -218,6 +218,26 @@ func (n *Nemesis) Run(ctx context.Context) {
 	}
 }
 
+// notDone records a fault of kind that could not be injected: why, and a
+// heal that did nothing.
+func (n *Nemesis) notDone(kind, why string) {
+	n.record(history.Fault{Phase: "start", Kind: kind, Detail: why})
+	n.record(history.Fault{Phase: "heal", Kind: kind, Detail: "nothing done"})
+}
+
+// clusterFollower returns the cluster of processes and a follower, for a
+// fault of kind done to one; without either it records the fault as not
+// done (why) and returns false.
+func (n *Nemesis) clusterFollower(ctx context.Context, kind, why string) (Cluster, string, bool) {
+	cl, ok := n.nodes.(Cluster)
+	id, found := n.follower(ctx)
+	if !ok || !found {
+		n.notDone(kind, why)
+		return nil, "", false
+	}
+	return cl, id, true
+}
+
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()

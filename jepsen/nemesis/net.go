@@ -3,7 +3,8 @@ package nemesis
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,21 +43,12 @@ type observation struct {
 // leaderIn returns a node of set other than exclude seen leading at a
 // term of at least minTerm.
 func (o *observation) leaderIn(set []string, exclude string, minTerm uint64) string {
-	for _, id := range sortedKeys64(o.leaders) {
+	for _, id := range slices.Sorted(maps.Keys(o.leaders)) {
 		if id != exclude && contains(set, id) && o.leaders[id] >= minTerm {
 			return id
 		}
 	}
 	return ""
-}
-
-func sortedKeys64(m map[string]uint64) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 // observe polls every node's status every 100 ms for d.
@@ -89,7 +81,7 @@ func (n *Nemesis) observe(ctx context.Context, d time.Duration) *observation {
 
 func (o *observation) termsString() string {
 	var parts []string
-	for _, id := range sortedKeys64(o.terms) {
+	for _, id := range slices.Sorted(maps.Keys(o.terms)) {
 		parts = append(parts, fmt.Sprintf("%s:%d", id, o.terms[id]))
 	}
 	return "terms " + strings.Join(parts, ",")
@@ -262,7 +254,7 @@ func (n *Nemesis) netFault(ctx context.Context, kind string, hold time.Duration)
 		effective = effective && nl != ""
 	default:
 		var ls []string
-		for _, id := range sortedKeys64(obs.leaders) {
+		for _, id := range slices.Sorted(maps.Keys(obs.leaders)) {
 			ls = append(ls, fmt.Sprintf("%s@%d", id, obs.leaders[id]))
 		}
 		seen = append(seen, "leaders seen: "+orNone(strings.Join(ls, ",")))
@@ -289,13 +281,8 @@ func (n *Nemesis) waitLeader(ctx context.Context, d time.Duration) string {
 }
 
 func heldString(h map[string]int64) string {
-	ks := make([]string, 0, len(h))
-	for k := range h {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
 	var parts []string
-	for _, k := range ks {
+	for _, k := range slices.Sorted(maps.Keys(h)) {
 		parts = append(parts, fmt.Sprintf("%s %d", k, h[k]))
 	}
 	return strings.Join(parts, ", ")

@@ -32,8 +32,7 @@ func (n *Nemesis) restore(ctx context.Context, mismatch bool) {
 	}
 	cl, ok := n.nodes.(Cluster)
 	if !ok || n.hist == nil {
-		n.record(history.Fault{Phase: "start", Kind: kind, Detail: "no cluster of processes or no history to probe into"})
-		n.record(history.Fault{Phase: "heal", Kind: kind, Detail: "nothing done"})
+		n.notDone(kind, "no cluster of processes or no history to probe into")
 		return
 	}
 	n.mu.Lock()

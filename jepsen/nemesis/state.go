@@ -35,11 +35,8 @@ func (n *Nemesis) follower(ctx context.Context) (string, bool) {
 }
 
 func (n *Nemesis) snapshot(ctx context.Context, hold time.Duration) {
-	cl, ok := n.nodes.(Cluster)
-	id, found := n.follower(ctx)
-	if !ok || !found {
-		n.record(history.Fault{Phase: "start", Kind: history.NemSnapshot, Detail: "no follower to hold back (no leader)"})
-		n.record(history.Fault{Phase: "heal", Kind: history.NemSnapshot, Detail: "nothing done"})
+	cl, id, ok := n.clusterFollower(ctx, history.NemSnapshot, "no follower to hold back (no leader)")
+	if !ok {
 		return
 	}
 	before := strings.Count(cl.Process(id).Tail(1<<30), installedMarker)
@@ -63,11 +60,8 @@ func (n *Nemesis) snapshot(ctx context.Context, hold time.Duration) {
 }
 
 func (n *Nemesis) member(ctx context.Context, hold time.Duration) {
-	cl, ok := n.nodes.(Cluster)
-	id, found := n.follower(ctx)
-	if !ok || !found {
-		n.record(history.Fault{Phase: "start", Kind: history.NemMember, Detail: "no follower to remove (no leader)"})
-		n.record(history.Fault{Phase: "heal", Kind: history.NemMember, Detail: "nothing done"})
+	cl, id, ok := n.clusterFollower(ctx, history.NemMember, "no follower to remove (no leader)")
+	if !ok {
 		return
 	}
 	n.progress(fmt.Sprintf("nemesis: member: remove %s, wipe it, join it back", id))

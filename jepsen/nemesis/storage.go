@@ -28,11 +28,8 @@ var refusalMarkers = []string{"corrupt log entry", "corrupt snapshot", "state is
 const setAsideMarker = "corrupt snapshot; it will not be restored"
 
 func (n *Nemesis) storage(ctx context.Context, hold time.Duration) {
-	cl, ok := n.nodes.(Cluster)
-	id, found := n.follower(ctx)
-	if !ok || !found {
-		n.record(history.Fault{Phase: "start", Kind: history.NemStorage, Detail: "no follower to corrupt (no leader)"})
-		n.record(history.Fault{Phase: "heal", Kind: history.NemStorage, Detail: "nothing done"})
+	cl, id, ok := n.clusterFollower(ctx, history.NemStorage, "no follower to corrupt (no leader)")
+	if !ok {
 		return
 	}
 	n.progress(fmt.Sprintf("nemesis: storage: %s stopped, one byte of a committed entry changed, restarted", id))

@@ -98,21 +98,7 @@ func Render(w io.Writer, run Run, h []history.Record, faults []history.Fault) {
 }
 
 func writeReport(w io.Writer, sum Run, h []history.Record, faults []history.Fault, a artifacts) {
-	var t0, t1 int64
-	for _, r := range h {
-		if r.TimeNs == 0 {
-			continue
-		}
-		if t0 == 0 || r.TimeNs < t0 {
-			t0 = r.TimeNs
-		}
-		if r.TimeNs > t1 {
-			t1 = r.TimeNs
-		}
-	}
-	if t1 <= t0 {
-		t1 = t0 + 1
-	}
+	t0, t1 := historySpan(h)
 	const left, width, lane = 90, 1400, 46
 	x := func(ns int64) float64 {
 		if ns < t0 {
