@@ -26,39 +26,15 @@ WORKLOADS=${WORKLOADS:-acquire-release}
 LF_PORT=${LF_PORT:-27101}
 GO=${GO:-go}
 
-WORK=$(mktemp -d -t leasefence-leased-compare.XXXXXX)
-pids=()
-stop_cluster() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  pids=()
-}
-cleanup() {
-  trap - INT TERM EXIT
-  stop_cluster
-  if [ "${KEEP:-0}" = 1 ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
-}
-trap cleanup INT TERM EXIT
-
-mkdir -p "$WORK/bin"
-$GO build -o "$WORK/bin/" ./cmd/leasebench
+. bench/lib.sh
+bench_workdir leased-compare
 (cd bench/etcd && $GO build -o "$WORK/bin/etcdbench" .)
 
-peers="" endpoints=""
-for i in 1 2 3; do
-  peers+="${peers:+,}n$i=127.0.0.1:$((LF_PORT + i - 1))"
-  endpoints+="${endpoints:+,}127.0.0.1:$((LF_PORT + i - 1))"
-done
 run_one() { # NAME BINARY ROUND
-  local dir="$WORK/$1-$3"
-  for i in 1 2 3; do
-    "$2" --insecure --id "n$i" --listen "127.0.0.1:$((LF_PORT + i - 1))" \
-      --data-dir "$dir/n$i" --bootstrap "$peers" >"$dir-n$i.log" 2>&1 &
-    pids+=($!)
-  done
-  "$WORK/bin/leasebench" --endpoints "$endpoints" --system "$1" --workload "$WORKLOADS" --concurrency "$CLIENTS" \
+  LEASED=$2 start_leased "$LF_PORT" "$WORK/$1-$3" "$WORK/$1-$3"
+  "$WORK/bin/leasebench" --endpoints "$lf_endpoints" --system "$1" --workload "$WORKLOADS" --concurrency "$CLIENTS" \
     --duration "$DURATION" --warmup "$WARMUP" --json >>"$WORK/results.jsonl" 2>>"$WORK/bench.log"
-  stop_cluster
+  stop_all
 }
 echo "old: $OLD ($("$OLD" --version 2>/dev/null | head -1)); new: $NEW ($("$NEW" --version 2>/dev/null | head -1))"
 echo "machine: $(nproc) cpus, load $(cut -d' ' -f1-3 /proc/loadavg); $ROUNDS rounds of $WORKLOADS at $CLIENTS clients, $DURATION after $WARMUP"

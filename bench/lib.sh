@@ -16,16 +16,24 @@ bench_workdir() {
 
 bench_cleanup() {
   trap - INT TERM EXIT
+  stop_all
+  if [ "${KEEP:-0}" = 1 ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
+}
+
+# stop_all stops every process in pids (SIGTERM, then waited for) and
+# empties it.
+stop_all() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  if [ "${KEEP:-0}" = 1 ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
+  pids=()
 }
 
 # start_leased PORT DATA LOG [LEASED_FLAG...]: a three-node leasefence
 # cluster with default settings, one leased per node, bootstrapped
 # together: node i (n1..n3) listens on 127.0.0.1:PORT+i-1, keeps its data
 # in DATA/ni and logs to LOG-ni.log; the flags go to every node. Sets
-# lf_endpoints to the nodes' addresses, comma-separated.
+# lf_endpoints to the nodes' addresses, comma-separated. The binary is
+# $LEASED when set, else the one bench_workdir built.
 start_leased() {
   local port=$1 data=$2 log=$3 peers="" i
   shift 3
@@ -35,7 +43,7 @@ start_leased() {
     lf_endpoints+="${lf_endpoints:+,}127.0.0.1:$((port + i - 1))"
   done
   for i in 1 2 3; do
-    "$WORK/bin/leased" --insecure "$@" --id "n$i" --listen "127.0.0.1:$((port + i - 1))" \
+    "${LEASED:-$WORK/bin/leased}" --insecure "$@" --id "n$i" --listen "127.0.0.1:$((port + i - 1))" \
       --data-dir "$data/n$i" --bootstrap "$peers" >"$log-n$i.log" 2>&1 &
     pids+=($!)
   done

@@ -275,16 +275,14 @@ func findLeader(ctx context.Context, endpoints []string) (string, error) {
 // report reads result files (JSON lines from leasebench and etcdbench) and
 // prints them as one table, then the ratios of system a to system b
 // (leasefence / etcd unless "-a NAME -b NAME" come first).
-func report(files []string) error {
-	a, b := "leasefence", "etcd"
-	for len(files) >= 2 && (files[0] == "-a" || files[0] == "-b") {
-		if files[0] == "-a" {
-			a = files[1]
-		} else {
-			b = files[1]
-		}
-		files = files[2:]
+func report(args []string) error {
+	fs := flag.NewFlagSet("etcdbench report", flag.ContinueOnError)
+	a := fs.String("a", "leasefence", "system whose figures are the numerators")
+	b := fs.String("b", "etcd", "system whose figures are the denominators")
+	if err := fs.Parse(args); err != nil {
+		return err
 	}
+	files := fs.Args()
 	var all []*runner.Result
 	for _, f := range files {
 		fh, err := os.Open(f)
@@ -302,7 +300,7 @@ func report(files []string) error {
 		return err
 	}
 	fmt.Println()
-	return runner.Compare(os.Stdout, all, a, b)
+	return runner.Compare(os.Stdout, all, *a, *b)
 }
 
 func split(s string) []string {

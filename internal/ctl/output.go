@@ -273,9 +273,8 @@ func (a *app) report(ctx context.Context, err error) int {
 // our bytes were still unread as it closed (which one the client sees
 // depends on timing).
 func closedBeforePreface(msg string) bool {
-	return strings.Contains(msg, "error reading server preface: EOF") ||
-		strings.Contains(msg, "error reading server preface: read tcp") && strings.Contains(msg, "connection reset by peer") ||
-		strings.Contains(msg, "error reading server preface: connection reset by peer")
+	_, why, ok := strings.Cut(msg, "error reading server preface: ")
+	return ok && (strings.HasPrefix(why, "EOF") || strings.Contains(why, "connection reset by peer"))
 }
 
 const tlsHint = "leasectl: the node closed the connection before answering: it may speak TLS; pass --tls-ca FILE (with --tls-cert and --tls-key where it asks for a client certificate)"
