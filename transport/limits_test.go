@@ -2,9 +2,12 @@ package transport
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -182,5 +185,95 @@ func TestTLSPortReserveAndEviction(t *testing.T) {
 	}
 	if st := p.Stats(); st.Peers != 1 || st.Clients+st.Reserved > 4 {
 		t.Fatalf("stats %+v: want 1 peer outside the count", st)
+	}
+}
+
+// A connection whose handshake fails gives its slot back as it leaves the
+// handshaking list, not later when it is closed: a certified client that
+// finishes its handshake on the reserve in between must find the slot free
+// (CI once saw one client of four refused while 264 silent connections
+// timed out together).
+func TestFailedHandshakeFreesItsSlotAtOnce(t *testing.T) {
+	ca, files := peerFiles(t)
+	srvCfg, _, err := LoadTLS(files, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Client("worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile, err := leaf.Write(dir, "worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(files.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewPort(lis, PortConfig{TLS: srvCfg, MaxConnections: 1, HandshakeReserve: 1, HandshakeTimeout: 300 * time.Millisecond})
+	defer p.Close()
+	silentFailed, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	p.testHookHandshakeEnd = func(err error) {
+		if err == nil {
+			return
+		}
+		once.Do(func() {
+			close(silentFailed)
+			select {
+			case <-resume:
+			case <-time.After(5 * time.Second):
+			}
+		})
+	}
+	defer func() {
+		select {
+		case <-resume:
+		default:
+			close(resume)
+		}
+	}()
+	silent, err := net.Dial("tcp", lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	select {
+	case <-silentFailed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the silent connection's handshake did not time out")
+	}
+	// The silent connection has left the list and is not yet closed.
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := p.Clients().Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	conn, err := tls.Dial("tcp", lis.Addr().String(), &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: "127.0.0.1", NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatalf("client dial: %v", err)
+	}
+	defer conn.Close()
+	select {
+	case c := <-accepted:
+		c.Close()
+	case <-time.After(3 * time.Second):
+		t.Fatalf("the certified client was not handed on: stats %+v", p.Stats())
+	}
+	if st := p.Stats(); st.Refused != 0 {
+		t.Fatalf("stats %+v: want no refusal", st)
 	}
 }

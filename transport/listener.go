@@ -104,6 +104,11 @@ type Port struct {
 	refused           atomic.Uint64
 	evicted           atomic.Uint64
 	handshakeFailures atomic.Uint64
+
+	// testHookHandshakeEnd, when set (tests only), runs after a handshake
+	// has ended and its connection has left the handshaking list, before
+	// the connection is closed or handed on.
+	testHookHandshakeEnd func(err error)
 }
 
 // NewPort starts accepting on lis. Close stops it and closes lis.
@@ -284,7 +289,16 @@ func (p *Port) handshake(c *portConn) {
 		p.handshaking.Remove(c.elem)
 		c.elem = nil
 	}
+	if err != nil || evicted {
+		// Its slot is free from the moment it leaves the list: a client
+		// finishing its handshake on the reserve meanwhile must not find
+		// the cap held by connections that are only waiting to be closed.
+		p.release(c)
+	}
 	p.mu.Unlock()
+	if p.testHookHandshakeEnd != nil {
+		p.testHookHandshakeEnd(err)
+	}
 	if err != nil || evicted {
 		if !evicted {
 			p.handshakeFailures.Add(1)
