@@ -297,6 +297,7 @@ func (n *Node) proposeBatch(batch []*proposal) {
 	for i, p := range live {
 		b.Commands[i] = p.cmd
 	}
+	sealed := time.Now()
 	data, err := fsm.EncodeBatch(b)
 	if err != nil {
 		fail(err)
@@ -310,9 +311,14 @@ func (n *Node) proposeBatch(batch []*proposal) {
 			return
 		}
 		switch r := f.Response().(type) {
-		case *fsm.Applied:
+		case *appliedEntry:
 			done := time.Now()
+			st := n.metrics.stages
+			st.commit.Observe(r.start.Sub(sealed).Seconds())
+			st.apply.Observe(r.end.Sub(r.start).Seconds())
+			st.answer.Observe(done.Sub(r.end).Seconds())
 			for i, p := range live {
+				st.queue.Observe(sealed.Sub(p.at).Seconds())
 				n.metrics.proposeSeconds.Observe(done.Sub(p.at).Seconds())
 				n.finish(p, proposalResult{res: r.Results[i], now: r.Now})
 			}

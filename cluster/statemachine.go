@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -73,6 +74,7 @@ func (m *stateMachine) Apply(l *raft.Log) interface{} {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
+	start := time.Now()
 	m.mu.Lock()
 	a, err := m.st.Apply(l.Data)
 	if err == nil {
@@ -103,7 +105,15 @@ func (m *stateMachine) Apply(l *raft.Log) interface{} {
 		(*f)(l.Index)
 	}
 	m.setApplied(l.Index)
-	return a
+	return &appliedEntry{Applied: a, start: start, end: time.Now()}
+}
+
+// appliedEntry is what Apply answers a command entry's proposer with: the
+// state machine's result, and when applying it began and ended (the
+// leader's stage metrics, propose.go).
+type appliedEntry struct {
+	*fsm.Applied
+	start, end time.Time
 }
 
 func (m *stateMachine) setApplied(index uint64) {
