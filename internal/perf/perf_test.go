@@ -115,11 +115,13 @@ func percentile(d []time.Duration, p float64) time.Duration {
 
 // BenchmarkFailover kills the leader with SIGKILL 20 times and measures
 // the time from the kill to the first successful acquire (a client trying
-// every node in turn), with default raft settings.
+// every node in turn), with default raft settings; LEASEFENCE_PERF_FLAGS
+// adds leased flags (space separated) to compare others.
 //
-//	go test -run '^$' -bench Failover -benchtime 1x -timeout 20m ./internal/perf/
+//	go test -run '^$' -bench 'Failover$' -benchtime 1x -timeout 20m ./internal/perf/
+//	LEASEFENCE_PERF_FLAGS='--heartbeat-timeout 300ms ...' go test ... (same)
 func BenchmarkFailover(b *testing.B) {
-	c := start(b)
+	c := start(b, strings.Fields(os.Getenv("LEASEFENCE_PERF_FLAGS"))...)
 	var gaps []time.Duration
 	for k := 0; k < 20; k++ {
 		li := c.Leader()
