@@ -226,7 +226,7 @@ func TestFailedHandshakeFreesItsSlotAtOnce(t *testing.T) {
 	defer p.Close()
 	silentFailed, resume := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	p.testHookHandshakeEnd = func(err error) {
+	hook := func(err error) {
 		if err == nil {
 			return
 		}
@@ -238,6 +238,7 @@ func TestFailedHandshakeFreesItsSlotAtOnce(t *testing.T) {
 			}
 		})
 	}
+	p.testHookHandshakeEnd.Store(&hook)
 	defer func() {
 		select {
 		case <-resume:

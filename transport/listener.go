@@ -108,7 +108,7 @@ type Port struct {
 	// testHookHandshakeEnd, when set (tests only), runs after a handshake
 	// has ended and its connection has left the handshaking list, before
 	// the connection is closed or handed on.
-	testHookHandshakeEnd func(err error)
+	testHookHandshakeEnd atomic.Pointer[func(err error)]
 }
 
 // NewPort starts accepting on lis. Close stops it and closes lis.
@@ -296,8 +296,8 @@ func (p *Port) handshake(c *portConn) {
 		p.release(c)
 	}
 	p.mu.Unlock()
-	if p.testHookHandshakeEnd != nil {
-		p.testHookHandshakeEnd(err)
+	if hook := p.testHookHandshakeEnd.Load(); hook != nil {
+		(*hook)(err)
 	}
 	if err != nil || evicted {
 		if !evicted {
