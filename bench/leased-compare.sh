@@ -9,6 +9,10 @@
 #
 #   bench/leased-compare.sh OLD_LEASED NEW_LEASED      # ROUNDS=3 DURATION=10s
 #   CLIENTS=1,64 WORKLOADS=acquire-release,renew-unary ROUNDS=5 bench/leased-compare.sh a b
+#   METRICS_PORT=27201 CLIENTS=1 bench/leased-compare.sh a b   # and the leader's propose stages
+#
+# To compare flags of one build, give wrapper scripts, e.g. a file holding
+#   exec /path/leased --log-store boltdb "$@"
 #
 # Build the old one from a commit with, e.g.:
 #   git worktree add /tmp/old <commit> && (cd /tmp/old && go build -o /tmp/old-bin/ ./cmd/leased)
@@ -34,6 +38,7 @@ run_one() { # NAME BINARY ROUND
   LEASED=$2 start_leased "$LF_PORT" "$WORK/$1-$3" "$WORK/$1-$3"
   "$WORK/bin/leasebench" --endpoints "$lf_endpoints" --system "$1" --workload "$WORKLOADS" --concurrency "$CLIENTS" \
     --duration "$DURATION" --warmup "$WARMUP" --json >>"$WORK/results.jsonl" 2>>"$WORK/bench.log"
+  if [ -n "${METRICS_PORT:-}" ]; then stage_means "$1 round $3" >>"$WORK/stages.txt"; fi
   stop_all
 }
 echo "old: $OLD ($("$OLD" --version 2>/dev/null | head -1)); new: $NEW ($("$NEW" --version 2>/dev/null | head -1))"
@@ -47,3 +52,8 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 echo
 "$WORK/bin/etcdbench" report -a new -b old "$WORK/results.jsonl"
+if [ -n "${METRICS_PORT:-}" ]; then
+  echo
+  echo "the leader's propose stages (mean over every client count of the run; cluster/metrics.go):"
+  sort "$WORK/stages.txt"
+fi

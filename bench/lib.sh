@@ -33,9 +33,10 @@ stop_all() {
 # together: node i (n1..n3) listens on 127.0.0.1:PORT+i-1, keeps its data
 # in DATA/ni and logs to LOG-ni.log; the flags go to every node. Sets
 # lf_endpoints to the nodes' addresses, comma-separated. The binary is
-# $LEASED when set, else the one bench_workdir built.
+# $LEASED when set, else the one bench_workdir built. With METRICS_PORT set,
+# node i also serves /metrics on 127.0.0.1:METRICS_PORT+i-1.
 start_leased() {
-  local port=$1 data=$2 log=$3 peers="" i
+  local port=$1 data=$2 log=$3 peers="" i metrics
   shift 3
   lf_endpoints=""
   for i in 1 2 3; do
@@ -43,8 +44,30 @@ start_leased() {
     lf_endpoints+="${lf_endpoints:+,}127.0.0.1:$((port + i - 1))"
   done
   for i in 1 2 3; do
-    "${LEASED:-$WORK/bin/leased}" --insecure "$@" --id "n$i" --listen "127.0.0.1:$((port + i - 1))" \
+    metrics=()
+    if [ -n "${METRICS_PORT:-}" ]; then metrics=(--metrics-listen "127.0.0.1:$((METRICS_PORT + i - 1))"); fi
+    "${LEASED:-$WORK/bin/leased}" --insecure "$@" "${metrics[@]}" --id "n$i" --listen "127.0.0.1:$((port + i - 1))" \
       --data-dir "$data/n$i" --bootstrap "$peers" >"$log-n$i.log" 2>&1 &
     pids+=($!)
   done
+}
+
+# stage_means NAME: the leader's propose_stage_seconds of the cluster
+# start_leased started with METRICS_PORT, as one line: NAME, then each
+# stage's mean in microseconds and the entries counted (the node with the
+# most is the leader).
+stage_means() {
+  local i best="" bestn=0 out n
+  for i in 1 2 3; do
+    out=$(curl -fsS "http://127.0.0.1:$((METRICS_PORT + i - 1))/metrics" 2>/dev/null | grep '^leasefence_propose_stage_seconds_\(sum\|count\)' || true)
+    n=$(echo "$out" | awk '/_count\{stage="commit"\}/ {print int($2)}')
+    if [ "${n:-0}" -gt "$bestn" ]; then bestn=$n best=$out; fi
+  done
+  echo "$best" | awk -v name="$1" '
+    { match($1, /stage="[a-z]+"/); st = substr($1, RSTART + 7, RLENGTH - 8)
+      if ($1 ~ /_sum/) sum[st] = $2; else cnt[st] = $2 }
+    END { printf "%s", name
+      split("queue commit apply answer", order, " ")
+      for (i = 1; i <= 4; i++) { s = order[i]; printf "  %s %.0f us", s, (cnt[s] > 0 ? 1e6 * sum[s] / cnt[s] : 0) }
+      printf "  (%d entries)\n", cnt["commit"] }'
 }
