@@ -39,10 +39,11 @@ type Config struct {
 	DataDir string
 	// LogStore chooses where the Raft log lives: LogStoreBoltDB (in
 	// raft.db, with the stable store) or LogStoreWAL (raft-wal segment
-	// files in DataDir/wal). Empty means the default, LogStoreBoltDB. The
-	// choice is recorded in raft.db on a first start and fixed for the life
-	// of the data dir: a node started with the other store refuses to start
-	// (logstore.go, checkLogStoreChoice).
+	// files in DataDir/wal). Empty means the data dir's own store, and
+	// LogStoreWAL for a new data dir. The choice is recorded in raft.db on
+	// a first start and fixed for the life of the data dir: a node started
+	// with the other store named refuses to start (walstore.go,
+	// checkLogStoreChoice).
 	LogStore string
 	// Bootstrap lists every member of a new cluster (id -> address),
 	// including this node. It is used only on a first start (empty data

@@ -315,7 +315,7 @@ func TestClientMessageLimitLeavesPeersTheirLargeMessages(t *testing.T) {
 			last := leader.raft.LastIndex()
 			for idx := first; idx <= last; idx++ {
 				var l raft.Log
-				if err := leader.store.GetLog(idx, &l); err == nil && len(l.Data) > largest {
+				if err := leader.sm.logs.GetLog(idx, &l); err == nil && len(l.Data) > largest {
 					largest = len(l.Data)
 				}
 			}

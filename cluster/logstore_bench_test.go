@@ -77,7 +77,7 @@ func BenchmarkLogStoreAppend(b *testing.B) {
 		for _, batch := range []int{1, 16} {
 			b.Run(fmt.Sprintf("store=%s/batch=%d", kind, batch), func(b *testing.B) {
 				dir := b.TempDir()
-				stable, logs, closeLog, err := openStores(dir, kind, dataDirLockWait, hclog.NewNullLogger())
+				stable, logs, closeLog, _, err := openStores(dir, kind, dataDirLockWait, hclog.NewNullLogger())
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -311,8 +311,9 @@ func (n *Node) openRaftStores(ctx context.Context, ident *Identity) (raftStores,
 		lockWait = max(min(lockWait, time.Until(dl)), time.Millisecond)
 	}
 	var logStore raft.LogStore // store, or raft-wal (walstore.go)
+	var kind string            // the data dir's log store (cfg.LogStore may be empty)
 	if err := guardDisk(dbPath, func() (err error) {
-		store, logStore, n.walStore, err = openStores(cfg.DataDir, cfg.LogStore, lockWait, n.log)
+		store, logStore, n.walStore, kind, err = openStores(cfg.DataDir, cfg.LogStore, lockWait, n.log)
 		return err
 	}); err != nil {
 		if errors.Is(err, bbolt.ErrTimeout) && lockWait < dataDirLockWait {
@@ -321,6 +322,7 @@ func (n *Node) openRaftStores(ctx context.Context, ident *Identity) (raftStores,
 		return raftStores{}, err // a held lock: openLogStoreWithin names the holder
 	}
 	n.store = store
+	n.cfg.LogStore = kind
 	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, cfg.Logger.Named("snapshots"))
 	if err != nil {
 		return raftStores{}, fmt.Errorf("cluster: snapshot store: %w", err)

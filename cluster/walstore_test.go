@@ -96,7 +96,7 @@ func TestWALDataDirWithoutItsLogIsRefused(t *testing.T) {
 func TestCheckedLogStoreIsMonotonicLikeTheStoreItWraps(t *testing.T) {
 	for _, kind := range []string{LogStoreBoltDB, LogStoreWAL} {
 		t.Run(kind, func(t *testing.T) {
-			stable, logs, closeLog, err := openStores(t.TempDir(), kind, dataDirLockWait, hclog.NewNullLogger())
+			stable, logs, closeLog, _, err := openStores(t.TempDir(), kind, dataDirLockWait, hclog.NewNullLogger())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,10 +119,17 @@ func TestCheckedLogStoreIsMonotonicLikeTheStoreItWraps(t *testing.T) {
 	}
 }
 
-// logPathOf is where cfg's node keeps its log (raft.db or wal/), with the
-// default store (LEASEFENCE_LOG_STORE) resolved.
+// logPathOf is where cfg's node keeps its log (raft.db or wal/): the
+// store named, or with none named the data dir's own.
 func logPathOf(cfg Config) string {
-	return logStorePath(cfg.DataDir, cfg.withDefaults().LogStore)
+	kind := cfg.withDefaults().LogStore
+	if kind == "" {
+		kind = LogStoreBoltDB
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, walDirName)); err == nil {
+			kind = LogStoreWAL
+		}
+	}
+	return logStorePath(cfg.DataDir, kind)
 }
 
 // replaceInLog replaces old by new (same length) wherever the log at path
@@ -180,7 +187,7 @@ func TestDumpLogOfAWALDataDirIsRefused(t *testing.T) {
 func TestWALLogReadsBackAfterATailTruncationAndRestart(t *testing.T) {
 	dir := t.TempDir()
 	open := func() (raft.LogStore, func()) {
-		stable, logs, closeLog, err := openStores(dir, LogStoreWAL, dataDirLockWait, hclog.NewNullLogger())
+		stable, logs, closeLog, _, err := openStores(dir, LogStoreWAL, dataDirLockWait, hclog.NewNullLogger())
 		if err != nil {
 			t.Fatal(err)
 		}

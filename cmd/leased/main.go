@@ -182,7 +182,7 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "host:port to serve peers and clients on")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "address others reach this node at (default: the listen address)")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory for the raft log and snapshots (required)")
-	fs.StringVar(&cfg.LogStore, "log-store", cfg.LogStore, "where the raft log lives: boltdb (raft.db) or wal (raft-wal segments in DATA_DIR/wal); fixed at the data dir's first start, a node started with the other one refuses to start")
+	fs.StringVar(&cfg.LogStore, "log-store", cfg.LogStore, "where the raft log lives: boltdb (raft.db) or wal (raft-wal segments in DATA_DIR/wal); empty: the data dir's own, wal for a new one. Fixed at the data dir's first start: a node started with the other one named refuses to start")
 	fs.StringVar(&bootstrap, "bootstrap", "", "founding members id=host:port,... (first start only; the same on every founding node)")
 	fs.StringVar(&cfg.Join, "join", "", "address of a running member to join through (first start only)")
 	fs.BoolVar(&cfg.Nonvoter, "nonvoter", false, "join as a non-voting member")
