@@ -14,6 +14,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	raftwal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
 	"go.etcd.io/bbolt"
 
 	"github.com/leasefence/leasefence/api"
@@ -33,49 +35,152 @@ const (
 // internal/dumplog, shared with the harness that reads it.
 type LogRecord = dumplog.Record
 
-// DumpLog reads a stopped node's data dir offline — raft.db (opened read
-// only) and, when the log was compacted, the newest snapshot — replays the
-// entries through a fresh fsm.State without starting Raft, and writes one
-// LogRecord per line to w: a range record, the snapshot's remembered
-// request ids, then every command with its result, in log order.
+// DumpLog reads a stopped node's data dir offline — its log and, when the
+// log was compacted, the newest snapshot — replays the entries through a
+// fresh fsm.State without starting Raft, and writes one LogRecord per line
+// to w: a range record, the snapshot's remembered request ids, then every
+// command with its result, in log order.
+//
+// It never changes the data dir. raft.db is opened read only (its shared
+// lock also makes a running node's data dir fail to open). A wal log
+// (--log-store wal) is read from a copy: raft-wal has no read-only open
+// (it recovers its tail segment and deletes segment files its metadata no
+// longer lists), so DATA_DIR/wal is copied into a temporary directory,
+// opened there and removed afterwards.
 //
 // The store holds every entry the node wrote, including a tail that may
 // never have been committed (a deposed leader's); callers that need
 // committed entries only must bound the index themselves (for example by
 // the applied index the node reported). An entry the FSM cannot decode is
-// an error.
+// an error, and so is a damaged raft.db or wal (never a panic).
 func DumpLog(dataDir string, w io.Writer) error {
 	path := filepath.Join(dataDir, "raft.db")
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("cluster: dump-log: %w", err)
 	}
-	if _, err := os.Stat(filepath.Join(dataDir, walDirName)); err == nil {
-		// raft-wal has no read-only open (it recovers its tail and prunes
-		// segment files): dumping would have to change the data dir, and
-		// raft.db alone holds no entries, which would read as an empty log.
-		return fmt.Errorf("cluster: dump-log: %s keeps its log in %s (--log-store wal), which dump-log cannot read without changing it; only boltdb data dirs can be dumped",
-			dataDir, filepath.Join(dataDir, walDirName))
-	}
 	// A damaged file is an error, never a bbolt panic (datadir.go).
 	if err := checkBoltFile(path); err != nil {
 		return fmt.Errorf("cluster: dump-log: %w", err)
 	}
-	return guardDisk(path, func() error { return dumpLog(dataDir, path, w) })
+	return guardDisk(path, func() error {
+		stable, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{ReadOnly: true, Timeout: 2 * time.Second}})
+		if err != nil {
+			return fmt.Errorf("cluster: dump-log: open %s: %w", path, err)
+		}
+		defer stable.Close()
+		kind, err := dataDirLogStore(dataDir, stable)
+		if err != nil {
+			return err
+		}
+		if kind == LogStoreWAL {
+			return dumpWALLog(dataDir, w)
+		}
+		return dumpLog(dataDir, stable, path, w)
+	})
 }
 
-func dumpLog(dataDir, path string, w io.Writer) error {
-	store, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{ReadOnly: true, Timeout: 2 * time.Second}})
-	if err != nil {
-		return fmt.Errorf("cluster: dump-log: open %s: %w", path, err)
+// dataDirLogStore says which log store holds dataDir's log, reading only:
+// the store raft.db records (checkLogStoreChoice), else wal when wal/
+// holds its metadata, else boltdb (a data dir from before the option).
+func dataDirLogStore(dataDir string, stable *raftboltdb.BoltStore) (string, error) {
+	rec, err := stable.Get(logStoreKey)
+	switch {
+	case err == nil && (string(rec) == LogStoreBoltDB || string(rec) == LogStoreWAL):
+		return string(rec), nil
+	case err == nil:
+		return "", fmt.Errorf("cluster: dump-log: %s records an unknown log store %q", filepath.Join(dataDir, "raft.db"), rec)
+	case !errors.Is(err, raftboltdb.ErrKeyNotFound):
+		return "", fmt.Errorf("cluster: dump-log: reading raft state: %w", err)
 	}
-	defer store.Close()
-	first, err := store.FirstIndex()
+	if _, err := os.Stat(filepath.Join(dataDir, walDirName, metadb.FileName)); err == nil {
+		return LogStoreWAL, nil
+	}
+	return LogStoreBoltDB, nil
+}
+
+// dumpWALLog dumps the wal log of dataDir from a copy of DATA_DIR/wal in a
+// temporary directory (removed before it returns): raftwal.Open on the
+// original would change it.
+func dumpWALLog(dataDir string, w io.Writer) error {
+	walDir := filepath.Join(dataDir, walDirName)
+	meta := filepath.Join(walDir, metadb.FileName)
+	fi, err := os.Stat(meta)
+	if err != nil {
+		// raft-wal would start an empty log without its metadata: the
+		// dump would read as a node that never wrote anything.
+		return fmt.Errorf("cluster: dump-log: %s was created with the wal log store but %s is missing: its log is lost", dataDir, meta)
+	}
+	if fi.Size() == 0 {
+		return fmt.Errorf("cluster: dump-log: %s is empty: the wal log of %s is lost", meta, dataDir)
+	}
+	if err := checkBoltFile(meta); err != nil {
+		return fmt.Errorf("cluster: dump-log: %w", err)
+	}
+	tmp, err := os.MkdirTemp("", "leased-dump-log-wal-")
+	if err != nil {
+		return fmt.Errorf("cluster: dump-log: a directory for a copy of %s: %w", walDir, err)
+	}
+	defer os.RemoveAll(tmp)
+	if err := copyFiles(walDir, tmp); err != nil {
+		return fmt.Errorf("cluster: dump-log: copying %s: %w", walDir, err)
+	}
+	return guardDisk(walDir, func() error {
+		logs, err := raftwal.Open(tmp, raftwal.WithLogger(hclog.NewNullLogger()))
+		if err != nil {
+			return fmt.Errorf("cluster: dump-log: open %s (a copy of it): %w", walDir, err)
+		}
+		defer logs.Close()
+		return dumpLog(dataDir, logs, walDir, w)
+	})
+}
+
+// copyFiles copies every regular file of dir (raft-wal keeps no
+// subdirectories) into to, which exists.
+func copyFiles(dir, to string) error {
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return err
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		if err := copyFile(filepath.Join(dir, e.Name()), filepath.Join(to, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyFile(from, to string) error {
+	src, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		return err
+	}
+	return dst.Close()
+}
+
+// dumpLog replays store (raft.db opened read only, or a copy of a wal
+// log) onto the newest snapshot of dataDir when the log was compacted, and
+// writes the records (DumpLog). where names the store's file or directory
+// in errors.
+func dumpLog(dataDir string, store raft.LogStore, where string, w io.Writer) error {
+	first, err := store.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("cluster: dump-log: %s: %w", where, err)
 	}
 	last, err := store.LastIndex()
 	if err != nil {
-		return err
+		return fmt.Errorf("cluster: dump-log: %s: %w", where, err)
 	}
 	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := json.NewEncoder(bw)
@@ -113,7 +218,7 @@ func dumpLog(dataDir, path string, w io.Writer) error {
 	for i := rng.Replayed; i <= last; i++ {
 		var l raft.Log
 		if err := store.GetLog(i, &l); err != nil {
-			return fmt.Errorf("cluster: dump-log: entry %d: %w", i, err)
+			return fmt.Errorf("cluster: dump-log: %s: entry %d: %w", where, i, err)
 		}
 		at := int64(0)
 		if !l.AppendedAt.IsZero() {
@@ -129,11 +234,11 @@ func dumpLog(dataDir, path string, w io.Writer) error {
 		}
 		b, err := fsm.DecodeEntry(l.Data)
 		if err != nil {
-			return fmt.Errorf("cluster: dump-log: entry %d: %w", i, err)
+			return fmt.Errorf("cluster: dump-log: %s: entry %d: %w", where, i, err)
 		}
 		a, err := st.Apply(l.Data)
 		if err != nil {
-			return fmt.Errorf("cluster: dump-log: entry %d: %w", i, err)
+			return fmt.Errorf("cluster: dump-log: %s: entry %d: %w", where, i, err)
 		}
 		if b == nil {
 			continue // an ignorable entry this version does not know

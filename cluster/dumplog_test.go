@@ -3,9 +3,21 @@ package cluster
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	raftwal "github.com/hashicorp/raft-wal"
 
 	"github.com/leasefence/leasefence/api"
 )
@@ -34,10 +46,138 @@ func dumpRecords(t *testing.T, dir string) (LogRecord, map[string][]LogRecord) {
 	return rng, byID
 }
 
+// dataDirHashes is the sha256 of every file under dir, by path: a dump
+// must leave them all as they were.
+func dataDirHashes(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	sums := map[string]string{}
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		sums[path] = fmt.Sprintf("%x", sha256.Sum256(b))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sums
+}
+
+// dumpUnchanged dumps dir like dumpRecords and fails the test when a file
+// under dir was added, removed or changed by the dump.
+func dumpUnchanged(t *testing.T, dir string) (LogRecord, map[string][]LogRecord) {
+	t.Helper()
+	before := dataDirHashes(t, dir)
+	rng, byID := dumpRecords(t, dir)
+	if after := dataDirHashes(t, dir); !maps.Equal(before, after) {
+		t.Fatalf("dump-log changed the data dir: %v", changedFiles(before, after))
+	}
+	return rng, byID
+}
+
+// changedFiles lists the paths whose hashes differ between before and
+// after, or that only one of them has.
+func changedFiles(before, after map[string]string) []string {
+	var changed []string
+	for p, h := range before {
+		if a, ok := after[p]; !ok || a != h {
+			changed = append(changed, p)
+		}
+	}
+	for p := range after {
+		if _, ok := before[p]; !ok {
+			changed = append(changed, p)
+		}
+	}
+	return changed
+}
+
+// A wal data dir whose log is gone or damaged gives an error that names
+// what is wrong, never a panic or an empty dump, and stays unchanged. The
+// log is written with small segments so that damage hits sealed ones: a
+// damaged tail segment is what a torn write leaves, which raft-wal
+// recovers by reading up to the last whole entry (so does a node).
+func TestDumpLogOfAMissingOrDamagedWALIsAnError(t *testing.T) {
+	made := t.TempDir()
+	stable, err := raftboltdb.NewBoltStore(filepath.Join(made, "raft.db"))
+	must(t, err)
+	must(t, stable.Set(logStoreKey, []byte(LogStoreWAL)))
+	must(t, stable.SetUint64([]byte("CurrentTerm"), 1))
+	must(t, stable.Close())
+	must(t, os.Mkdir(filepath.Join(made, walDirName), 0o750))
+	logs, err := raftwal.Open(filepath.Join(made, walDirName), raftwal.WithSegmentSize(4096), raftwal.WithLogger(hclog.NewNullLogger()))
+	must(t, err)
+	for i := uint64(1); i <= 100; i++ {
+		must(t, logs.StoreLog(&raft.Log{Index: i, Term: 1, Type: raft.LogNoop, Data: bytes.Repeat([]byte{byte(i)}, 200)}))
+	}
+	must(t, logs.Close())
+	if rng, _ := dumpUnchanged(t, made); rng.LogFirst != 1 || rng.LogLast != 100 {
+		t.Fatalf("undamaged: range %+v", rng)
+	}
+	segs, err := filepath.Glob(filepath.Join(made, walDirName, "*.wal"))
+	if err != nil || len(segs) < 3 {
+		t.Fatalf("want at least 3 segment files: %v, %v", segs, err)
+	}
+	sealed := filepath.Base(segs[0]) // names sort by base index; the last is the tail
+
+	for _, tc := range []struct {
+		name   string
+		damage func(wal string) error
+		want   string
+	}{
+		{"wal removed", func(wal string) error { return os.RemoveAll(wal) }, "missing"},
+		{"metadata emptied", func(wal string) error { return os.Truncate(filepath.Join(wal, "wal-meta.db"), 0) }, "empty"},
+		{"metadata truncated", func(wal string) error { return os.Truncate(filepath.Join(wal, "wal-meta.db"), 4096) }, "truncated"},
+		{"sealed segment removed", func(wal string) error { return os.Remove(filepath.Join(wal, sealed)) }, sealed},
+		{"sealed segment truncated", func(wal string) error { return os.Truncate(filepath.Join(wal, sealed), 1000) }, walDirName},
+		{"sealed segment overwritten", func(wal string) error {
+			fi, err := os.Stat(filepath.Join(wal, sealed))
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(wal, sealed), bytes.Repeat([]byte{0xa5}, int(fi.Size())), 0o600)
+		}, walDirName},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			must(t, os.CopyFS(dir, os.DirFS(made)))
+			must(t, tc.damage(filepath.Join(dir, walDirName)))
+			before := dataDirHashes(t, dir)
+			var out bytes.Buffer
+			err := DumpLog(dir, &out)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), filepath.Join(dir, walDirName)) {
+				t.Fatalf("dump-log of a wal data dir with its %s: %v (want an error naming %s and %q), output %q", tc.name, err, filepath.Join(dir, walDirName), tc.want, out.String())
+			}
+			if after := dataDirHashes(t, dir); !maps.Equal(before, after) {
+				t.Fatalf("dump-log changed the data dir: %v", changedFiles(before, after))
+			}
+			t.Log(err)
+		})
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestDumpLogReplaysAppliedCommandsOfAStoppedNode(t *testing.T) {
+	for _, kind := range []string{LogStoreBoltDB, LogStoreWAL} {
+		t.Run(kind, func(t *testing.T) { testDumpLogReplaysAppliedCommands(t, kind) })
+	}
+}
+
+func testDumpLogReplaysAppliedCommands(t *testing.T, kind string) {
 	tc := newTestCluster(t, 1, func(c *Config) {
 		c.SnapshotThreshold, c.SnapshotThresholdMax, c.TrailingLogs = 1, 1, 1
-		c.LogStore = LogStoreBoltDB // dump-log reads boltdb logs only (TestDumpLogOfAWALDataDirIsRefused)
+		c.LogStore = kind
 	})
 	c := tc.client(0)
 	ctx := ctxT(t)
@@ -62,7 +202,7 @@ func TestDumpLogReplaysAppliedCommandsOfAStoppedNode(t *testing.T) {
 	}
 	tc.stop(0)
 
-	rng, byID := dumpRecords(t, tc.cfgs[0].DataDir)
+	rng, byID := dumpUnchanged(t, tc.cfgs[0].DataDir)
 	if rng.Replayed != 1 || rng.LogFirst != 1 || rng.LogLast < 4 || rng.FirstAppendedAtNs == 0 {
 		t.Fatalf("range %+v", rng)
 	}
@@ -95,7 +235,7 @@ func TestDumpLogReplaysAppliedCommandsOfAStoppedNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc.stop(0)
-	rng, byID = dumpRecords(t, tc.cfgs[0].DataDir)
+	rng, byID = dumpUnchanged(t, tc.cfgs[0].DataDir)
 	if rng.LogFirst <= 1 || rng.SnapshotIndex == 0 || rng.Replayed != rng.SnapshotIndex+1 {
 		t.Fatalf("compacted range %+v", rng)
 	}

@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	raftwal "github.com/hashicorp/raft-wal"
 
 	"github.com/leasefence/leasefence/fsm"
 	"github.com/leasefence/leasefence/fsm/fsmpb"
@@ -16,10 +19,16 @@ import (
 )
 
 // TestDumpLogWritesTheSharedSchema runs `leased dump-log` over a data dir
-// holding one acquire and reads its output as dumplog.Records, the schema
-// the harness reads (jepsen's resolve_dump_test.go runs Resolve over such
-// dumps).
+// holding one acquire, its log in raft.db (boltdb) or in wal/ (wal), and
+// reads its output as dumplog.Records, the schema the harness reads
+// (jepsen's resolve_dump_test.go runs Resolve over such dumps).
 func TestDumpLogWritesTheSharedSchema(t *testing.T) {
+	for _, kind := range []string{"boltdb", "wal"} {
+		t.Run(kind, func(t *testing.T) { testDumpLogWritesTheSharedSchema(t, kind) })
+	}
+}
+
+func testDumpLogWritesTheSharedSchema(t *testing.T, kind string) {
 	dir := t.TempDir()
 	id := make([]byte, fsm.LeaseIDLen)
 	id[15] = 1
@@ -33,7 +42,23 @@ func TestDumpLogWritesTheSharedSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.StoreLog(&raft.Log{Index: 1, Term: 1, Type: raft.LogCommand, Data: entry, AppendedAt: time.Unix(1_000_000, 0)}); err != nil {
+	one := &raft.Log{Index: 1, Term: 1, Type: raft.LogCommand, Data: entry, AppendedAt: time.Unix(1_000_000, 0)}
+	if kind == "wal" {
+		// raft.db holds the term and vote only; a wal/ with its metadata
+		// says where the log is (as in a data dir with no recorded store).
+		if err := os.Mkdir(filepath.Join(dir, "wal"), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		w, err := raftwal.Open(filepath.Join(dir, "wal"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = w.StoreLog(one)
+		w.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	} else if err := store.StoreLog(one); err != nil {
 		t.Fatal(err)
 	}
 	store.Close()

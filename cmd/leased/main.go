@@ -94,12 +94,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // dumpLog is the hidden "leased dump-log --data-dir DIR" subcommand: the
-// applied commands of a stopped node's log as JSON lines
-// (cluster.DumpLog), for the jepsen harness.
+// applied commands of a stopped node's log, boltdb or wal, as JSON lines
+// (cluster.DumpLog, which leaves the data dir unchanged), for the jepsen
+// harness.
 func dumpLog(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("leased dump-log", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dir := fs.String("data-dir", "", "data dir of a stopped node")
+	dir := fs.String("data-dir", "", "data dir of a stopped node (either --log-store; read, never changed)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
