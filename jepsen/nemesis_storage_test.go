@@ -1,16 +1,26 @@
 package jepsen
 
 import (
+	"context"
+	"fmt"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
+	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 )
 
 // TestCheckStorageRefusedCatchesANodeThatServedOn: the checker fails a
-// run in which a node came up on a changed raft.db and applied past the
+// run in which a node came up on a changed log and applied past the
 // entry, and passes refusals and self-fencing.
 func TestCheckStorageRefusedCatchesANodeThatServedOn(t *testing.T) {
 	heal := func(o history.StorageOutcome) history.Fault {
@@ -33,5 +43,111 @@ func TestCheckStorageRefusedCatchesANodeThatServedOn(t *testing.T) {
 	}
 	if r := checker.CheckStorageRefused([]history.Fault{heal(history.StorageOutcome{Index: 3})}); r.Verdict != history.Unknown {
 		t.Fatalf("undecided: %v", r)
+	}
+}
+
+// TestStorageNemesisChangeIsRefused runs the storage nemesis's log change
+// on a real leased cluster with each log store (--log-store): a follower
+// is stopped, nm.CorruptCommandEntry changes a committed entry naming a
+// workload resource in its data dir (raft.db, or a raft-wal segment), and
+// the follower, restarted, must refuse: exit saying "corrupt log entry"
+// (its CRC-32C check of every command entry) or fence itself. Had the
+// change been one raft-wal drops (its open segment's last batch) or one
+// that missed the entry, the node would serve on and this would fail.
+func TestStorageNemesisChangeIsRefused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts leased")
+	}
+	bin := t.TempDir()
+	if err := Build(context.Background(), bin, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, store := range []string{"boltdb", "wal"} {
+		t.Run(store, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			c, err := StartCluster(ctx, filepath.Join(bin, "leased"), t.TempDir(), 3, []string{"--tick", "250ms", "--log-store", store}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Stop()
+			leader := c.Leader(ctx)
+			var addr, follower string
+			for i, id := range c.Nodes() {
+				if id == leader {
+					addr = c.Endpoints()[i]
+				} else {
+					follower = id
+				}
+			}
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			lc := api.NewLeaseServiceClient(conn)
+			// One entry at a time: several batches, so that an older named
+			// entry is there when the newest is raft-wal's last batch.
+			for i := range 5 {
+				if _, err := lc.Acquire(ctx, &api.AcquireRequest{Resource: fmt.Sprintf("jr/%d", i), Holder: "w1",
+					Ttl: durationpb.New(time.Minute), RequestId: fmt.Sprintf("w1-%d", i)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ls, err := c.Status(ctx, leader)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for {
+				fs, err := c.Status(ctx, follower)
+				if err == nil && fs.AppliedIndex >= ls.AppliedIndex {
+					break
+				}
+				if ctx.Err() != nil {
+					t.Fatalf("%s did not apply up to %d: %v", follower, ls.AppliedIndex, err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			p := c.Proc(follower)
+			p.Kill(syscall.SIGTERM, 15*time.Second)
+			index, path, err := nm.CorruptCommandEntry(c.DataDir(follower), "jr/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := "raft.db"
+			if store == "wal" {
+				want = ".wal"
+			}
+			if !strings.HasSuffix(path, want) {
+				t.Fatalf("changed %s; want the %s file", path, want)
+			}
+			t.Logf("entry %d changed in %s (leader applied %d)", index, path, ls.AppliedIndex)
+			before := len(p.Tail(1 << 30))
+			if err := p.Start(); err != nil {
+				t.Fatal(err)
+			}
+			for {
+				select {
+				case <-p.Exited():
+					if log := p.Tail(1 << 30)[before:]; !strings.Contains(log, "corrupt log entry") {
+						t.Fatalf("%s exited after entry %d was changed in %s, but not for the corrupt entry:\n%s", follower, index, path, log)
+					}
+					return
+				default:
+				}
+				if st, err := c.Status(ctx, follower); err == nil {
+					if st.StateCorrupt != "" {
+						return // fenced itself
+					}
+					if st.AppliedIndex >= index {
+						t.Fatalf("%s served on past entry %d changed in %s (applied %d):\n%s", follower, index, path, st.AppliedIndex, p.Tail(1 << 30)[before:])
+					}
+				}
+				if ctx.Err() != nil {
+					t.Fatalf("%s neither refused nor served after entry %d was changed in %s:\n%s", follower, index, path, p.Tail(1 << 30)[before:])
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
 	}
 }

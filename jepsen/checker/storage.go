@@ -11,12 +11,13 @@ import (
 // NameStorage is CheckStorageRefused's name.
 const NameStorage = "corrupt-storage-refused"
 
-// AnomalyServedFromCorruptStore: a node came up on a raft.db with a
-// changed entry and applied past it without refusing.
+// AnomalyServedFromCorruptStore: a node came up on a log (raft.db or wal)
+// with a changed entry and applied past it without refusing.
 const AnomalyServedFromCorruptStore = "served-from-corrupt-store"
 
 // CheckStorageRefused is the storage nemesis's checker: after each change
-// to a stopped node's raft.db, the node must refuse (exit naming the
+// to a stopped node's log (raft.db or wal) or newest snapshot, the node
+// must refuse (exit naming the
 // corrupt store) or fence itself; a node that came up and applied past
 // the changed entry as if nothing happened is invalid. The cluster as a
 // whole is held to its other properties by the other checkers.
@@ -32,7 +33,7 @@ func CheckStorageRefused(faults []history.Fault) Result {
 			f.R.Checked++
 		case o.Served:
 			f.R.Checked++
-			what := fmt.Sprintf("a raft.db whose entry %d", o.Index)
+			what := fmt.Sprintf("its log (raft.db or wal) whose entry %d", o.Index)
 			if o.Snapshot != "" {
 				what = fmt.Sprintf("a snapshot (%s, index %d) that", o.Snapshot, o.Index)
 			}

@@ -6,12 +6,14 @@ import (
 	"strings"
 )
 
-// StorageOutcome is what a node did after NemStorage changed its raft.db.
+// StorageOutcome is what a node did after NemStorage changed its log
+// (raft.db or wal) or its newest snapshot.
 type StorageOutcome struct {
 	// Index is the entry whose body was changed, or the last index of the
 	// snapshot that was (0: nothing found to change).
 	Index uint64 `json:"index"`
-	// Snapshot names the snapshot changed ("": an entry in raft.db).
+	// Snapshot names the snapshot changed ("": an entry in its log, raft.db
+	// or wal).
 	Snapshot string `json:"snapshot,omitempty"`
 	// SetAside: the node logged that it will not restore the changed
 	// snapshot (and started from an older one and its log).

@@ -196,7 +196,8 @@ const (
 // Realised in nemesis/storage.go.
 
 // NemStorage stops a follower, changes one byte of a committed command
-// entry's body in its raft.db (a resource name, as a bad disk or a stray
+// entry's body in its log (raft.db or the raft-wal segments under wal/,
+// whichever its data dir holds; a resource name, as a bad disk or a stray
 // write would) or, half the time when it has snapshots, one byte of its
 // newest snapshot, starts it again and watches what it does; the heal
 // replaces it (members remove, wipe, join), as docs/OPERATIONS.md says.

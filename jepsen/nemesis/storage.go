@@ -5,14 +5,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	raftwal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
 	"go.etcd.io/bbolt"
 
 	"github.com/leasefence/leasefence/jepsen/history"
@@ -44,8 +48,8 @@ func (n *Nemesis) storage(ctx context.Context, hold time.Duration) {
 		index, out.Snapshot = sindex, filepath.Base(snap)
 		detail = fmt.Sprintf("SIGTERM; one byte of snapshot %s (index %d) changed", out.Snapshot, index)
 	} else {
-		path := filepath.Join(cl.DataDir(id), "raft.db")
-		index, err = CorruptCommandEntry(path, n.resourcePrefix)
+		var path string
+		index, path, err = CorruptCommandEntry(cl.DataDir(id), n.resourcePrefix)
 		detail = fmt.Sprintf("SIGTERM; entry %d's resource name changed in %s", index, path)
 	}
 	if err != nil {
@@ -128,27 +132,32 @@ func observeStorage(ctx context.Context, o *history.StorageOutcome, cl Cluster, 
 	}
 }
 
-// CorruptCommandEntry changes one byte of the resource name in the newest
-// command entry of the raft.db at path (the node must be stopped) whose
-// body names a resource starting with prefix, in every copy of that
-// entry's bytes in the file (bbolt's free pages may hold older copies),
-// keeping the length. It returns the entry's index.
-func CorruptCommandEntry(path, prefix string) (uint64, error) {
+// CorruptCommandEntry changes one byte of the resource name in a
+// committed command entry of the log of the stopped node whose data dir
+// is dataDir, in every copy of that entry's bytes, keeping the length: a
+// bad disk under the log, which the node's own entry check must catch.
+// The log is where the data dir keeps it: raft-wal segments when
+// DATA_DIR/wal/wal-meta.db exists (--log-store wal), raft.db otherwise.
+// It returns the entry's index and the file it changed.
+func CorruptCommandEntry(dataDir, prefix string) (index uint64, path string, err error) {
+	walDir := filepath.Join(dataDir, "wal")
+	if _, err := os.Stat(filepath.Join(walDir, metadb.FileName)); err == nil {
+		return corruptWALEntry(walDir, prefix)
+	}
+	path = filepath.Join(dataDir, "raft.db")
+	index, err = corruptBoltEntry(path, prefix)
+	return index, path, err
+}
+
+// corruptBoltEntry changes the newest command entry naming a resource
+// starting with prefix in the raft.db at path, in every copy of its bytes
+// in the file (bbolt's free pages may hold older copies).
+func corruptBoltEntry(path, prefix string) (uint64, error) {
 	store, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{ReadOnly: true, Timeout: time.Second}})
 	if err != nil {
 		return 0, fmt.Errorf("open %s: %w", path, err)
 	}
-	first, _ := store.FirstIndex()
-	last, _ := store.LastIndex()
-	var data []byte
-	var index uint64
-	for i := last; i >= first && i > 0; i-- {
-		var l raft.Log
-		if store.GetLog(i, &l) == nil && l.Type == raft.LogCommand && bytes.Contains(l.Data, []byte(prefix)) {
-			data, index = l.Data, i
-			break
-		}
-	}
+	index, data := newestNamedEntry(store, math.MaxUint64, prefix)
 	store.Close()
 	if data == nil {
 		return 0, errors.New("no command entry naming a resource in the log")
@@ -157,16 +166,170 @@ func CorruptCommandEntry(path, prefix string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	at := bytes.Index(data, []byte(prefix)) + len(prefix) - 1 // the prefix's last byte
-	bad := bytes.Clone(data)
-	bad[at] ^= 0x01
 	if bytes.Count(file, data) == 0 {
 		return 0, fmt.Errorf("entry %d's bytes not found in %s", index, path)
 	}
-	if err := os.WriteFile(path, bytes.ReplaceAll(file, data, bad), 0o600); err != nil {
+	if err := os.WriteFile(path, bytes.ReplaceAll(file, data, nameFlipped(data, prefix)), 0o600); err != nil {
 		return 0, err
 	}
 	return index, nil
+}
+
+// walTries bounds how many entries corruptWALEntry tries: after the
+// first, every try is older than what raft-wal dropped, so one more is
+// normally enough.
+const walTries = 3
+
+// corruptWALEntry changes a command entry naming a resource starting with
+// prefix in the raft-wal log in dir, only inside the entry's data, so
+// every frame keeps its length and type.
+//
+// raft-wal has no read-only open (Open recovers the tail segment and
+// writes wal-meta.db), so the entry is looked up in a copy of dir. The
+// change is first made in that copy and the copy reopened: raft-wal
+// checks a CRC over the last committed batch of the open segment and
+// takes a mismatch there for a torn write, dropping the batch without a
+// word. A change there would test raft-wal's recovery, not the node's
+// entry check, and the node would then fetch the entry again and serve,
+// so such an entry is skipped for the newest one before the batch.
+func corruptWALEntry(dir, prefix string) (uint64, string, error) {
+	below := uint64(math.MaxUint64)
+	for range walTries {
+		index, data, kept, last, err := tryWALEntry(dir, below, prefix)
+		if err != nil {
+			return 0, "", err
+		}
+		if kept {
+			path, err := replaceInSegments(dir, data, nameFlipped(data, prefix))
+			return index, path, err
+		}
+		below = min(index-1, last)
+	}
+	return 0, "", fmt.Errorf("raft-wal in %s dropped a changed entry %d times (each in the last batch of its open segment)", dir, walTries)
+}
+
+// tryWALEntry finds in a copy of the raft-wal log in dir the newest
+// command entry at or below index below that names prefix, changes it in
+// the copy, and reopens the copy: kept says raft-wal still returns the
+// entry, changed; last is the copy's last index after the reopen.
+func tryWALEntry(dir string, below uint64, prefix string) (index uint64, data []byte, kept bool, last uint64, err error) {
+	tmp, err := os.MkdirTemp("", "jepsen-wal-")
+	if err != nil {
+		return 0, nil, false, 0, err
+	}
+	defer os.RemoveAll(tmp)
+	if err := copyFiles(dir, tmp); err != nil {
+		return 0, nil, false, 0, fmt.Errorf("copy %s: %w", dir, err)
+	}
+	quiet := raftwal.WithLogger(hclog.NewNullLogger())
+	w, err := raftwal.Open(tmp, quiet)
+	if err != nil {
+		return 0, nil, false, 0, fmt.Errorf("open a copy of %s: %w", dir, err)
+	}
+	index, data = newestNamedEntry(w, below, prefix)
+	w.Close()
+	if data == nil {
+		return 0, nil, false, 0, fmt.Errorf("no command entry naming a resource in %s", dir)
+	}
+	bad := nameFlipped(data, prefix)
+	if _, err := replaceInSegments(tmp, data, bad); err != nil {
+		return 0, nil, false, 0, fmt.Errorf("entry %d: %w", index, err)
+	}
+	w, err = raftwal.Open(tmp, quiet)
+	if err != nil {
+		return 0, nil, false, 0, fmt.Errorf("reopen a copy of %s after changing entry %d: %w", dir, index, err)
+	}
+	defer w.Close()
+	var l raft.Log
+	last, _ = w.LastIndex()
+	kept = w.GetLog(index, &l) == nil && bytes.Equal(l.Data, bad)
+	return index, data, kept, last, nil
+}
+
+// newestNamedEntry returns the newest command entry at or below index
+// below in store whose body contains prefix (nil data: none).
+func newestNamedEntry(store raft.LogStore, below uint64, prefix string) (uint64, []byte) {
+	first, _ := store.FirstIndex()
+	last, _ := store.LastIndex()
+	for i := min(last, below); i >= first && i > 0; i-- {
+		var l raft.Log
+		if store.GetLog(i, &l) == nil && l.Type == raft.LogCommand && bytes.Contains(l.Data, []byte(prefix)) {
+			return i, l.Data
+		}
+	}
+	return 0, nil
+}
+
+// nameFlipped is data with one bit of the prefix's last byte flipped: the
+// resource name changes, the length does not.
+func nameFlipped(data []byte, prefix string) []byte {
+	bad := bytes.Clone(data)
+	bad[bytes.Index(data, []byte(prefix))+len(prefix)-1] ^= 0x01
+	return bad
+}
+
+// replaceInSegments writes bad over every copy of data in the raft-wal
+// segment files (*.wal) in dir, in place, and returns the files changed
+// (comma-separated); an error when none holds data.
+func replaceInSegments(dir string, data, bad []byte) (string, error) {
+	segs, err := filepath.Glob(filepath.Join(dir, "*.wal"))
+	if err != nil {
+		return "", err
+	}
+	var changed []string
+	for _, seg := range segs {
+		file, err := os.ReadFile(seg)
+		if err != nil {
+			return "", err
+		}
+		if !bytes.Contains(file, data) {
+			continue
+		}
+		f, err := os.OpenFile(seg, os.O_WRONLY, 0)
+		if err != nil {
+			return "", err
+		}
+		for off := 0; ; {
+			i := bytes.Index(file[off:], data)
+			if i < 0 {
+				break
+			}
+			if _, err := f.WriteAt(bad, int64(off+i)); err != nil {
+				f.Close()
+				return "", err
+			}
+			off += i + len(data)
+		}
+		if err := f.Close(); err != nil {
+			return "", err
+		}
+		changed = append(changed, seg)
+	}
+	if len(changed) == 0 {
+		return "", fmt.Errorf("the entry's bytes are not in any segment file in %s", dir)
+	}
+	return strings.Join(changed, ", "), nil
+}
+
+// copyFiles copies the regular files of dir into to.
+func copyFiles(dir, to string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(to, e.Name()), b, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // newestSnapshot returns the directory and last index of the newest

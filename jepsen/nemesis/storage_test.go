@@ -4,51 +4,141 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	raftwal "github.com/hashicorp/raft-wal"
 )
 
-// TestCorruptCommandEntryChangesTheNewestNamedEntry: on a real raft.db,
-// the newest command entry naming a workload resource has one byte of the
-// name changed (every copy, same length); other entries are untouched.
-func TestCorruptCommandEntryChangesTheNewestNamedEntry(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "raft.db")
-	store, err := raftboltdb.New(raftboltdb.Options{Path: path})
+// testLog is a log store of a data dir as leased lays it out.
+type testLog interface {
+	raft.LogStore
+	Close() error
+}
+
+// openTestLog opens the log of dataDir in store: raft.db, or raft-wal in
+// dataDir/wal.
+func openTestLog(t *testing.T, dataDir, store string) testLog {
+	t.Helper()
+	if store == "wal" {
+		if err := os.MkdirAll(filepath.Join(dataDir, "wal"), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		w, err := raftwal.Open(filepath.Join(dataDir, "wal"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	b, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dataDir, "raft.db")})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b
+}
+
+// TestCorruptCommandEntryChangesTheNewestNamedEntry: on a real raft.db
+// and a real raft-wal log, the newest command entry naming a workload
+// resource has one byte of the name changed (every copy, same length) in
+// the file the call names; other entries are untouched, and the store
+// still returns the changed entry (for raft-wal: its framing still reads).
+func TestCorruptCommandEntryChangesTheNewestNamedEntry(t *testing.T) {
+	for _, store := range []string{"boltdb", "wal"} {
+		t.Run(store, func(t *testing.T) {
+			dir := t.TempDir()
+			entries := []*raft.Log{
+				{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....acquire jr/1 lease-aaaa")},
+				{Index: 2, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....acquire jr/2 lease-bbbb")},
+				{Index: 3, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....renew lease-aaaa")},
+				{Index: 4, Term: 1, Type: raft.LogNoop},
+			}
+			log := openTestLog(t, dir, store)
+			// One batch each, as raft writes a follower's appends.
+			for _, e := range entries {
+				if err := log.StoreLogs([]*raft.Log{e}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			log.Close()
+			index, path, err := CorruptCommandEntry(dir, "jr/") // the workers' ResourcePrefix
+			if err != nil || index != 2 {
+				t.Fatalf("got %d, %v; want entry 2", index, err)
+			}
+			wantFile := "raft.db"
+			if store == "wal" {
+				wantFile = ".wal"
+			}
+			if !strings.HasSuffix(path, wantFile) {
+				t.Fatalf("changed %s, want the %s file", path, wantFile)
+			}
+			log = openTestLog(t, dir, store)
+			defer log.Close()
+			for _, want := range entries {
+				var l raft.Log
+				if err := log.GetLog(want.Index, &l); err != nil {
+					t.Fatalf("entry %d: %v", want.Index, err)
+				}
+				changed := !bytes.Equal(l.Data, want.Data)
+				if changed != (want.Index == 2) || len(l.Data) != len(want.Data) {
+					t.Fatalf("entry %d: %q (changed %v)", want.Index, l.Data, changed)
+				}
+			}
+			if data, _ := os.ReadFile(path); bytes.Contains(data, []byte("jr/2 lease-bbbb")) {
+				t.Fatal("a copy of the entry kept its name")
+			}
+		})
+	}
+}
+
+// TestCorruptCommandEntryLeavesRaftWALsLastBatch: the newest named entry
+// is the last batch of raft-wal's open segment, whose CRC raft-wal checks
+// at open and whose mismatch it takes for a torn write (it drops the
+// batch, and the node would fetch it again and serve). The older named
+// entry is changed instead, and the log still holds every entry.
+func TestCorruptCommandEntryLeavesRaftWALsLastBatch(t *testing.T) {
+	dir := t.TempDir()
 	entries := []*raft.Log{
 		{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....acquire jr/1 lease-aaaa")},
 		{Index: 2, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....acquire jr/2 lease-bbbb")},
-		{Index: 3, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....renew lease-aaaa")},
-		{Index: 4, Term: 1, Type: raft.LogNoop},
 	}
-	if err := store.StoreLogs(entries); err != nil {
-		t.Fatal(err)
-	}
-	store.Close()
-	index, err := CorruptCommandEntry(path, "jr/") // the workers' ResourcePrefix
-	if err != nil || index != 2 {
-		t.Fatalf("got %d, %v; want entry 2", index, err)
-	}
-	store, err = raftboltdb.New(raftboltdb.Options{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	for _, want := range entries {
-		var l raft.Log
-		if err := store.GetLog(want.Index, &l); err != nil {
+	log := openTestLog(t, dir, "wal")
+	for _, e := range entries {
+		if err := log.StoreLogs([]*raft.Log{e}); err != nil {
 			t.Fatal(err)
 		}
-		changed := !bytes.Equal(l.Data, want.Data)
-		if changed != (want.Index == 2) || len(l.Data) != len(want.Data) {
-			t.Fatalf("entry %d: %q (changed %v)", want.Index, l.Data, changed)
-		}
 	}
-	if data, _ := os.ReadFile(path); bytes.Contains(data, []byte("jr/2 lease-bbbb")) {
-		t.Fatal("a copy of the entry kept its name")
+	log.Close()
+	index, _, err := CorruptCommandEntry(dir, "jr/")
+	if err != nil || index != 1 {
+		t.Fatalf("got %d, %v; want entry 1 (entry 2 is the last batch)", index, err)
+	}
+	log = openTestLog(t, dir, "wal")
+	defer log.Close()
+	if last, _ := log.LastIndex(); last != 2 {
+		t.Fatalf("last index %d after the change, want 2", last)
+	}
+	var l raft.Log
+	if err := log.GetLog(1, &l); err != nil || bytes.Equal(l.Data, entries[0].Data) {
+		t.Fatalf("entry 1: %q, %v; want it changed", l.Data, err)
+	}
+}
+
+// TestCorruptCommandEntryNeedsANamedEntry: a log without an entry naming
+// the prefix is an error, for either store, and nothing is changed.
+func TestCorruptCommandEntryNeedsANamedEntry(t *testing.T) {
+	for _, store := range []string{"boltdb", "wal"} {
+		t.Run(store, func(t *testing.T) {
+			dir := t.TempDir()
+			log := openTestLog(t, dir, store)
+			if err := log.StoreLogs([]*raft.Log{{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....renew lease-aaaa")}}); err != nil {
+				t.Fatal(err)
+			}
+			log.Close()
+			if index, path, err := CorruptCommandEntry(dir, "jr/"); err == nil {
+				t.Fatalf("changed entry %d in %s", index, path)
+			}
+		})
 	}
 }
