@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -90,7 +91,135 @@ func openStores(dataDir, want string, lockWait time.Duration, log hclog.Logger) 
 		stable.Close()
 		return nil, nil, nil, "", fmt.Errorf("cluster: log store %s: %w", dir, err)
 	}
-	return stable, w, w, kind, nil
+	d, err := guardWAL(w, stable, dir, log)
+	if err != nil {
+		w.Close()
+		stable.Close()
+		return nil, nil, nil, "", err
+	}
+	return stable, d, d, kind, nil
+}
+
+// walDurableKey is the stable-store key (raft.db) of an index the wal log
+// held durably: its last index as last seen, at most walRecordEvery ago
+// while the node runs and exactly at a clean stop.
+var walDurableKey = []byte("LeasefenceWALDurableIndex")
+
+// walRecordEvery is how often a running node records its wal's last
+// index (one small raft.db transaction when it moved).
+const walRecordEvery = time.Second
+
+// durableWAL is the raft-wal log store with its tail guarded. raft-wal
+// checks a checksum over the last batch of its open segment only, and at
+// open reads a batch that fails it as a write torn by a crash: it drops
+// the batch, silently. After a crash that is right (the batch was never
+// synced, so never acknowledged); after a flipped bit on disk it is not:
+// the node would start without entries it acknowledged, could vote for a
+// candidate lacking them, and a committed grant could be lost (a token
+// issued twice). raft.db, a separate file, remembers how far the log was
+// known to reach; a log that now ends before that is refused at start as
+// corrupt, like a changed entry.
+type durableWAL struct {
+	*raftwal.WAL
+	stable *raftboltdb.BoltStore
+	log    hclog.Logger
+
+	mu       sync.Mutex // orders recording against tail deletions
+	recorded uint64
+
+	stop, done chan struct{}
+}
+
+// guardWAL checks w against the index raft.db recorded, refusing a log
+// that lost its tail, and starts recording.
+func guardWAL(w *raftwal.WAL, stable *raftboltdb.BoltStore, dir string, log hclog.Logger) (*durableWAL, error) {
+	rec, err := stable.GetUint64(walDurableKey)
+	if err != nil && !errors.Is(err, raftboltdb.ErrKeyNotFound) {
+		return nil, fmt.Errorf("cluster: reading raft state: %w", err)
+	}
+	last, err := w.LastIndex()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: log store %s: %w", dir, err)
+	}
+	if last < rec {
+		return nil, &CorruptLogError{Path: dir, Index: last + 1, Err: fmt.Errorf(
+			"the log ends at entry %d, but it held entry %d durably before the node stopped: "+
+				"its newest batch was damaged on disk and dropped (raft-wal reads a batch that fails its checksum as a torn write)", last, rec)}
+	}
+	d := &durableWAL{WAL: w, stable: stable, log: log, recorded: rec, stop: make(chan struct{}), done: make(chan struct{})}
+	go d.loop()
+	return d, nil
+}
+
+func (d *durableWAL) loop() {
+	defer close(d.done)
+	t := time.NewTicker(walRecordEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-t.C:
+			if err := d.recordLast(); err != nil {
+				d.log.Warn("cannot record the wal's last index in raft.db", "error", err)
+			}
+		}
+	}
+}
+
+// recordLast records the log's last index. raft-wal publishes an index
+// only after the batch holding it is synced.
+func (d *durableWAL) recordLast() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	last, err := d.WAL.LastIndex()
+	if err != nil || last == d.recorded {
+		return err
+	}
+	return d.record(last)
+}
+
+func (d *durableWAL) record(i uint64) error {
+	if err := d.stable.SetUint64(walDurableKey, i); err != nil {
+		return err
+	}
+	d.recorded = i
+	return nil
+}
+
+// DeleteRange implements raft.LogStore. Before a deletion that reaches the
+// log's end (raft replacing a deposed leader's suffix; the whole log after
+// a snapshot is installed) it lowers the record, so that a stop between
+// the two does not make the shorter log look damaged.
+func (d *durableWAL) DeleteRange(min, max uint64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	first, err := d.WAL.FirstIndex()
+	if err != nil {
+		return err
+	}
+	last, err := d.WAL.LastIndex()
+	if err != nil {
+		return err
+	}
+	if max >= last && d.recorded >= min {
+		to := min - 1
+		if min <= first {
+			to = 0
+		}
+		if err := d.record(to); err != nil {
+			return fmt.Errorf("cluster: recording the wal's last index before a deletion: %w", err)
+		}
+	}
+	return d.WAL.DeleteRange(min, max)
+}
+
+// Close records the last index (exact at a clean stop) and closes the
+// log; raft.db must still be open.
+func (d *durableWAL) Close() error {
+	close(d.stop)
+	<-d.done
+	return errors.Join(d.recordLast(), d.WAL.Close())
 }
 
 // checkLogStoreChoice makes sure a data dir is only ever opened with the
