@@ -101,7 +101,11 @@ type Config struct {
 	// At most MaxPending. Default 1024.
 	MaxPendingGrants int
 
-	// Raft timing. See hashicorp/raft's Config for their meaning.
+	// Raft timing. See hashicorp/raft's Config for their meaning. With
+	// LeaderLeaseTimeout below HeartbeatTimeout (the defaults: 450 ms,
+	// 500 ms) a follower checks its leader's silence every twentieth of
+	// the heartbeat timeout rather than at raft's random timer
+	// (leadercontact.go).
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
@@ -269,7 +273,7 @@ func DefaultConfig() Config {
 		MaxPendingGrants:   1024,
 		HeartbeatTimeout:   500 * time.Millisecond,
 		ElectionTimeout:    500 * time.Millisecond,
-		LeaderLeaseTimeout: 500 * time.Millisecond,
+		LeaderLeaseTimeout: 450 * time.Millisecond,
 		CommitTimeout:      20 * time.Millisecond,
 		SnapshotInterval:   30 * time.Second,
 		SnapshotThreshold:  16384,

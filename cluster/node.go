@@ -77,7 +77,10 @@ type Node struct {
 	policy    *Policy // nil: everything allowed (authz.go)
 	watchers  *clientWatchers
 
-	stopCh    chan struct{}
+	stopCh chan struct{}
+	// reloadMu orders raft.ReloadConfig's read-modify-write between the
+	// snapshot policy and the leader-contact nudge.
+	reloadMu  sync.Mutex
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
@@ -553,8 +556,9 @@ func (n *Node) startLoops(existing bool) {
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.followLeader() }()
 	go func() { defer n.wg.Done(); n.proposeLoop() }()
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go func() { defer n.wg.Done(); n.snaps.run(n, time.Second, n.stopCh) }()
+	go func() { defer n.wg.Done(); n.watchLeaderContact(n.stopCh) }()
 	n.wg.Add(2)
 	go func() { defer n.wg.Done(); n.sm.checks.run(n.stopCh, n.log) }()
 	go func() { defer n.wg.Done(); n.stateCheckLoop() }()

@@ -1,7 +1,10 @@
 package cluster_test
 
 import (
+	"bytes"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -9,7 +12,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/cluster"
 	"github.com/leasefence/leasefence/internal/testcluster"
 )
 
@@ -131,5 +136,87 @@ func TestMinorityPartitionCannotGrant(t *testing.T) {
 		if get("majority") == nil {
 			t.Fatalf("%s lacks the majority's grant", lc.Nodes[i].ID())
 		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the loggers of several nodes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// logTime returns the time of the first line of log, written at or after
+// from, that contains what (hclog's timestamp), and whether there is one.
+func logTime(log string, from time.Time, what string) (time.Time, bool) {
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, what) {
+			continue
+		}
+		ts, _, _ := strings.Cut(line, " ")
+		at, err := time.Parse("2006-01-02T15:04:05.000Z0700", ts)
+		if err == nil && !at.Before(from) {
+			return at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// A follower notices a silent leader once the heartbeat timeout (plus a
+// random fifth of it) has passed since the last contact, and raft starts
+// its election at once, instead of at raft's own timer, drawn between one
+// and two heartbeat timeouts (an election then waited for the later of
+// the two followers' draws). Shown by the followers' logs: the watch's
+// "checking now" never before the heartbeat timeout, and raft's "starting
+// election" right after it.
+func TestFollowersActOnASilentLeaderAfterTheHeartbeatTimeout(t *testing.T) {
+	const ht = 2 * time.Second
+	logs := make([]*syncBuffer, 3)
+	lc := testcluster.NewLocal(t, 3, func(i int, c *cluster.Config) {
+		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = ht, ht, 200*time.Millisecond
+		logs[i] = &syncBuffer{}
+		c.Logger = hclog.New(&hclog.LoggerOptions{Name: c.ID, Level: hclog.Info, Output: logs[i], TimeFormat: "2006-01-02T15:04:05.000Z0700"})
+	})
+	old := lc.Leader()
+	var others []int
+	for i := range lc.Nodes {
+		if i != old {
+			others = append(others, i)
+		}
+	}
+	cut := time.Now()
+	lc.Partition(old)
+	next := lc.Leader(others...)
+	t.Logf("n%d replaced n%d %v after the cut (heartbeat timeout %v)", next+1, old+1, time.Since(cut).Round(time.Millisecond), ht)
+	acted := false
+	for _, i := range others {
+		checked, ok := logTime(logs[i].String(), cut, "no contact from the leader")
+		if !ok {
+			continue
+		}
+		if checked.Before(cut.Add(ht - 50*time.Millisecond)) {
+			t.Fatalf("n%d checked %v after the cut, before the heartbeat timeout %v", i+1, checked.Sub(cut), ht)
+		}
+		if elected, ok := logTime(logs[i].String(), checked.Add(-time.Millisecond), "starting election"); ok && elected.Sub(checked) < 250*time.Millisecond {
+			acted = true
+			t.Logf("n%d: checked %v after the cut, election %v later", i+1, checked.Sub(cut).Round(time.Millisecond), elected.Sub(checked))
+		}
+	}
+	if !acted {
+		for _, i := range others {
+			t.Logf("n%d log:\n%s", i+1, logs[i].String())
+		}
+		t.Fatal("no follower started an election right after checking its silent leader")
 	}
 }

@@ -95,14 +95,18 @@ func (p *snapshotPolicy) run(n *Node, interval time.Duration, stop <-chan struct
 		}
 		size := n.lastSnapshotBytes()
 		want, ok := p.threshold(size)
+		n.reloadMu.Lock()
 		rc := n.raft.ReloadableConfig()
 		cur := rc.SnapshotThreshold
 		if !ok || (want*10 > cur*9 && want*10 < cur*11) {
+			n.reloadMu.Unlock()
 			continue
 		}
 		rc.SnapshotThreshold = want
 		rc.TrailingLogs = p.trailingFor(want)
-		if err := n.raft.ReloadConfig(rc); err != nil {
+		err := n.raft.ReloadConfig(rc)
+		n.reloadMu.Unlock()
+		if err != nil {
 			n.log.Warn("cannot change the snapshot threshold", "threshold", want, "error", err)
 			continue
 		}
