@@ -92,7 +92,9 @@ type Config struct {
 	// about four full batches, enough to keep Raft busy; a deeper queue
 	// only adds latency and work the cluster cannot finish (with 16384 a
 	// 2-core host asked for 4x its rate still changed leader;
-	// docs/PERFORMANCE.md, "Overload").
+	// docs/PERFORMANCE.md, "Overload"). Renewals of leases with under a
+	// third of their ttl left have a second budget of this size
+	// (propose.go, classUrgent).
 	MaxPending int
 	// MaxPendingGrants is the same bound for new grants (Acquire), counted
 	// apart: a refused grant costs its caller nothing, a refused renewal

@@ -41,6 +41,8 @@ func (m *metrics) admissionRefused(c admitClass) {
 		m.admissionRefusals.WithLabelValues("grant").Inc()
 	case classHeld:
 		m.admissionRefusals.WithLabelValues("held").Inc()
+	case classUrgent:
+		m.admissionRefusals.WithLabelValues("urgent").Inc()
 	}
 }
 
@@ -61,14 +63,15 @@ func newMetrics(n *Node) *metrics {
 	m.renewalsCoalesced = counter("renewals_coalesced_total", "Leader: renewals that rode on a renewal of the same lease already waiting for a batch, instead of adding a command (both callers get its outcome).")
 	m.admissionRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "leasefence", Name: "admission_refusals_total",
-		Help: "Leader: client commands refused with ResourceExhausted (reason OVERLOADED, nothing proposed) because too many of their class were pending, by class: held (renewals and releases, past --max-pending), grant (past --max-pending-grants).",
+		Help: "Leader: client commands refused with ResourceExhausted (reason OVERLOADED, nothing proposed) because too many of their class were pending, by class: held (renewals and releases, past --max-pending), grant (past --max-pending-grants), urgent (renewals of leases with under a third of their ttl left, on their own --max-pending).",
 	}, []string{"class"})
 	reg.MustRegister(m.admissionRefusals)
 	m.admissionRefusals.WithLabelValues("held")
 	m.admissionRefusals.WithLabelValues("grant")
-	for class, name := range map[admitClass]string{classHeld: "held", classGrant: "grant"} {
+	m.admissionRefusals.WithLabelValues("urgent")
+	for class, name := range map[admitClass]string{classHeld: "held", classGrant: "grant", classUrgent: "urgent"} {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "leasefence", Name: "proposals_pending",
-			Help:        "Leader: client commands admitted and not yet answered, by class: held (renewals and releases, bounded by --max-pending), grant (bounded by --max-pending-grants).",
+			Help:        "Leader: client commands admitted and not yet answered, by class: held (renewals and releases, bounded by --max-pending), grant (bounded by --max-pending-grants), urgent (renewals of leases with under a third of their ttl left, bounded by their own --max-pending).",
 			ConstLabels: prometheus.Labels{"class": name}},
 			func() float64 { return float64(n.adm.pending[class].Load()) }))
 	}

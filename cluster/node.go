@@ -165,7 +165,7 @@ func start(ctx context.Context, cfg Config) (*Node, error) {
 		log:       cfg.Logger.Named("node").With("node-id", cfg.ID),
 		clock:     cfg.Clock,
 		hub:       newHub(cfg.WatchBuffer),
-		proposeCh: make(chan *proposal, cfg.MaxPending+cfg.MaxPendingGrants+4*cfg.MaxBatch), // admitted commands never wait to enter it
+		proposeCh: make(chan *proposal, 2*cfg.MaxPending+cfg.MaxPendingGrants+4*cfg.MaxBatch), // admitted commands (held, urgent, grants) never wait to enter it
 		adm:       newAdmission(),
 		stopCh:    make(chan struct{}),
 	}

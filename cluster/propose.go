@@ -51,6 +51,14 @@ const (
 	// budget, Config.MaxPendingGrants. Its own, so renewals cannot starve
 	// grants for good either.
 	classGrant
+	// classUrgent: renewals of leases with less than a third of their ttl
+	// left (urgentRenewal), on a budget of their own, Config.MaxPending.
+	// Admission by arrival alone lost 36 of 100 000 leases kept alive
+	// under 3x overload: the retries of a few leases kept meeting a full
+	// queue until their deadline passed. Keeping every lease alive needs
+	// only about leases / ttl renewals a second, far below capacity, so
+	// the few that are running out go first.
+	classUrgent
 )
 
 func classOf(cmd *fsmpb.Command) admitClass {
@@ -72,7 +80,7 @@ func classOf(cmd *fsmpb.Command) admitClass {
 // being formed, or in Raft. proposeCh has room for both budgets plus the
 // leader's own commands, so an admitted command never waits to enter it.
 type admission struct {
-	pending [classGrant + 1]atomic.Int64
+	pending [classUrgent + 1]atomic.Int64
 	// latency is a moving average of arrival → answer (ns): about how long
 	// the queue takes to drain, the retry hint of a refusal.
 	latency atomic.Int64
@@ -93,7 +101,7 @@ const (
 
 // admit counts a command of class in, unless its budget is spent.
 func (n *Node) admit(class admitClass) error {
-	limit := int64(n.cfg.MaxPending)
+	limit := int64(n.cfg.MaxPending) // classHeld, classUrgent
 	switch class {
 	case classInternal:
 		return nil
@@ -111,6 +119,24 @@ func (n *Node) admit(class admitClass) error {
 			return nil
 		}
 	}
+}
+
+// urgentRenewal reports whether the lease id has less than a third of its
+// ttl left at the leader's cluster time now: its renewal is admitted on
+// the urgent budget (classUrgent).
+func (n *Node) urgentRenewal(id [fsm.LeaseIDLen]byte) bool {
+	ls := n.lead.Load()
+	if ls == nil {
+		return false
+	}
+	now := ls.now(n.clock)
+	urgent := false
+	n.sm.read(func(st *fsm.State) {
+		if l, ok := st.LeaseByID(id); ok {
+			urgent = (l.ExpiresAt-now)*3 < l.TTL
+		}
+	})
+	return urgent
 }
 
 // retryHint is how long a refused caller should wait: about the time the
@@ -168,6 +194,9 @@ func (n *Node) propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, err
 			n.adm.mu.Unlock()
 			n.metrics.renewalsCoalesced.Inc()
 			return n.awaitProposal(ctx, q)
+		}
+		if n.urgentRenewal(key) {
+			class, p.class = classUrgent, classUrgent
 		}
 		if err := n.admit(class); err != nil {
 			n.adm.mu.Unlock()

@@ -211,7 +211,7 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	fs.IntVar(&cfg.MaxWatchersPerClient, "max-watchers-per-client", cfg.MaxWatchersPerClient, "open watch streams per identity (per connection without a policy)")
 	fs.DurationVar(&cfg.RefusalKeep, "refusal-keep", cfg.RefusalKeep, "how long a refused Acquire's request id is remembered, so a late copy is refused again (>= 30s; must cover a client's retries of one request id)")
 	fs.IntVar(&cfg.MaxRefusals, "max-refusals", cfg.MaxRefusals, "refused request ids remembered at most; past it the oldest are forgotten first (about 110 B of heap and of snapshot each)")
-	fs.IntVar(&cfg.MaxPending, "max-pending", cfg.MaxPending, "renewals and releases the leader admits and has not answered yet; past it they are refused with ResourceExhausted and a retry hint")
+	fs.IntVar(&cfg.MaxPending, "max-pending", cfg.MaxPending, "renewals and releases the leader admits and has not answered yet; past it they are refused with ResourceExhausted and a retry hint (renewals of leases with under a third of their ttl left have another budget of this size)")
 	fs.IntVar(&cfg.MaxPendingGrants, "max-pending-grants", cfg.MaxPendingGrants, "the same bound for new grants, counted apart and smaller: grants are refused (ResourceExhausted, retry hint) while renewals still go through; at most --max-pending")
 	fs.IntVar(&cfg.MaxLeasesPerIdentity, "max-leases-per-identity", cfg.MaxLeasesPerIdentity, "live leases one identity may hold (with --policy)")
 	// Connection and message limits on the gRPC port (cluster.Config.Limits).
