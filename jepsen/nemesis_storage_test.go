@@ -51,9 +51,10 @@ func TestCheckStorageRefusedCatchesANodeThatServedOn(t *testing.T) {
 // is stopped, nm.CorruptCommandEntry changes a committed entry naming a
 // workload resource in its data dir (raft.db, or a raft-wal segment), and
 // the follower, restarted, must refuse: exit saying "corrupt log entry"
-// (its CRC-32C check of every command entry) or fence itself. Had the
-// change been one raft-wal drops (its open segment's last batch) or one
-// that missed the entry, the node would serve on and this would fail.
+// (its CRC-32C check of every command entry, or, when raft-wal dropped
+// the changed batch as a torn write, the index raft.db recorded) or fence
+// itself. Had the change missed the entry, or the node not noticed a
+// dropped batch, it would serve on and this would fail.
 func TestStorageNemesisChangeIsRefused(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts leased")
