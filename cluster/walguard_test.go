@@ -118,3 +118,27 @@ func TestWALTailDeletionsAreNotTakenForDamage(t *testing.T) {
 		t.Fatalf("last index %d, want an empty log", last)
 	}
 }
+
+// A record older than the log's head (the head compacted past it before
+// the next record) must still be lowered when the whole log goes, as it
+// does when raft installs a snapshot: the empty log opens again.
+func TestWALWholeLogDeletionLowersARecordOlderThanItsHead(t *testing.T) {
+	dir := t.TempDir()
+	logs, closeAll, _ := walLog(t, dir)
+	storeBatch(t, logs, 1, 10)
+	closeAll() // records 10
+	logs, _, crash := walLog(t, dir)
+	storeBatch(t, logs, 11, 20) // not recorded yet
+	if err := logs.DeleteRange(1, 15); err != nil { // compaction: the head moves past the record
+		t.Fatal(err)
+	}
+	if err := logs.DeleteRange(16, 20); err != nil { // the whole log, as after a snapshot install
+		t.Fatal(err)
+	}
+	crash()
+	logs, closeAll, _ = walLog(t, dir)
+	defer closeAll()
+	if last, _ := logs.LastIndex(); last != 0 {
+		t.Fatalf("last index %d, want an empty log", last)
+	}
+}

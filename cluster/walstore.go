@@ -202,13 +202,15 @@ func (d *durableWAL) DeleteRange(min, max uint64) error {
 	if err != nil {
 		return err
 	}
-	if max >= last && d.recorded >= min {
+	if max >= last {
 		to := min - 1
 		if min <= first {
-			to = 0
+			to = 0 // the whole log: the record may be older than its head
 		}
-		if err := d.record(to); err != nil {
-			return fmt.Errorf("cluster: recording the wal's last index before a deletion: %w", err)
+		if to < d.recorded {
+			if err := d.record(to); err != nil {
+				return fmt.Errorf("cluster: recording the wal's last index before a deletion: %w", err)
+			}
 		}
 	}
 	return d.WAL.DeleteRange(min, max)
