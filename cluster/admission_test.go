@@ -218,14 +218,23 @@ func TestUrgentRenewalsGetThroughAFullQueue(t *testing.T) {
 	}
 	ln.adm.pending[classHeld].Add(-maxPending)
 
-	// Its own budget is bounded too.
-	tc.clocks[li].Step(21 * time.Second) // both near their end now
+	// While the held budget has room, a running-out lease's renewal takes
+	// from it; its own budget is bounded too.
+	tc.clocks[li].Step(21 * time.Second) // fresh near its end now
 	ln.adm.pending[classUrgent].Add(maxPending)
+	if _, err := lc.Renew(ctx, &api.RenewRequest{LeaseId: fresh.Lease.Id}); err != nil {
+		t.Fatalf("an urgent renewal with the held budget free: %v", err)
+	}
+	tc.clocks[li].Step(21 * time.Second)
+	ln.adm.pending[classHeld].Add(maxPending)
 	_, err = lc.Renew(ctx, &api.RenewRequest{LeaseId: fresh.Lease.Id})
 	overloadDetails(t, err)
+	ln.adm.pending[classHeld].Add(-maxPending)
 	ln.adm.pending[classUrgent].Add(-maxPending)
-	if n := counterValue(t, ln.metrics.admissionRefusals.WithLabelValues("urgent")); n != 1 {
-		t.Fatalf("urgent refusals counted: %v, want 1", n)
+	for class, want := range map[string]float64{"held": 1, "urgent": 1} {
+		if n := counterValue(t, ln.metrics.admissionRefusals.WithLabelValues(class)); n != want {
+			t.Fatalf("%s refusals counted: %v, want %v", class, n, want)
+		}
 	}
 	for c := range ln.adm.pending {
 		if v := ln.adm.pending[c].Load(); v != 0 {

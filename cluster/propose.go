@@ -52,7 +52,8 @@ const (
 	// grants for good either.
 	classGrant
 	// classUrgent: renewals of leases with less than a third of their ttl
-	// left (urgentRenewal), on a budget of their own, Config.MaxPending.
+	// left (urgentRenewal) when classHeld's budget is spent: a budget of
+	// their own, Config.MaxPending.
 	// Admission by arrival alone lost 36 of 100 000 leases kept alive
 	// under 3x overload: the retries of a few leases kept meeting a full
 	// queue until their deadline passed. Keeping every lease alive needs
@@ -101,29 +102,54 @@ const (
 
 // admit counts a command of class in, unless its budget is spent.
 func (n *Node) admit(class admitClass) error {
-	limit := int64(n.cfg.MaxPending) // classHeld, classUrgent
-	switch class {
-	case classInternal:
+	if class == classInternal {
 		return nil
-	case classGrant:
+	}
+	if cur, limit, ok := n.take(class); !ok {
+		n.metrics.admissionRefused(class)
+		return &OverloadedError{Pending: int(cur), Limit: int(limit), RetryAfter: n.retryHint()}
+	}
+	return nil
+}
+
+// admitRenewal admits p, a renewal, on the held budget or, when that is
+// spent and its lease is running out (urgent), on the urgent one.
+func (n *Node) admitRenewal(p *proposal, urgent bool) error {
+	if !urgent {
+		return n.admit(classHeld)
+	}
+	if _, _, ok := n.take(classHeld); ok {
+		return nil
+	}
+	if err := n.admit(classUrgent); err != nil {
+		return err
+	}
+	p.class = classUrgent
+	return nil
+}
+
+// take counts one command of class in if its budget has room; otherwise
+// it returns the count and the limit.
+func (n *Node) take(class admitClass) (cur, limit int64, ok bool) {
+	limit = int64(n.cfg.MaxPending) // classHeld, classUrgent
+	if class == classGrant {
 		limit = int64(n.cfg.MaxPendingGrants)
 	}
 	c := &n.adm.pending[class]
 	for {
-		cur := c.Load()
+		cur = c.Load()
 		if cur >= limit {
-			n.metrics.admissionRefused(class)
-			return &OverloadedError{Pending: int(cur), Limit: int(limit), RetryAfter: n.retryHint()}
+			return cur, limit, false
 		}
 		if c.CompareAndSwap(cur, cur+1) {
-			return nil
+			return cur + 1, limit, true
 		}
 	}
 }
 
 // urgentRenewal reports whether the lease id has less than a third of its
-// ttl left at the leader's cluster time now: its renewal is admitted on
-// the urgent budget (classUrgent).
+// ttl left, and some left, at the leader's cluster time now: its renewal
+// may use the urgent budget (classUrgent) when the held one is spent.
 func (n *Node) urgentRenewal(id [fsm.LeaseIDLen]byte) bool {
 	ls := n.lead.Load()
 	if ls == nil {
@@ -133,7 +159,8 @@ func (n *Node) urgentRenewal(id [fsm.LeaseIDLen]byte) bool {
 	urgent := false
 	n.sm.read(func(st *fsm.State) {
 		if l, ok := st.LeaseByID(id); ok {
-			urgent = (l.ExpiresAt-now)*3 < l.TTL
+			left := l.ExpiresAt - now
+			urgent = left > 0 && left*3 < l.TTL
 		}
 	})
 	return urgent
@@ -181,6 +208,8 @@ func (n *Node) propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, err
 	p := &proposal{ctx: ctx, at: time.Now(), cmd: cmd, class: class, done: make(chan struct{})}
 	if r := cmd.GetRenew(); r != nil && len(r.LeaseId) == fsm.LeaseIDLen {
 		key := [fsm.LeaseIDLen]byte(r.LeaseId)
+		// Read before adm.mu: the state's lock may wait out an apply.
+		urgent := n.urgentRenewal(key)
 		n.adm.mu.Lock()
 		q := n.adm.renewals[key]
 		if q != nil && q.waiters == 0 {
@@ -195,10 +224,7 @@ func (n *Node) propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, err
 			n.metrics.renewalsCoalesced.Inc()
 			return n.awaitProposal(ctx, q)
 		}
-		if n.urgentRenewal(key) {
-			class, p.class = classUrgent, classUrgent
-		}
-		if err := n.admit(class); err != nil {
+		if err := n.admitRenewal(p, urgent); err != nil {
 			n.adm.mu.Unlock()
 			return fsm.Result{}, err
 		}
