@@ -129,7 +129,8 @@ func TestWALWholeLogDeletionLowersARecordOlderThanItsHead(t *testing.T) {
 	closeAll() // records 10
 	logs, _, crash := walLog(t, dir)
 	storeBatch(t, logs, 11, 20) // not recorded yet
-	if err := logs.DeleteRange(1, 15); err != nil { // compaction: the head moves past the record
+	// Compaction: the head moves past the record.
+	if err := logs.DeleteRange(1, 15); err != nil {
 		t.Fatal(err)
 	}
 	if err := logs.DeleteRange(16, 20); err != nil { // the whole log, as after a snapshot install
