@@ -68,34 +68,17 @@ func DumpLog(dataDir string, w io.Writer) error {
 			return fmt.Errorf("cluster: dump-log: open %s: %w", path, err)
 		}
 		defer stable.Close()
-		kind, err := dataDirLogStore(dataDir, stable)
+		// The store the data dir was made with; one that holds nothing
+		// yet dumps as boltdb would: an empty log.
+		kind, err := madeLogStore(dataDir, stable, true)
 		if err != nil {
-			return err
+			return fmt.Errorf("cluster: dump-log: %w", err)
 		}
 		if kind == LogStoreWAL {
 			return dumpWALLog(dataDir, w)
 		}
 		return dumpLog(dataDir, stable, path, w)
 	})
-}
-
-// dataDirLogStore says which log store holds dataDir's log, reading only:
-// the store raft.db records (checkLogStoreChoice), else wal when wal/
-// holds its metadata, else boltdb (a data dir from before the option).
-func dataDirLogStore(dataDir string, stable *raftboltdb.BoltStore) (string, error) {
-	rec, err := stable.Get(logStoreKey)
-	switch {
-	case err == nil && (string(rec) == LogStoreBoltDB || string(rec) == LogStoreWAL):
-		return string(rec), nil
-	case err == nil:
-		return "", fmt.Errorf("cluster: dump-log: %s records an unknown log store %q", filepath.Join(dataDir, "raft.db"), rec)
-	case !errors.Is(err, raftboltdb.ErrKeyNotFound):
-		return "", fmt.Errorf("cluster: dump-log: reading raft state: %w", err)
-	}
-	if _, err := os.Stat(filepath.Join(dataDir, walDirName, metadb.FileName)); err == nil {
-		return LogStoreWAL, nil
-	}
-	return LogStoreBoltDB, nil
 }
 
 // dumpWALLog dumps the wal log of dataDir from a copy of DATA_DIR/wal in a

@@ -208,8 +208,10 @@ func (n *Node) propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, err
 	p := &proposal{ctx: ctx, at: time.Now(), cmd: cmd, class: class, done: make(chan struct{})}
 	if r := cmd.GetRenew(); r != nil && len(r.LeaseId) == fsm.LeaseIDLen {
 		key := [fsm.LeaseIDLen]byte(r.LeaseId)
-		// Read before adm.mu: the state's lock may wait out an apply.
-		urgent := n.urgentRenewal(key)
+		// Only while the held budget is spent (a hint: admitRenewal
+		// decides), and before adm.mu: the state's lock may wait out an
+		// apply, and renewals need not pay for it when nothing is refused.
+		urgent := n.adm.pending[classHeld].Load() >= int64(n.cfg.MaxPending) && n.urgentRenewal(key)
 		n.adm.mu.Lock()
 		q := n.adm.renewals[key]
 		if q != nil && q.waiters == 0 {

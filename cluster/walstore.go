@@ -224,6 +224,30 @@ func (d *durableWAL) Close() error {
 	return errors.Join(d.recordLast(), d.WAL.Close())
 }
 
+// madeLogStore reads, without changing anything, which log store dataDir
+// was made with: the one raft.db records, else wal when wal/ holds its
+// metadata, else boltdb when raft.db holds raft state (held: a term or
+// log entries; a data dir from before the option). "" means none yet (a
+// new data dir).
+func madeLogStore(dataDir string, stable *raftboltdb.BoltStore, held bool) (string, error) {
+	rec, err := stable.Get(logStoreKey)
+	switch {
+	case err == nil && (string(rec) == LogStoreBoltDB || string(rec) == LogStoreWAL):
+		return string(rec), nil
+	case err == nil:
+		return "", fmt.Errorf("cluster: %s records an unknown log store %q", filepath.Join(dataDir, "raft.db"), rec)
+	case !errors.Is(err, raftboltdb.ErrKeyNotFound):
+		return "", fmt.Errorf("cluster: reading raft state: %w", err)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, walDirName, metadb.FileName)); err == nil {
+		return LogStoreWAL, nil
+	}
+	if held {
+		return LogStoreBoltDB, nil
+	}
+	return "", nil
+}
+
 // checkLogStoreChoice makes sure a data dir is only ever opened with the
 // log store it was created with, and returns that store (want, or with
 // want empty the data dir's own: newLogStore for a new one). Opening it with the other one would find
@@ -250,18 +274,11 @@ func checkLogStoreChoice(dataDir string, stable *raftboltdb.BoltStore, want stri
 	if err != nil {
 		return "", fmt.Errorf("cluster: reading raft state: %w", err)
 	}
-	var made string
-	rec, err := stable.Get(logStoreKey)
-	switch {
-	case err == nil:
-		made = string(rec)
-	case !errors.Is(err, raftboltdb.ErrKeyNotFound):
-		return "", fmt.Errorf("cluster: reading raft state: %w", err)
-	case walThere:
-		made = LogStoreWAL
-	case term > 0 || boltLast > 0:
-		made = LogStoreBoltDB
-	default:
+	made, err := madeLogStore(dataDir, stable, term > 0 || boltLast > 0)
+	if err != nil {
+		return "", err
+	}
+	if made == "" {
 		// A first start: record the choice before any entry is written.
 		if want == "" {
 			want = newLogStore
@@ -270,9 +287,6 @@ func checkLogStoreChoice(dataDir string, stable *raftboltdb.BoltStore, want stri
 			return "", fmt.Errorf("cluster: recording the log store: %w", err)
 		}
 		return want, nil
-	}
-	if made != LogStoreBoltDB && made != LogStoreWAL {
-		return "", fmt.Errorf("cluster: %s records an unknown log store %q", filepath.Join(dataDir, "raft.db"), made)
 	}
 	if want != "" && made != want {
 		return "", fmt.Errorf("cluster: data dir %s was created with the %q log store; it cannot start with log store %q "+
