@@ -216,6 +216,22 @@ func (d *durableWAL) DeleteRange(min, max uint64) error {
 	return d.WAL.DeleteRange(min, max)
 }
 
+// GetLog implements raft.LogStore: an entry below the log's first index is
+// not found. raft-wal still serves entries compacted away while they sit
+// in its open segment (it reads the segment being written before the
+// head), so a follower far behind caught up from the leader's log instead
+// of installing its snapshot; raft.db drops them, and so does this.
+func (d *durableWAL) GetLog(index uint64, l *raft.Log) error {
+	first, err := d.WAL.FirstIndex()
+	if err != nil {
+		return err
+	}
+	if index < first {
+		return raft.ErrLogNotFound
+	}
+	return d.WAL.GetLog(index, l)
+}
+
 // Close records the last index (exact at a clean stop) and closes the
 // log; raft.db must still be open.
 func (d *durableWAL) Close() error {

@@ -287,3 +287,48 @@ func TestWALLogReadsBackAfterATailTruncationAndRestart(t *testing.T) {
 		t.Fatalf("entry 12: %v, term %d", err, l.Term)
 	}
 }
+
+// TestCompactedEntriesAreGoneFromEitherLogStore: after a compaction
+// (DeleteRange from the head, as raft does after a snapshot) no entry
+// below the new first index is served, with either store. raft-wal kept
+// serving them while they sat in its open segment, so a follower held
+// down caught up from the leader's log instead of installing its snapshot,
+// and the snapshot nemesis could not exercise that path with wal.
+func TestCompactedEntriesAreGoneFromEitherLogStore(t *testing.T) {
+	for _, kind := range []string{LogStoreBoltDB, LogStoreWAL} {
+		t.Run(kind, func(t *testing.T) {
+			stable, logs, closeLog, _, err := openStores(t.TempDir(), kind, dataDirLockWait, hclog.NewNullLogger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stable.Close()
+			if closeLog != nil {
+				defer closeLog.Close()
+			}
+			var batch []*raft.Log
+			for i := uint64(1); i <= 100; i++ {
+				batch = append(batch, &raft.Log{Index: i, Term: 1, Type: raft.LogNoop})
+			}
+			if err := logs.StoreLogs(batch); err != nil {
+				t.Fatal(err)
+			}
+			if err := logs.DeleteRange(1, 60); err != nil {
+				t.Fatal(err)
+			}
+			if first, err := logs.FirstIndex(); err != nil || first != 61 {
+				t.Fatalf("first index %d (%v), want 61", first, err)
+			}
+			var l raft.Log
+			for _, i := range []uint64{1, 30, 60} {
+				if err := logs.GetLog(i, &l); err != raft.ErrLogNotFound {
+					t.Fatalf("compacted entry %d: %v (index %d), want raft.ErrLogNotFound", i, err, l.Index)
+				}
+			}
+			for _, i := range []uint64{61, 100} {
+				if err := logs.GetLog(i, &l); err != nil || l.Index != i {
+					t.Fatalf("entry %d: %v (index %d)", i, err, l.Index)
+				}
+			}
+		})
+	}
+}

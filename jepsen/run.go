@@ -417,14 +417,6 @@ func (r *run) startCluster(ctx context.Context) error {
 	extra := append([]string{"--min-ttl", "1s", "--max-ttl", max(r.linTTL+time.Minute, 10*time.Minute).String(),
 		"--skew-margin", cfg.SkewMargin.String(), "--tick", "250ms"}, nm.SnapshotArgs...)
 	extra = append(extra, r.edge.NodeArgs()...)
-	if slices.Contains(cfg.Nemeses, history.NemSnapshot) {
-		// raft-wal, the default log store, still serves entries it has
-		// compacted away while they sit in its open 64 MiB segment, so a
-		// follower held down catches up from the leader's log and the
-		// snapshot nemesis would never see a snapshot installed (CI,
-		// 2026-12-01). raft.db drops them: keep the install path tested.
-		extra = append(extra, "--log-store", "boltdb")
-	}
 	if UsesClock(cfg.Nemeses) {
 		extra = append(extra, ClockArgs(filepath.Join(r.dir, "logs"))...)
 	}
