@@ -83,7 +83,20 @@ type KeepAliveRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	LeaseId []byte                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	// seq is chosen by the client and echoed in the response.
-	Seq           uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Seq uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	// more carries further renewals in the same message, each with its own
+	// lease_id and seq and no more of its own, each renewed and answered as
+	// if it had come alone: a client with many renewals due sends them as
+	// one message rather than one message each. A node answers the
+	// renewals of such a message in as few responses as it can (their
+	// more). At most 4096 renewals per message in all; a larger message, or
+	// a nested more, ends the stream with INVALID_ARGUMENT.
+	More []*KeepAliveRequest `protobuf:"bytes,3,rep,name=more,proto3" json:"more,omitempty"`
+	// brief asks for answers without lease (seq, lease_id, code, message,
+	// ttl_remaining and retry_after only), for this renewal and those in
+	// its more: a client that knows its leases needs nothing else, and the
+	// lease was most of each answer's size and cost.
+	Brief         bool `protobuf:"varint,4,opt,name=brief,proto3" json:"brief,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -132,6 +145,20 @@ func (x *KeepAliveRequest) GetSeq() uint64 {
 	return 0
 }
 
+func (x *KeepAliveRequest) GetMore() []*KeepAliveRequest {
+	if x != nil {
+		return x.More
+	}
+	return nil
+}
+
+func (x *KeepAliveRequest) GetBrief() bool {
+	if x != nil {
+		return x.Brief
+	}
+	return false
+}
+
 type KeepAliveResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Seq     uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
@@ -140,15 +167,19 @@ type KeepAliveResponse struct {
 	// (0 = renewed); message explains a non-zero code.
 	Code    int32  `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
 	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
-	// On success: the renewed lease and its ttl_remaining at the renewal's
-	// stamp, as in RenewResponse.
+	// On success: the renewed lease (unless the request was brief) and its
+	// ttl_remaining at the renewal's stamp, as in RenewResponse.
 	Lease        *Lease               `protobuf:"bytes,5,opt,name=lease,proto3" json:"lease,omitempty"`
 	TtlRemaining *durationpb.Duration `protobuf:"bytes,6,opt,name=ttl_remaining,json=ttlRemaining,proto3" json:"ttl_remaining,omitempty"`
 	// retry_after, with code RESOURCE_EXHAUSTED (the leader's admission
 	// queue is full; nothing was proposed), is how long to wait before
 	// sending this renewal again: the google.rpc.RetryInfo a unary Renew
 	// would carry.
-	RetryAfter    *durationpb.Duration `protobuf:"bytes,7,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	RetryAfter *durationpb.Duration `protobuf:"bytes,7,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// more carries answers to further renewals, each as a response of its
+	// own (no more of its own). Only a request that used more is answered
+	// with responses that do.
+	More          []*KeepAliveResponse `protobuf:"bytes,8,rep,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -228,6 +259,13 @@ func (x *KeepAliveResponse) GetTtlRemaining() *durationpb.Duration {
 func (x *KeepAliveResponse) GetRetryAfter() *durationpb.Duration {
 	if x != nil {
 		return x.RetryAfter
+	}
+	return nil
+}
+
+func (x *KeepAliveResponse) GetMore() []*KeepAliveResponse {
+	if x != nil {
+		return x.More
 	}
 	return nil
 }
@@ -1232,10 +1270,12 @@ var File_api_lease_proto protoreflect.FileDescriptor
 
 const file_api_lease_proto_rawDesc = "" +
 	"\n" +
-	"\x0fapi/lease.proto\x12\rleasefence.v1\x1a\x1egoogle/protobuf/duration.proto\"?\n" +
+	"\x0fapi/lease.proto\x12\rleasefence.v1\x1a\x1egoogle/protobuf/duration.proto\"\x8a\x01\n" +
 	"\x10KeepAliveRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\fR\aleaseId\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x96\x02\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x123\n" +
+	"\x04more\x18\x03 \x03(\v2\x1f.leasefence.v1.KeepAliveRequestR\x04more\x12\x14\n" +
+	"\x05brief\x18\x04 \x01(\bR\x05brief\"\xcc\x02\n" +
 	"\x11KeepAliveResponse\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\fR\aleaseId\x12\x12\n" +
@@ -1244,7 +1284,8 @@ const file_api_lease_proto_rawDesc = "" +
 	"\x05lease\x18\x05 \x01(\v2\x14.leasefence.v1.LeaseR\x05lease\x12>\n" +
 	"\rttl_remaining\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\fttlRemaining\x12:\n" +
 	"\vretry_after\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter\"\xec\x01\n" +
+	"retryAfter\x124\n" +
+	"\x04more\x18\b \x03(\v2 .leasefence.v1.KeepAliveResponseR\x04more\"\xec\x01\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x1a\n" +
 	"\bresource\x18\x02 \x01(\tR\bresource\x12\x14\n" +
@@ -1365,40 +1406,42 @@ var file_api_lease_proto_goTypes = []any{
 	(*durationpb.Duration)(nil), // 18: google.protobuf.Duration
 }
 var file_api_lease_proto_depIdxs = []int32{
-	3,  // 0: leasefence.v1.KeepAliveResponse.lease:type_name -> leasefence.v1.Lease
-	18, // 1: leasefence.v1.KeepAliveResponse.ttl_remaining:type_name -> google.protobuf.Duration
-	18, // 2: leasefence.v1.KeepAliveResponse.retry_after:type_name -> google.protobuf.Duration
-	18, // 3: leasefence.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	18, // 4: leasefence.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	3,  // 5: leasefence.v1.AcquireResponse.lease:type_name -> leasefence.v1.Lease
-	18, // 6: leasefence.v1.AcquireResponse.ttl_remaining:type_name -> google.protobuf.Duration
-	18, // 7: leasefence.v1.ResourceHeld.time_left:type_name -> google.protobuf.Duration
-	3,  // 8: leasefence.v1.RenewResponse.lease:type_name -> leasefence.v1.Lease
-	18, // 9: leasefence.v1.RenewResponse.ttl_remaining:type_name -> google.protobuf.Duration
-	3,  // 10: leasefence.v1.ReleaseResponse.lease:type_name -> leasefence.v1.Lease
-	3,  // 11: leasefence.v1.GetResponse.lease:type_name -> leasefence.v1.Lease
-	18, // 12: leasefence.v1.GetResponse.ttl_remaining:type_name -> google.protobuf.Duration
-	15, // 13: leasefence.v1.WatchRequest.after:type_name -> leasefence.v1.Position
-	15, // 14: leasefence.v1.WatchEvent.position:type_name -> leasefence.v1.Position
-	0,  // 15: leasefence.v1.WatchEvent.type:type_name -> leasefence.v1.EventType
-	3,  // 16: leasefence.v1.WatchEvent.lease:type_name -> leasefence.v1.Lease
-	4,  // 17: leasefence.v1.LeaseService.Acquire:input_type -> leasefence.v1.AcquireRequest
-	9,  // 18: leasefence.v1.LeaseService.Renew:input_type -> leasefence.v1.RenewRequest
-	11, // 19: leasefence.v1.LeaseService.Release:input_type -> leasefence.v1.ReleaseRequest
-	13, // 20: leasefence.v1.LeaseService.Get:input_type -> leasefence.v1.GetRequest
-	16, // 21: leasefence.v1.LeaseService.Watch:input_type -> leasefence.v1.WatchRequest
-	1,  // 22: leasefence.v1.LeaseService.KeepAlive:input_type -> leasefence.v1.KeepAliveRequest
-	5,  // 23: leasefence.v1.LeaseService.Acquire:output_type -> leasefence.v1.AcquireResponse
-	10, // 24: leasefence.v1.LeaseService.Renew:output_type -> leasefence.v1.RenewResponse
-	12, // 25: leasefence.v1.LeaseService.Release:output_type -> leasefence.v1.ReleaseResponse
-	14, // 26: leasefence.v1.LeaseService.Get:output_type -> leasefence.v1.GetResponse
-	17, // 27: leasefence.v1.LeaseService.Watch:output_type -> leasefence.v1.WatchEvent
-	2,  // 28: leasefence.v1.LeaseService.KeepAlive:output_type -> leasefence.v1.KeepAliveResponse
-	23, // [23:29] is the sub-list for method output_type
-	17, // [17:23] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	1,  // 0: leasefence.v1.KeepAliveRequest.more:type_name -> leasefence.v1.KeepAliveRequest
+	3,  // 1: leasefence.v1.KeepAliveResponse.lease:type_name -> leasefence.v1.Lease
+	18, // 2: leasefence.v1.KeepAliveResponse.ttl_remaining:type_name -> google.protobuf.Duration
+	18, // 3: leasefence.v1.KeepAliveResponse.retry_after:type_name -> google.protobuf.Duration
+	2,  // 4: leasefence.v1.KeepAliveResponse.more:type_name -> leasefence.v1.KeepAliveResponse
+	18, // 5: leasefence.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	18, // 6: leasefence.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 7: leasefence.v1.AcquireResponse.lease:type_name -> leasefence.v1.Lease
+	18, // 8: leasefence.v1.AcquireResponse.ttl_remaining:type_name -> google.protobuf.Duration
+	18, // 9: leasefence.v1.ResourceHeld.time_left:type_name -> google.protobuf.Duration
+	3,  // 10: leasefence.v1.RenewResponse.lease:type_name -> leasefence.v1.Lease
+	18, // 11: leasefence.v1.RenewResponse.ttl_remaining:type_name -> google.protobuf.Duration
+	3,  // 12: leasefence.v1.ReleaseResponse.lease:type_name -> leasefence.v1.Lease
+	3,  // 13: leasefence.v1.GetResponse.lease:type_name -> leasefence.v1.Lease
+	18, // 14: leasefence.v1.GetResponse.ttl_remaining:type_name -> google.protobuf.Duration
+	15, // 15: leasefence.v1.WatchRequest.after:type_name -> leasefence.v1.Position
+	15, // 16: leasefence.v1.WatchEvent.position:type_name -> leasefence.v1.Position
+	0,  // 17: leasefence.v1.WatchEvent.type:type_name -> leasefence.v1.EventType
+	3,  // 18: leasefence.v1.WatchEvent.lease:type_name -> leasefence.v1.Lease
+	4,  // 19: leasefence.v1.LeaseService.Acquire:input_type -> leasefence.v1.AcquireRequest
+	9,  // 20: leasefence.v1.LeaseService.Renew:input_type -> leasefence.v1.RenewRequest
+	11, // 21: leasefence.v1.LeaseService.Release:input_type -> leasefence.v1.ReleaseRequest
+	13, // 22: leasefence.v1.LeaseService.Get:input_type -> leasefence.v1.GetRequest
+	16, // 23: leasefence.v1.LeaseService.Watch:input_type -> leasefence.v1.WatchRequest
+	1,  // 24: leasefence.v1.LeaseService.KeepAlive:input_type -> leasefence.v1.KeepAliveRequest
+	5,  // 25: leasefence.v1.LeaseService.Acquire:output_type -> leasefence.v1.AcquireResponse
+	10, // 26: leasefence.v1.LeaseService.Renew:output_type -> leasefence.v1.RenewResponse
+	12, // 27: leasefence.v1.LeaseService.Release:output_type -> leasefence.v1.ReleaseResponse
+	14, // 28: leasefence.v1.LeaseService.Get:output_type -> leasefence.v1.GetResponse
+	17, // 29: leasefence.v1.LeaseService.Watch:output_type -> leasefence.v1.WatchEvent
+	2,  // 30: leasefence.v1.LeaseService.KeepAlive:output_type -> leasefence.v1.KeepAliveResponse
+	25, // [25:31] is the sub-list for method output_type
+	19, // [19:25] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_api_lease_proto_init() }

@@ -53,8 +53,9 @@ type LeaseServiceClient interface {
 	// Watch streams lease events for a resource or a prefix.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
 	// KeepAlive renews many leases over one stream. Each request renews one
-	// lease exactly as Renew would; each response answers one request,
-	// matched by seq, in any order. The stream stays open across refusals.
+	// lease exactly as Renew would, and as many more as it carries in more;
+	// each response answers one renewal (and those in its more), matched by
+	// seq, in any order. The stream stays open across refusals.
 	KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error)
 }
 
@@ -162,8 +163,9 @@ type LeaseServiceServer interface {
 	// Watch streams lease events for a resource or a prefix.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error
 	// KeepAlive renews many leases over one stream. Each request renews one
-	// lease exactly as Renew would; each response answers one request,
-	// matched by seq, in any order. The stream stays open across refusals.
+	// lease exactly as Renew would, and as many more as it carries in more;
+	// each response answers one renewal (and those in its more), matched by
+	// seq, in any order. The stream stays open across refusals.
 	KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error
 	mustEmbedUnimplementedLeaseServiceServer()
 }

@@ -102,7 +102,7 @@ func (k *keeper) add(l *Lease, sentAt time.Duration) {
 	k.mu.Lock()
 	l.nextRenew = sentAt + k.interval(l)
 	k.leases[l.id] = l
-	heap.Push(&k.due, l)
+	heap.Push(&k.due, dueEntry{at: l.nextRenew, l: l})
 	k.mu.Unlock()
 	k.poke()
 	// Forget the lease when it ends for any reason.
@@ -255,15 +255,14 @@ func (k *keeper) sendDue(stream api.LeaseService_KeepAliveClient) (time.Duration
 		return 0, true, nil
 	}
 	now := k.c.clock.Now()
-	var due []*api.KeepAliveRequest
+	var due []*api.KeepAliveRequest // messages, each with up to maxRenewalsPerMessage renewals
 	stalled := k.stalled.Load()
 	// Pop what is due (O(log n) each), never scanning every lease.
-	for !stalled && len(k.due) > 0 && k.due[0].nextRenew <= now {
-		l := k.due[0]
+	for !stalled && len(k.due) > 0 && k.due[0].at <= now {
+		l := k.due[0].l
 		if l.renewing && now-l.renewSentAt < resendUnanswered {
 			// Its renewal is still in the stream's queue: look again later.
-			l.nextRenew = now + retryUnconfirmed
-			heap.Fix(&k.due, 0)
+			k.reschedule(l, now+retryUnconfirmed)
 			continue
 		}
 		l.renewing, l.renewSentAt = true, now
@@ -272,13 +271,18 @@ func (k *keeper) sendDue(stream api.LeaseService_KeepAliveClient) (time.Duration
 		}
 		k.seq++
 		k.pending[k.seq] = pendingRenew{l: l, sentAt: now}
-		due = append(due, &api.KeepAliveRequest{LeaseId: l.id[:], Seq: k.seq})
-		l.nextRenew = now + min(k.interval(l), retryUnconfirmed)
-		heap.Fix(&k.due, 0)
+		r := &api.KeepAliveRequest{LeaseId: l.id[:], Seq: k.seq}
+		if last := len(due) - 1; last >= 0 && len(due[last].More) < maxRenewalsPerMessage-1 {
+			due[last].More = append(due[last].More, r)
+		} else {
+			r.Brief = true // the client knows its leases: answers need not carry them
+			due = append(due, r)
+		}
+		k.reschedule(l, now+min(k.interval(l), retryUnconfirmed))
 	}
 	next := time.Hour
 	if len(k.due) > 0 {
-		next = k.due[0].nextRenew - now
+		next = k.due[0].at - now
 	}
 	k.mu.Unlock()
 	if stalled {
@@ -288,10 +292,16 @@ func (k *keeper) sendDue(stream api.LeaseService_KeepAliveClient) (time.Duration
 		if err := stream.Send(req); err != nil {
 			return 0, false, err
 		}
-		k.sent.Add(1)
+		k.sent.Add(uint64(1 + len(req.More)))
 	}
 	return next, false, nil
 }
+
+// maxRenewalsPerMessage is how many renewals sendDue packs into one
+// message (the first and its more): one message, and one answer, for
+// renewals due together instead of one each. Well under the node's bound
+// of 4096 per message.
+const maxRenewalsPerMessage = 1024
 
 // maxFailedRenewals is how many renewals in a row may fail (Unavailable and
 // the like) before the stream is moved to another node: the node this
@@ -334,8 +344,7 @@ func (k *keeper) streamEnded() {
 		l := p.l
 		l.renewing = false
 		if k.leases[l.id] == l && l.nextRenew > now {
-			l.nextRenew = now
-			heap.Fix(&k.due, l.dueIdx)
+			k.reschedule(l, now)
 		}
 	}
 	clear(k.pending)
@@ -345,52 +354,63 @@ func (k *keeper) streamEnded() {
 func (k *keeper) receive(stream api.LeaseService_KeepAliveClient) error {
 	failed := 0
 	for {
-		resp, err := stream.Recv()
+		msg, err := stream.Recv()
 		if err != nil {
 			return err
 		}
-		k.lastRecv.Store(int64(k.c.clock.Now()))
-		if c := codes.Code(resp.Code); c == codes.ResourceExhausted {
-			// The leader answered, busy: not a reason to move the stream.
-		} else if c != codes.OK && c != codes.NotFound {
-			if failed++; failed >= maxFailedRenewals {
-				return status.Errorf(codes.Unavailable, "keep-alive: %d renewals in a row failed: %s", failed, resp.Message)
+		now := k.c.clock.Now() // one reading for the message's answers
+		k.lastRecv.Store(int64(now))
+		for i := -1; i < len(msg.More); i++ {
+			resp := msg
+			if i >= 0 {
+				resp = msg.More[i]
 			}
-		} else {
-			failed = 0
-		}
-		k.mu.Lock()
-		p, ok := k.pending[resp.Seq]
-		delete(k.pending, resp.Seq)
-		if ok {
-			p.l.renewing = false
-		}
-		k.mu.Unlock()
-		if !ok {
-			continue
-		}
-		switch codes.Code(resp.Code) {
-		case codes.OK:
-			k.confirmed.Add(1)
-			if p.l.confirm(p.sentAt, resp.TtlRemaining.AsDuration()) {
-				k.mu.Lock()
-				if _, ok := k.leases[p.l.id]; ok {
-					p.l.nextRenew = p.sentAt + k.interval(p.l)
-					heap.Fix(&k.due, p.l.dueIdx)
+			if c := codes.Code(resp.Code); c == codes.ResourceExhausted {
+				// The leader answered, busy: not a reason to move the stream.
+			} else if c != codes.OK && c != codes.NotFound {
+				if failed++; failed >= maxFailedRenewals {
+					return status.Errorf(codes.Unavailable, "keep-alive: %d renewals in a row failed: %s", failed, resp.Message)
 				}
-				k.mu.Unlock()
-				k.poke()
+			} else {
+				failed = 0
 			}
-		case codes.NotFound:
-			k.refused.Add(1)
-			p.l.end(ErrLeaseLost)
-		case codes.ResourceExhausted:
-			k.deferred.Add(1)
-			k.deferRenewal(p.l, resp.RetryAfter.AsDuration())
-		default:
-			// Unavailable and the like: the renewal may be retried; the
-			// lease ends at its safe deadline unless one is confirmed.
+			k.answered(resp, now)
 		}
+	}
+}
+
+// answered takes the answer to one renewal, received at now.
+func (k *keeper) answered(resp *api.KeepAliveResponse, now time.Duration) {
+	k.mu.Lock()
+	p, ok := k.pending[resp.Seq]
+	delete(k.pending, resp.Seq)
+	if ok {
+		p.l.renewing = false
+	}
+	k.mu.Unlock()
+	if !ok {
+		return
+	}
+	switch codes.Code(resp.Code) {
+	case codes.OK:
+		k.confirmed.Add(1)
+		if p.l.confirmAt(p.sentAt, resp.TtlRemaining.AsDuration(), now) {
+			k.mu.Lock()
+			if _, ok := k.leases[p.l.id]; ok {
+				k.reschedule(p.l, p.sentAt+k.interval(p.l))
+			}
+			k.mu.Unlock()
+			k.poke()
+		}
+	case codes.NotFound:
+		k.refused.Add(1)
+		p.l.end(ErrLeaseLost)
+	case codes.ResourceExhausted:
+		k.deferred.Add(1)
+		k.deferRenewal(p.l, resp.RetryAfter.AsDuration())
+	default:
+		// Unavailable and the like: the renewal may be retried; the
+		// lease ends at its safe deadline unless one is confirmed.
 	}
 }
 
@@ -410,27 +430,41 @@ func (k *keeper) deferRenewal(l *Lease, hint time.Duration) {
 	}
 	now := k.c.clock.Now()
 	wait := min(overloadWait(hint), (safe-now)/2)
-	l.nextRenew = now + max(wait, 10*time.Millisecond)
-	heap.Fix(&k.due, l.dueIdx)
+	k.reschedule(l, now+max(wait, 10*time.Millisecond))
 	k.mu.Unlock()
 	k.poke() // the sender may be asleep until a later renewal
 }
 
-// renewHeap orders leases by nextRenew; each lease knows its index.
-type renewHeap []*Lease
+// reschedule makes l, a lease in k.due, due at at. k.mu is held.
+func (k *keeper) reschedule(l *Lease, at time.Duration) {
+	l.nextRenew = at
+	k.due[l.dueIdx].at = at
+	heap.Fix(&k.due, l.dueIdx)
+}
+
+// renewHeap orders leases by nextRenew, kept in each entry beside the
+// lease so that ordering reads one array, not every lease (Less on the
+// leases themselves was a tenth of a client renewing 100 000 leases); each
+// lease knows its index.
+type renewHeap []dueEntry
+
+type dueEntry struct {
+	at time.Duration // l.nextRenew
+	l  *Lease
+}
 
 func (h renewHeap) Len() int           { return len(h) }
-func (h renewHeap) Less(i, j int) bool { return h[i].nextRenew < h[j].nextRenew }
+func (h renewHeap) Less(i, j int) bool { return h[i].at < h[j].at }
 func (h renewHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].dueIdx, h[j].dueIdx = i, j
+	h[i].l.dueIdx, h[j].l.dueIdx = i, j
 }
-func (h *renewHeap) Push(x any) { l := x.(*Lease); l.dueIdx = len(*h); *h = append(*h, l) }
+func (h *renewHeap) Push(x any) { e := x.(dueEntry); e.l.dueIdx = len(*h); *h = append(*h, e) }
 func (h *renewHeap) Pop() any {
 	old := *h
-	l := old[len(old)-1]
-	old[len(old)-1] = nil
+	e := old[len(old)-1]
+	old[len(old)-1] = dueEntry{}
 	*h = old[:len(old)-1]
-	l.dueIdx = -1
-	return l
+	e.l.dueIdx = -1
+	return e
 }

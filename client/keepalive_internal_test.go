@@ -16,14 +16,17 @@ type fakeClock struct{ now time.Duration }
 func (c *fakeClock) Now() time.Duration { return c.now }
 
 // recordingStream is a KeepAlive stream that records what is sent and
-// never answers by itself.
+// never answers by itself: each message, and each renewal (a message's
+// first and those in its more).
 type recordingStream struct {
 	api.LeaseService_KeepAliveClient
+	msgs []*api.KeepAliveRequest
 	sent []*api.KeepAliveRequest
 }
 
 func (s *recordingStream) Send(r *api.KeepAliveRequest) error {
-	s.sent = append(s.sent, r)
+	s.msgs = append(s.msgs, r)
+	s.sent = append(append(s.sent, r), r.More...)
 	return nil
 }
 
@@ -265,4 +268,53 @@ func (k *keeper) sendDueOrFail(t *testing.T) *recordingStream {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// TestRenewalsDueTogetherGoInOneMessage: renewals due at once are sent as
+// few messages (up to maxRenewalsPerMessage renewals each, the rest in
+// more), and answers packed the same way are each taken: one message per
+// renewal cost the client and the leader a gRPC send and receive each.
+func TestRenewalsDueTogetherGoInOneMessage(t *testing.T) {
+	clk := &fakeClock{}
+	c := &Client{clock: clk, cfg: Config{KeepAliveInterval: 2 * time.Second}}
+	k := newKeeper(c)
+	c.keeper = k
+	const n = maxRenewalsPerMessage + 10
+	for i := 0; i < n; i++ {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		t.Cleanup(func() { cancel(nil) })
+		k.add(&Lease{c: c, id: ID{byte(i), byte(i >> 8), 3}, ttl: 30 * time.Second, ctx: ctx, cancel: cancel, safeUntil: time.Hour}, 0)
+	}
+	clk.now = 2 * time.Second
+	st := k.sendDueOrFail(t)
+	if len(st.sent) != n || len(st.msgs) != 2 {
+		t.Fatalf("%d renewals in %d messages, want %d in 2", len(st.sent), len(st.msgs), n)
+	}
+	if got := 1 + len(st.msgs[0].More); got != maxRenewalsPerMessage {
+		t.Fatalf("first message carries %d renewals, want %d", got, maxRenewalsPerMessage)
+	}
+	seqs := map[uint64]bool{}
+	for _, r := range st.sent {
+		if len(r.More) > 0 && r != st.msgs[0] && r != st.msgs[1] {
+			t.Fatal("a renewal in more carries more of its own")
+		}
+		seqs[r.Seq] = true
+	}
+	if len(seqs) != n {
+		t.Fatalf("%d distinct seqs for %d renewals", len(seqs), n)
+	}
+	// One answer message for all of them: every renewal confirmed.
+	answer := func(r *api.KeepAliveRequest) *api.KeepAliveResponse {
+		return &api.KeepAliveResponse{Seq: r.Seq, LeaseId: r.LeaseId, TtlRemaining: durationpb.New(30 * time.Second)}
+	}
+	top := answer(st.sent[0])
+	for _, r := range st.sent[1:] {
+		top.More = append(top.More, answer(r))
+	}
+	if err := k.receive(&answerStream{resps: []*api.KeepAliveResponse{top}}); err != context.Canceled {
+		t.Fatalf("receive ended with %v", err)
+	}
+	if k.confirmed.Load() != n {
+		t.Fatalf("confirmed %d of %d renewals answered in one message", k.confirmed.Load(), n)
+	}
 }

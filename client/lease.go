@@ -123,6 +123,13 @@ func (l *Lease) Release(ctx context.Context) error {
 // remaining ttl was left, and moves the safe deadline (never backwards).
 // It reports whether the lease is still live.
 func (l *Lease) confirm(sentAt, remaining time.Duration) bool {
+	return l.confirmAt(sentAt, remaining, -1)
+}
+
+// confirmAt is confirm with the client clock read at or after the answer
+// arrived (now), or read here when now is negative: the keep-alive stream
+// reads it once for the many answers of one message.
+func (l *Lease) confirmAt(sentAt, remaining, now time.Duration) bool {
 	cfg := &l.c.cfg
 	drift, margin := cfg.Drift, cfg.Margin
 	if k := &cfg.Testing; k.planted(BugSentAtOnAnswer) {
@@ -149,15 +156,20 @@ func (l *Lease) confirm(sentAt, remaining time.Duration) bool {
 	if sentAt > l.lastSent {
 		l.lastSent = sentAt
 	}
-	wait := l.safeUntil - l.c.clock.Now()
+	if now < 0 {
+		now = l.c.clock.Now()
+	}
+	wait := l.safeUntil - now
 	if wait <= 0 {
 		l.endLocked(ErrSafeDeadline)
 		return false
 	}
+	// The timer is armed for the earlier deadline, and safeUntil never
+	// moves back: when it fires, checkDeadline re-arms it for the one set
+	// since. Not re-armed on every renewal: at 100 000 renewals a second a
+	// Reset each was a tenth of the client's time.
 	if l.timer == nil {
 		l.timer = time.AfterFunc(wait, l.checkDeadline)
-	} else {
-		l.timer.Reset(wait)
 	}
 	return true
 }

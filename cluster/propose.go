@@ -20,13 +20,12 @@ type proposal struct {
 	done  chan struct{} // closed once res is set (by finish, exactly once)
 	res   proposalResult
 
-	// A renewal others may ride on (coalesce): key is its lease id. Its
-	// ctx is its own, cancelled when every caller waiting on it has left
-	// before it was sealed into a batch. waiters and sealed are guarded by
-	// admission.mu.
+	// A renewal others may ride on (coalesce): key is its lease id. It is
+	// dropped unproposed when every caller waiting on it has left before
+	// it was sealed into a batch (waiters == 0). waiters and sealed are
+	// guarded by admission.mu.
 	keyed   bool
 	key     [fsm.LeaseIDLen]byte
-	cancel  context.CancelFunc
 	waiters int
 	sealed  bool
 }
@@ -181,7 +180,6 @@ func (n *Node) finish(p *proposal, r proposalResult) {
 		}
 		p.sealed = true
 		n.adm.mu.Unlock()
-		p.cancel()
 	}
 	if p.class != classInternal {
 		n.adm.pending[p.class].Add(-1)
@@ -195,55 +193,86 @@ func (n *Node) finish(p *proposal, r proposalResult) {
 // or an error from the node: *NotLeaderError when this node cannot propose,
 // *OverloadedError when its admission budget for cmd's class is spent
 // (nothing proposed), ErrIndeterminate when the outcome is unknown.
-//
-// A renewal of a lease that already has a renewal waiting for a batch
-// rides on that one: both callers get its outcome. That is sound because
-// the ride is taken before the batch is sealed, and the batch's stamp is
-// read after sealing, so the stamp still follows every rider's arrival.
+// A renewal goes through proposeRenewal.
 func (n *Node) propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
+	if r := cmd.GetRenew(); r != nil && len(r.LeaseId) == fsm.LeaseIDLen {
+		p, err := n.proposeRenewal([fsm.LeaseIDLen]byte(r.LeaseId), cmd)
+		if err != nil {
+			return fsm.Result{}, err
+		}
+		return n.awaitProposal(ctx, p)
+	}
 	if n.lead.Load() == nil {
 		return fsm.Result{}, n.notLeader()
 	}
 	class := classOf(cmd)
-	p := &proposal{ctx: ctx, at: time.Now(), cmd: cmd, class: class, done: make(chan struct{})}
-	if r := cmd.GetRenew(); r != nil && len(r.LeaseId) == fsm.LeaseIDLen {
-		key := [fsm.LeaseIDLen]byte(r.LeaseId)
-		// Only while the held budget is spent (a hint: admitRenewal
-		// decides), and before adm.mu: the state's lock may wait out an
-		// apply, and renewals need not pay for it when nothing is refused.
-		urgent := n.adm.pending[classHeld].Load() >= int64(n.cfg.MaxPending) && n.urgentRenewal(key)
-		n.adm.mu.Lock()
-		q := n.adm.renewals[key]
-		if q != nil && q.waiters == 0 {
-			// Every caller of q left: it is cancelled and will be
-			// dropped unproposed. Take its place.
-			delete(n.adm.renewals, key)
-			q = nil
-		}
-		if q != nil {
-			q.waiters++
-			n.adm.mu.Unlock()
-			n.metrics.renewalsCoalesced.Inc()
-			return n.awaitProposal(ctx, q)
-		}
-		if err := n.admitRenewal(p, urgent); err != nil {
-			n.adm.mu.Unlock()
-			return fsm.Result{}, err
-		}
-		p.keyed, p.key, p.waiters = true, key, 1
-		p.ctx, p.cancel = context.WithCancel(context.Background())
-		n.adm.renewals[key] = p
-		n.adm.mu.Unlock()
-	} else if err := n.admit(class); err != nil {
+	if err := n.admit(class); err != nil {
 		return fsm.Result{}, err
 	}
-	select {
-	case n.proposeCh <- p: // never blocks for an admitted command (see admission)
-	case <-n.stopCh:
-		n.finish(p, proposalResult{err: ErrStopped})
-		return fsm.Result{}, ErrStopped
+	p := &proposal{ctx: ctx, at: time.Now(), cmd: cmd, class: class, done: make(chan struct{})}
+	if err := n.enqueue(p); err != nil {
+		return fsm.Result{}, err
 	}
 	return n.awaitProposal(ctx, p)
+}
+
+// proposeRenewal hands cmd, a renewal of the lease key, to the group-commit
+// loop without waiting for its outcome, and returns the proposal that
+// carries it: cmd's own, or the renewal of the same lease already waiting
+// for a batch, which cmd then rides on. The caller is one of the
+// proposal's waiters and must await it (awaitProposal, or p.done then
+// p.res) or leave it (abandon). Errors are propose's: nothing proposed.
+//
+// Riding is sound because the ride is taken before the batch is sealed,
+// and the batch's stamp is read after sealing, so the stamp still follows
+// every rider's arrival.
+func (n *Node) proposeRenewal(key [fsm.LeaseIDLen]byte, cmd *fsmpb.Command) (*proposal, error) {
+	if n.lead.Load() == nil {
+		return nil, n.notLeader()
+	}
+	// Only while the held budget is spent (a hint: admitRenewal decides),
+	// and before adm.mu: the state's lock may wait out an apply, and
+	// renewals need not pay for it when nothing is refused.
+	urgent := n.adm.pending[classHeld].Load() >= int64(n.cfg.MaxPending) && n.urgentRenewal(key)
+	n.adm.mu.Lock()
+	q := n.adm.renewals[key]
+	if q != nil && q.waiters == 0 {
+		// Every caller of q left: the batch will drop it unproposed. Take
+		// its place.
+		delete(n.adm.renewals, key)
+		q = nil
+	}
+	if q != nil {
+		q.waiters++
+		n.adm.mu.Unlock()
+		n.metrics.renewalsCoalesced.Inc()
+		return q, nil
+	}
+	// A keyed renewal's ctx never ends: it is dropped unproposed when
+	// every waiter has left before it was sealed (waiters == 0).
+	p := &proposal{ctx: context.Background(), at: time.Now(), cmd: cmd, class: classHeld, done: make(chan struct{}),
+		keyed: true, key: key, waiters: 1}
+	if err := n.admitRenewal(p, urgent); err != nil {
+		n.adm.mu.Unlock()
+		return nil, err
+	}
+	n.adm.renewals[key] = p
+	n.adm.mu.Unlock()
+	if err := n.enqueue(p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// enqueue hands an admitted proposal to the group-commit loop.
+func (n *Node) enqueue(p *proposal) error {
+	select {
+	case n.proposeCh <- p: // never blocks for an admitted command (see admission)
+		return nil
+	case <-n.stopCh:
+		n.finish(p, proposalResult{err: ErrStopped})
+		return ErrStopped
+	}
 }
 
 // awaitProposal waits for p's outcome on behalf of one caller.
@@ -252,17 +281,22 @@ func (n *Node) awaitProposal(ctx context.Context, p *proposal) (fsm.Result, erro
 	case <-p.done:
 		return p.res.res, p.res.err
 	case <-ctx.Done():
-		if p.keyed {
-			n.adm.mu.Lock()
-			if p.waiters--; p.waiters == 0 && !p.sealed {
-				p.cancel() // nobody waits: the batch drops it unproposed
-			}
-			n.adm.mu.Unlock()
-		}
+		n.abandon(p)
 		// Handed to Raft, or may still be: it may commit.
 		return fsm.Result{}, fmt.Errorf("%w: %v", ErrIndeterminate, ctx.Err())
 	case <-n.stopCh:
 		return fsm.Result{}, fmt.Errorf("%w: %v", ErrIndeterminate, ErrStopped)
+	}
+}
+
+// abandon says one waiter of p stopped waiting for its outcome. A keyed
+// renewal that nobody waits for any more is dropped unproposed if it has
+// not been sealed into a batch yet.
+func (n *Node) abandon(p *proposal) {
+	if p.keyed {
+		n.adm.mu.Lock()
+		p.waiters--
+		n.adm.mu.Unlock()
 	}
 }
 
@@ -305,28 +339,39 @@ func (n *Node) proposeLoop() {
 
 func (n *Node) proposeBatch(batch []*proposal) {
 	live := make([]*proposal, 0, len(batch))
-	for _, p := range batch {
-		if err := p.ctx.Err(); err != nil {
-			n.finish(p, proposalResult{err: err}) // never proposed: a definite failure
-			continue
-		}
-		live = append(live, p)
-	}
-	if len(live) == 0 {
-		return
-	}
+	var dropped []*proposal
 	// Seal: from here no renewal rides on these any more, so the stamp
 	// read below follows the arrival of every caller they answer.
 	n.adm.mu.Lock()
-	for _, p := range live {
+	for _, p := range batch {
 		if p.keyed {
 			if n.adm.renewals[p.key] == p {
 				delete(n.adm.renewals, p.key)
 			}
 			p.sealed = true
+			if p.waiters == 0 {
+				dropped = append(dropped, p)
+				continue
+			}
+		} else if p.ctx.Err() != nil {
+			dropped = append(dropped, p)
+			continue
 		}
+		live = append(live, p)
 	}
 	n.adm.mu.Unlock()
+	for _, p := range dropped {
+		// Never proposed: a definite failure, for nobody or a caller
+		// that has left.
+		err := p.ctx.Err()
+		if err == nil {
+			err = context.Canceled // a keyed renewal every waiter left
+		}
+		n.finish(p, proposalResult{err: err})
+	}
+	if len(live) == 0 {
+		return
+	}
 	fail := func(err error) {
 		for _, p := range live {
 			n.finish(p, proposalResult{err: err})

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -498,14 +496,16 @@ func (s *leaseService) Watch(req *api.WatchRequest, stream grpc.ServerStreamingS
 // keepAliveInFlight bounds the renewals one KeepAlive stream may have
 // outstanding, so a client that floods the stream cannot hold server memory
 // without bound: past it, the stream stops reading until answers go out.
+// It also bounds the renewals of one message (api.KeepAliveRequest.more).
 const keepAliveInFlight = 4096
 
 // keepAliveRenewTimeout bounds one renewal of a KeepAlive stream.
 const keepAliveRenewTimeout = 3 * time.Second
 
-// KeepAlive implements api.LeaseServiceServer: every request is a Renew,
-// group-committed with all others and answered on the stream as soon as its
-// outcome is known. On a follower the stream is relayed to the leader.
+// KeepAlive implements api.LeaseServiceServer: every renewal is a Renew,
+// group-committed with all others; the renewals of one message are
+// answered together in one message as soon as all their outcomes are
+// known. On a follower the stream is relayed to the leader.
 func (s *leaseService) KeepAlive(stream grpc.BidiStreamingServer[api.KeepAliveRequest, api.KeepAliveResponse]) error {
 	ctx := stream.Context()
 	forwarded := isForwarded(ctx)
@@ -523,6 +523,7 @@ func (s *leaseService) KeepAlive(stream grpc.BidiStreamingServer[api.KeepAliveRe
 		sendErr error
 		wg      sync.WaitGroup
 	)
+	// One token per renewal outstanding on the stream.
 	sem := make(chan struct{}, keepAliveInFlight)
 	defer wg.Wait()
 	for {
@@ -533,37 +534,31 @@ func (s *leaseService) KeepAlive(stream grpc.BidiStreamingServer[api.KeepAliveRe
 			}
 			return err
 		}
-		if forwarded && s.n.raft.State() != raft.Leader {
-			// A follower's relay of a client's stream: end it, so that the
-			// client reopens it towards the new leader at once instead of
-			// collecting refusals.
-			return status.Error(codes.Unavailable, "keep-alive: this node no longer leads")
+		if err := checkKeepAlive(req); err != nil {
+			return err
 		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
+		if s.n.lead.Load() == nil {
+			// The stream's renewals are served only where they are
+			// proposed: end it, so that the client reopens it (towards
+			// the leader, or relayed to it) at once instead of
+			// collecting refusals. What was in flight is answered first.
+			wg.Wait()
+			return status.Error(codes.Unavailable, "keep-alive: this node no longer leads; open the stream again")
+		}
+		count := 1 + len(req.More)
+		for range count {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { <-sem }()
-			resp := &api.KeepAliveResponse{Seq: req.Seq, LeaseId: req.LeaseId}
-			// Bounded, so a silently dropped leader connection cannot stall
-			// renewals for long: the client retries or fails over.
-			rctx, cancel := context.WithTimeout(ctx, keepAliveRenewTimeout)
-			r, err := s.Renew(rctx, &api.RenewRequest{LeaseId: req.LeaseId})
-			cancel()
-			if err != nil {
-				st := status.Convert(err)
-				resp.Code, resp.Message = int32(st.Code()), st.Message()
-				for _, d := range st.Details() {
-					if ri, ok := d.(*errdetails.RetryInfo); ok {
-						resp.RetryAfter = ri.RetryDelay // overloaded: when to send it again
-					}
-				}
-			} else {
-				resp.Lease, resp.TtlRemaining = r.Lease, r.TtlRemaining
+			resp := s.renewAll(ctx, req)
+			for range count {
+				<-sem
 			}
 			sendMu.Lock()
 			defer sendMu.Unlock()
