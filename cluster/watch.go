@@ -47,12 +47,18 @@ type hub struct {
 	testScanning func()
 }
 
-// ringSlot is one retained event and its sequence number; never changed
-// once stored.
+// ringSlot is one retained event, its position and its sequence number;
+// never changed once stored. The event is kept as applied and converted
+// for the API only when a watcher reads it: every renewal is an event, and
+// converting each as it was applied (five allocations) cost every node
+// more than the renewal itself, watched or not.
 type ringSlot struct {
 	seq uint64
-	ev  *api.WatchEvent
+	pos position
+	ev  fsm.Event
 }
+
+func (sl *ringSlot) watchEvent() *api.WatchEvent { return toWatchEvent(sl.pos, sl.ev) }
 
 type watcher struct {
 	key    string
@@ -106,19 +112,22 @@ func (h *hub) publish(index uint64, a *fsm.Applied) {
 	h.gap = false
 	size := uint64(len(h.ring))
 	for i, ev := range a.Events {
-		we := toWatchEvent(position{index, uint32(i)}, ev)
 		if h.next-h.first == size {
 			// Set lost before the slot is overwritten: a scan that finds
 			// the slot replaced learns that the event is gone from lost.
-			old := h.ring[h.first%size].Load()
-			h.lost = position{old.ev.Position.Index, old.ev.Position.Seq}
+			h.lost = h.ring[h.first%size].Load().pos
 			h.first++
 		}
-		h.ring[h.next%size].Store(&ringSlot{seq: h.next, ev: we})
+		sl := &ringSlot{seq: h.next, pos: position{index, uint32(i)}, ev: ev}
+		h.ring[h.next%size].Store(sl)
 		h.next++
+		var we *api.WatchEvent // converted once, for the first watcher that wants it
 		for w := range h.subs {
 			if !w.matches(ev.Lease.Resource) {
 				continue
+			}
+			if we == nil {
+				we = sl.watchEvent()
 			}
 			select {
 			case w.ch <- we:
@@ -138,7 +147,7 @@ func (h *hub) recent(n int) []*api.WatchEvent {
 	size := uint64(len(h.ring))
 	for seq := h.next; seq > h.first && len(out) < n; seq-- {
 		if sl := h.ring[(seq-1)%size].Load(); sl != nil && sl.seq == seq-1 {
-			out = append(out, sl.ev)
+			out = append(out, sl.watchEvent())
 		}
 	}
 	return out
@@ -180,9 +189,8 @@ func (h *hub) subscribe(key string, prefix bool, after *position) (w *watcher, b
 		if sl == nil || sl.seq != seq {
 			continue // evicted (or cleared by a restore) since: see lost below
 		}
-		we := sl.ev
-		if after.less(position{we.Position.Index, we.Position.Seq}) && w.matches(we.Lease.Resource) {
-			backlog = append(backlog, we)
+		if after.less(sl.pos) && w.matches(sl.ev.Lease.Resource) {
+			backlog = append(backlog, sl.watchEvent())
 		}
 	}
 	h.mu.Lock()
