@@ -360,6 +360,7 @@ func (k *keeper) receive(stream api.LeaseService_KeepAliveClient) error {
 		}
 		now := k.c.clock.Now() // one reading for the message's answers
 		k.lastRecv.Store(int64(now))
+		var moveErr error
 		for i := -1; i < len(msg.More); i++ {
 			resp := msg
 			if i >= 0 {
@@ -368,13 +369,18 @@ func (k *keeper) receive(stream api.LeaseService_KeepAliveClient) error {
 			if c := codes.Code(resp.Code); c == codes.ResourceExhausted {
 				// The leader answered, busy: not a reason to move the stream.
 			} else if c != codes.OK && c != codes.NotFound {
-				if failed++; failed >= maxFailedRenewals {
-					return status.Errorf(codes.Unavailable, "keep-alive: %d renewals in a row failed: %s", failed, resp.Message)
+				if failed++; failed >= maxFailedRenewals && moveErr == nil {
+					moveErr = status.Errorf(codes.Unavailable, "keep-alive: %d renewals in a row failed: %s", failed, resp.Message)
 				}
 			} else {
 				failed = 0
 			}
+			// Every answer of the message is taken, the renewals that
+			// failed before it too: they are no less confirmed.
 			k.answered(resp, now)
+		}
+		if moveErr != nil {
+			return moveErr
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasefence/leasefence/api"
@@ -316,5 +317,43 @@ func TestRenewalsDueTogetherGoInOneMessage(t *testing.T) {
 	}
 	if k.confirmed.Load() != n {
 		t.Fatalf("confirmed %d of %d renewals answered in one message", k.confirmed.Load(), n)
+	}
+}
+
+// TestAnswersAfterFailuresInOneMessageAreTaken: two failed renewals in a
+// row move the stream to another node, but the answers that came with
+// them in the same message are still taken: renewals the cluster
+// confirmed are not sent again or left to lapse.
+func TestAnswersAfterFailuresInOneMessageAreTaken(t *testing.T) {
+	clk := &fakeClock{}
+	c := &Client{clock: clk, cfg: Config{KeepAliveInterval: 2 * time.Second}}
+	k := newKeeper(c)
+	c.keeper = k
+	const n = 10
+	for i := 0; i < n; i++ {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		t.Cleanup(func() { cancel(nil) })
+		k.add(&Lease{c: c, id: ID{byte(i), 4}, ttl: 30 * time.Second, ctx: ctx, cancel: cancel, safeUntil: time.Hour}, 0)
+	}
+	clk.now = 2 * time.Second
+	st := k.sendDueOrFail(t)
+	var top *api.KeepAliveResponse
+	for i, r := range st.sent {
+		a := &api.KeepAliveResponse{Seq: r.Seq, LeaseId: r.LeaseId, TtlRemaining: durationpb.New(30 * time.Second)}
+		if i < 2 {
+			a.Code, a.Message = int32(codes.Unavailable), "leader changed"
+		}
+		if top == nil {
+			top = a
+		} else {
+			top.More = append(top.More, a)
+		}
+	}
+	err := k.receive(&answerStream{resps: []*api.KeepAliveResponse{top}})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("receive ended with %v, want Unavailable: two failures in a row move the stream", err)
+	}
+	if got := k.confirmed.Load(); got != n-2 {
+		t.Fatalf("confirmed %d, want the %d renewals answered after the failures", got, n-2)
 	}
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,4 +139,40 @@ func TestKeepAliveRefusesAMessageItCannotServe(t *testing.T) {
 	if g.Lease.GetExpiresAtNs() != before {
 		t.Fatalf("a refused message renewed the lease: expiry %d, was %d", g.Lease.GetExpiresAtNs(), before)
 	}
+}
+
+// TestKeepAliveStopsReadingWhenItsAnswersAreNotRead: a client that sends
+// renewals and never reads the answers is held back: past the renewals a
+// stream may have in flight (their answers not yet sent), the node stops
+// reading the stream, so the client's sends stop too, instead of the node
+// piling up answers for it without bound.
+func TestKeepAliveStopsReadingWhenItsAnswersAreNotRead(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	li, _ := tc.leader()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ka, err := tc.client(li).KeepAlive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Malformed ids: answered at once, nothing proposed.
+	req := &api.KeepAliveRequest{LeaseId: []byte("x"), Seq: 1}
+	for i := range keepAliveInFlight - 1 {
+		req.More = append(req.More, &api.KeepAliveRequest{LeaseId: []byte("x"), Seq: uint64(2 + i)})
+	}
+	const messages = 200 // ~20 MB of answers if nothing held them back
+	var sent atomic.Int64
+	go func() {
+		for range messages {
+			if ka.Send(req) != nil {
+				return
+			}
+			sent.Add(1)
+		}
+	}()
+	time.Sleep(5 * time.Second)
+	if n := sent.Load(); n >= messages/2 {
+		t.Fatalf("%d of %d messages of %d renewals sent with no answer read: the node kept reading", n, messages, keepAliveInFlight)
+	}
+	cancel()
 }

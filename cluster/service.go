@@ -557,13 +557,15 @@ func (s *leaseService) KeepAlive(stream grpc.BidiStreamingServer[api.KeepAliveRe
 		go func() {
 			defer wg.Done()
 			resp := s.renewAll(ctx, req)
-			for range count {
-				<-sem
-			}
 			sendMu.Lock()
-			defer sendMu.Unlock()
 			if sendErr == nil {
 				sendErr = stream.Send(resp)
+			}
+			sendMu.Unlock()
+			// Only once the answers are out: a client that stops reading
+			// them must stop the stream, not pile up answers here.
+			for range count {
+				<-sem
 			}
 		}()
 	}
