@@ -276,16 +276,8 @@ func (k *keeper) sendDueOrFail(t *testing.T) *recordingStream {
 // more), and answers packed the same way are each taken: one message per
 // renewal cost the client and the leader a gRPC send and receive each.
 func TestRenewalsDueTogetherGoInOneMessage(t *testing.T) {
-	clk := &fakeClock{}
-	c := &Client{clock: clk, cfg: Config{KeepAliveInterval: 2 * time.Second}}
-	k := newKeeper(c)
-	c.keeper = k
 	const n = maxRenewalsPerMessage + 10
-	for i := 0; i < n; i++ {
-		ctx, cancel := context.WithCancelCause(context.Background())
-		t.Cleanup(func() { cancel(nil) })
-		k.add(&Lease{c: c, id: ID{byte(i), byte(i >> 8), 3}, ttl: 30 * time.Second, ctx: ctx, cancel: cancel, safeUntil: time.Hour}, 0)
-	}
+	k, clk := testKeeper(t, n, 3)
 	clk.now = 2 * time.Second
 	st := k.sendDueOrFail(t)
 	if len(st.sent) != n || len(st.msgs) != 2 {
@@ -325,16 +317,8 @@ func TestRenewalsDueTogetherGoInOneMessage(t *testing.T) {
 // them in the same message are still taken: renewals the cluster
 // confirmed are not sent again or left to lapse.
 func TestAnswersAfterFailuresInOneMessageAreTaken(t *testing.T) {
-	clk := &fakeClock{}
-	c := &Client{clock: clk, cfg: Config{KeepAliveInterval: 2 * time.Second}}
-	k := newKeeper(c)
-	c.keeper = k
 	const n = 10
-	for i := 0; i < n; i++ {
-		ctx, cancel := context.WithCancelCause(context.Background())
-		t.Cleanup(func() { cancel(nil) })
-		k.add(&Lease{c: c, id: ID{byte(i), 4}, ttl: 30 * time.Second, ctx: ctx, cancel: cancel, safeUntil: time.Hour}, 0)
-	}
+	k, clk := testKeeper(t, n, 4)
 	clk.now = 2 * time.Second
 	st := k.sendDueOrFail(t)
 	var top *api.KeepAliveResponse
@@ -356,4 +340,19 @@ func TestAnswersAfterFailuresInOneMessageAreTaken(t *testing.T) {
 	if got := k.confirmed.Load(); got != n-2 {
 		t.Fatalf("confirmed %d, want the %d renewals answered after the failures", got, n-2)
 	}
+}
+
+// testKeeper is a keeper on a fake clock, renewing every 2 s, holding n
+// leases (ids {i, i>>8, tag}, ttl 30 s, safe for an hour) added at 0.
+func testKeeper(t *testing.T, n int, tag byte) (*keeper, *fakeClock) {
+	clk := &fakeClock{}
+	c := &Client{clock: clk, cfg: Config{KeepAliveInterval: 2 * time.Second}}
+	k := newKeeper(c)
+	c.keeper = k
+	for i := 0; i < n; i++ {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		t.Cleanup(func() { cancel(nil) })
+		k.add(&Lease{c: c, id: ID{byte(i), byte(i >> 8), tag}, ttl: 30 * time.Second, ctx: ctx, cancel: cancel, safeUntil: time.Hour}, 0)
+	}
+	return k, clk
 }

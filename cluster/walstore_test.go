@@ -103,14 +103,7 @@ func TestWALDataDirWithoutItsLogIsRefused(t *testing.T) {
 func TestCheckedLogStoreIsMonotonicLikeTheStoreItWraps(t *testing.T) {
 	for _, kind := range []string{LogStoreBoltDB, LogStoreWAL} {
 		t.Run(kind, func(t *testing.T) {
-			stable, logs, closeLog, _, err := openStores(t.TempDir(), kind, dataDirLockWait, hclog.NewNullLogger())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer stable.Close()
-			if closeLog != nil {
-				defer closeLog.Close()
-			}
+			logs := openTestStores(t, kind)
 			checked, err := newCheckedLogStore(logs, "log", "n1", hclog.NewNullLogger())
 			if err != nil {
 				t.Fatal(err)
@@ -297,14 +290,7 @@ func TestWALLogReadsBackAfterATailTruncationAndRestart(t *testing.T) {
 func TestCompactedEntriesAreGoneFromEitherLogStore(t *testing.T) {
 	for _, kind := range []string{LogStoreBoltDB, LogStoreWAL} {
 		t.Run(kind, func(t *testing.T) {
-			stable, logs, closeLog, _, err := openStores(t.TempDir(), kind, dataDirLockWait, hclog.NewNullLogger())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer stable.Close()
-			if closeLog != nil {
-				defer closeLog.Close()
-			}
+			logs := openTestStores(t, kind)
 			var batch []*raft.Log
 			for i := uint64(1); i <= 100; i++ {
 				batch = append(batch, &raft.Log{Index: i, Term: 1, Type: raft.LogNoop})
@@ -331,4 +317,21 @@ func TestCompactedEntriesAreGoneFromEitherLogStore(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openTestStores opens a new data dir's stores with the log store kind,
+// closed when the test ends, and returns the log store.
+func openTestStores(t *testing.T, kind string) raft.LogStore {
+	t.Helper()
+	stable, logs, closeLog, _, err := openStores(t.TempDir(), kind, dataDirLockWait, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if closeLog != nil {
+			closeLog.Close()
+		}
+		stable.Close()
+	})
+	return logs
 }
