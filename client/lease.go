@@ -123,12 +123,12 @@ func (l *Lease) Release(ctx context.Context) error {
 // remaining ttl was left, and moves the safe deadline (never backwards).
 // It reports whether the lease is still live.
 func (l *Lease) confirm(sentAt, remaining time.Duration) bool {
-	return l.confirmAt(sentAt, remaining, -1)
+	return l.confirmAt(sentAt, remaining, l.c.clock.Now())
 }
 
 // confirmAt is confirm with the client clock read at or after the answer
-// arrived (now), or read here when now is negative: the keep-alive stream
-// reads it once for the many answers of one message.
+// arrived (now): the keep-alive stream reads it once for the many answers
+// of one message.
 func (l *Lease) confirmAt(sentAt, remaining, now time.Duration) bool {
 	cfg := &l.c.cfg
 	drift, margin := cfg.Drift, cfg.Margin
@@ -155,9 +155,6 @@ func (l *Lease) confirmAt(sentAt, remaining, now time.Duration) bool {
 	}
 	if sentAt > l.lastSent {
 		l.lastSent = sentAt
-	}
-	if now < 0 {
-		now = l.c.clock.Now()
 	}
 	wait := l.safeUntil - now
 	if wait <= 0 {

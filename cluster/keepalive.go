@@ -3,8 +3,6 @@ package cluster
 import (
 	"context"
 	"errors"
-	"fmt"
-	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -33,9 +31,10 @@ func checkKeepAlive(req *api.KeepAliveRequest) error {
 
 // renewAll renews, on the leader, every lease of one keep-alive message
 // (req and req.More) exactly as Renew would each, and answers them all in
-// one response (brief if req is) (the first renewal's, the others in its More): one
-// goroutine and one message for the lot, not one each. Every renewal is
-// proposed before any is awaited, so they all join the same batches.
+// one response (the first renewal's, the others in its More; brief if req
+// is): one goroutine and one message for the lot, not one each. Every
+// renewal is proposed before any is awaited, so they all join the same
+// batches.
 func (s *leaseService) renewAll(ctx context.Context, req *api.KeepAliveRequest) *api.KeepAliveResponse {
 	reqs := make([]*api.KeepAliveRequest, 0, 1+len(req.More))
 	reqs = append(append(reqs, req), req.More...)
@@ -54,35 +53,16 @@ func (s *leaseService) renewAll(ctx context.Context, req *api.KeepAliveRequest) 
 			props[i] = p
 		}
 	}
-	deadline := time.NewTimer(keepAliveRenewTimeout)
-	defer deadline.Stop()
-	var late error // once set, nothing more is waited for
+	// One bound for the whole message, so a silently dropped leader
+	// connection cannot stall its renewals for long: the client retries
+	// or fails over.
+	ctx, cancel := context.WithTimeout(ctx, keepAliveRenewTimeout)
+	defer cancel()
 	for i, p := range props {
 		if p == nil {
 			continue
 		}
-		if late == nil {
-			select {
-			case <-p.done:
-			case <-deadline.C:
-				late = context.DeadlineExceeded
-			case <-ctx.Done():
-				late = ctx.Err()
-			case <-s.n.stopCh:
-				late = ErrStopped
-			}
-		}
-		if late != nil {
-			select {
-			case <-p.done:
-			default:
-				// Handed to Raft, or may still be: it may commit.
-				s.n.abandon(p)
-				setRenewError(&resps[i], reqs[i].LeaseId, fmt.Errorf("%w: %v", ErrIndeterminate, late))
-				continue
-			}
-		}
-		res, err := p.res.res, p.res.err
+		res, err := s.n.awaitProposal(ctx, p)
 		if err == nil {
 			err = res.Err
 		}
@@ -148,12 +128,8 @@ func setRenewError(resp *api.KeepAliveResponse, id []byte, err error) {
 		resp.Code, resp.Message = int32(codes.ResourceExhausted), keepAliveOverloaded
 		resp.RetryAfter = durationpb.New(over.RetryAfter)
 		return
-	case errors.Is(err, fsm.ErrNotFound):
-		resp.Code = int32(codes.NotFound)
-		resp.Message = fmt.Sprintf("lease %s not found or expired", api.FormatLeaseID(id))
-		return
 	}
-	st := status.Convert(toStatus(err))
+	st := status.Convert(renewStatus(id, err))
 	resp.Code, resp.Message = int32(st.Code()), st.Message()
 	for _, d := range st.Details() {
 		if ri, ok := d.(*errdetails.RetryInfo); ok {

@@ -170,7 +170,17 @@ func TestKeepAliveStopsReadingWhenItsAnswersAreNotRead(t *testing.T) {
 			sent.Add(1)
 		}
 	}()
-	time.Sleep(5 * time.Second)
+	// Wait until the sends stop (held back, or all done), not for a
+	// fixed time: a slow machine only makes them stop later.
+	last, still := int64(-1), 0
+	for still < 5 && last < messages {
+		time.Sleep(200 * time.Millisecond)
+		if n := sent.Load(); n == last {
+			still++
+		} else {
+			last, still = n, 0
+		}
+	}
 	if n := sent.Load(); n >= messages/2 {
 		t.Fatalf("%d of %d messages of %d renewals sent with no answer read: the node kept reading", n, messages, keepAliveInFlight)
 	}

@@ -275,8 +275,14 @@ func (n *Node) enqueue(p *proposal) error {
 	}
 }
 
-// awaitProposal waits for p's outcome on behalf of one caller.
+// awaitProposal waits for p's outcome on behalf of one caller. An outcome
+// already known is returned even when ctx has ended.
 func (n *Node) awaitProposal(ctx context.Context, p *proposal) (fsm.Result, error) {
+	select {
+	case <-p.done:
+		return p.res.res, p.res.err
+	default:
+	}
 	select {
 	case <-p.done:
 		return p.res.res, p.res.err

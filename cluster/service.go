@@ -268,14 +268,21 @@ func (s *leaseService) Renew(ctx context.Context, req *api.RenewRequest) (*api.R
 			return err
 		})
 	switch {
-	case errors.Is(err, fsm.ErrNotFound):
-		return nil, status.Errorf(codes.NotFound, "lease %s not found or expired", api.FormatLeaseID(req.LeaseId))
 	case err != nil:
-		return nil, toStatus(err)
+		return nil, renewStatus(req.LeaseId, err)
 	case fwd != nil:
 		return fwd, nil
 	}
 	return &api.RenewResponse{Lease: toAPILease(res.Lease), TtlRemaining: durationpb.New(res.Remaining)}, nil
+}
+
+// renewStatus is the gRPC status of a renewal of the lease id that failed
+// with err: a lease that is gone says which one.
+func renewStatus(id []byte, err error) error {
+	if errors.Is(err, fsm.ErrNotFound) {
+		return status.Errorf(codes.NotFound, "lease %s not found or expired", api.FormatLeaseID(id))
+	}
+	return toStatus(err)
 }
 
 // Release implements api.LeaseServiceServer.
