@@ -158,11 +158,25 @@ func HasPeerIdentity(cert *x509.Certificate, id string) bool {
 	return false
 }
 
-// raftMethodPrefix starts the full method name of every RaftTransport RPC.
-var raftMethodPrefix = "/" + transportpb.RaftTransport_ServiceDesc.ServiceName + "/"
+// peerMethodPrefixes start the full method names of the services reserved
+// to peers: the Raft transport, and Calls (forwarded calls, which carry the
+// identity of the caller they were forwarded for).
+var peerMethodPrefixes = []string{
+	"/" + transportpb.RaftTransport_ServiceDesc.ServiceName + "/",
+	"/" + transportpb.Calls_ServiceDesc.ServiceName + "/",
+}
+
+func peerOnly(method string) bool {
+	for _, p := range peerMethodPrefixes {
+		if strings.HasPrefix(method, p) {
+			return true
+		}
+	}
+	return false
+}
 
 // PeerInterceptors returns the server interceptors that let only peers reach
-// the RaftTransport service: a call to it whose verified client certificate
+// the RaftTransport and Calls services: a call to it whose verified client certificate
 // does not carry the URI SAN peerIdentity (or that comes without TLS) is
 // refused with codes.PermissionDenied and logged with the certificate's
 // subject. Other services pass through untouched. Install them only on a
@@ -173,7 +187,7 @@ func PeerInterceptors(peerIdentity string, log hclog.Logger) (grpc.UnaryServerIn
 		peerIdentity = DefaultPeerIdentity
 	}
 	check := func(ctx context.Context, method string) error {
-		if !strings.HasPrefix(method, raftMethodPrefix) {
+		if !peerOnly(method) {
 			return nil
 		}
 		subject := "no certificate"
@@ -187,7 +201,7 @@ func PeerInterceptors(peerIdentity string, log hclog.Logger) (grpc.UnaryServerIn
 			}
 		}
 		if log != nil {
-			log.Warn("raft transport call refused: not a peer certificate", "method", method, "subject", subject)
+			log.Warn("peer-only call refused: not a peer certificate", "method", method, "subject", subject)
 		}
 		return status.Errorf(codes.PermissionDenied, "%s is reserved to cluster nodes (certificate without %s)", method, peerIdentity)
 	}
