@@ -10,6 +10,8 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/leasefence/leasefence/transport"
 )
 
 // forwardedKey marks a call forwarded by a follower, so that a node that is
@@ -25,11 +27,17 @@ const forwardedKey = "leasefence-forwarded"
 // interval to at least 10 s, far longer than an election. A hop learns that
 // its leader went silent from raft (whose heartbeats notice within the
 // heartbeat timeout) and from its own timeout (hopTimeout).
+//
+// Forwarded unary calls that a live leader answers promptly travel batched
+// (transport.CallConn): the calls a follower forwards together share one
+// message each way on one stream per leader, rather than costing a gRPC
+// call each.
 type forwarder struct {
 	opts   []grpc.DialOption
 	routes map[string]string
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
+	calls  map[string]*transport.CallConn
 
 	hopMu sync.Mutex
 	hops  map[*hop]struct{}
@@ -42,7 +50,42 @@ type hop struct {
 }
 
 func newForwarder(opts []grpc.DialOption, routes map[string]string) *forwarder {
-	return &forwarder{opts: opts, routes: routes, conns: map[string]*grpc.ClientConn{}, hops: map[*hop]struct{}{}}
+	return &forwarder{opts: opts, routes: routes, conns: map[string]*grpc.ClientConn{}, calls: map[string]*transport.CallConn{}, hops: map[*hop]struct{}{}}
+}
+
+// batched returns the batching connection to addr (over conn(addr)).
+func (f *forwarder) batched(addr string) (*transport.CallConn, error) {
+	f.mu.Lock()
+	cc, ok := f.calls[addr]
+	f.mu.Unlock()
+	if ok {
+		return cc, nil
+	}
+	c, err := f.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cc, ok := f.calls[addr]; ok {
+		return cc, nil
+	}
+	cc = transport.NewCallConn(c)
+	f.calls[addr] = cc
+	return cc, nil
+}
+
+// batchStats sums the calls sent batched and the messages that carried
+// them, over every leader this node forwarded to.
+func (f *forwarder) batchStats() (calls, messages uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, cc := range f.calls {
+		c, m := cc.Stats()
+		calls += c
+		messages += m
+	}
+	return calls, messages
 }
 
 func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
@@ -66,6 +109,10 @@ func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 func (f *forwarder) close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	for a, cc := range f.calls {
+		cc.Close()
+		delete(f.calls, a)
+	}
 	for a, c := range f.conns {
 		c.Close()
 		delete(f.conns, a)
@@ -209,16 +256,23 @@ type fwdOpts struct {
 
 // forward runs call on the leader when another node leads, and reports
 // local (doing nothing) when this node leads and should serve the call
-// itself. A hop to a leader that does not answer within hopTimeout, or
+// itself. call gets the batching connection (forwarder), or for a long
+// call the plain one. A hop to a leader that does not answer within hopTimeout, or
 // that raft stops regarding as leader, is cut; the leader is then resolved
 // again and a call that may be resent is sent to it, inside the caller's
 // deadline. A call that may not be resent answers an *IndeterminateError:
 // the cut hop may yet take effect.
-func forward[T any](ctx context.Context, n *Node, o fwdOpts, call func(context.Context, *grpc.ClientConn) (T, error)) (resp T, local bool, err error) {
+func forward[T any](ctx context.Context, n *Node, o fwdOpts, call func(context.Context, grpc.ClientConnInterface) (T, error)) (resp T, local bool, err error) {
 	for {
-		conn, addr, err := n.routeTo(ctx)
-		if err != nil || conn == nil {
-			return resp, conn == nil && err == nil, err
+		plain, addr, err := n.routeTo(ctx)
+		if err != nil || plain == nil {
+			return resp, plain == nil && err == nil, err
+		}
+		var conn grpc.ClientConnInterface = plain
+		if !o.long {
+			if conn, err = n.fwd.batched(addr); err != nil {
+				return resp, false, err
+			}
 		}
 		if n.planted(BugForwardNoTimeout) {
 			resp, err = call(markForwarded(ctx), conn) // the old forwarding

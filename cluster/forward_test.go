@@ -144,3 +144,57 @@ func TestIndeterminateErrorNamesOutcomeOnceAndItsRequestID(t *testing.T) {
 		}
 	}
 }
+
+// Calls a follower forwards to the leader travel on its Calls stream
+// (transport.CallConn), and are answered there as directly: every one
+// succeeds, with its own token. A waiting Acquire, which may stay on the
+// leader for long, goes as a call of its own.
+func TestFollowerForwardsCallsOnOneStream(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	fi, fn := tc.follower()
+	c := tc.client(fi)
+	const workers, rounds = 16, 10
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			var last uint64
+			for r := range rounds {
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+				res, err := c.Acquire(ctx, &api.AcquireRequest{Resource: fmt.Sprintf("fwd/%d", w), Holder: "h", Ttl: durationpb.New(10 * time.Second)})
+				if err == nil && res.Lease.Token <= last {
+					err = fmt.Errorf("round %d: token %d after %d", r, res.Lease.Token, last)
+				}
+				if err == nil {
+					last = res.Lease.Token
+					_, err = c.Release(ctx, &api.ReleaseRequest{LeaseId: res.Lease.Id})
+				}
+				cancel()
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	calls, messages := fn.fwd.batchStats()
+	t.Logf("%d calls forwarded in %d messages", calls, messages)
+	if calls != 2*workers*rounds {
+		t.Fatalf("%d calls went on the Calls stream; want the %d forwarded", calls, 2*workers*rounds)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Acquire(ctx, &api.AcquireRequest{Resource: "fwd/wait", Holder: "h", Ttl: durationpb.New(10 * time.Second), Wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := fn.fwd.batchStats(); after != calls {
+		t.Errorf("a waiting Acquire went on the Calls stream (%d calls, was %d); it must go alone", after, calls)
+	}
+}

@@ -450,8 +450,11 @@ func (n *Node) buildServers() error {
 		grpc.ChainUnaryInterceptor(unaryInts...), grpc.ChainStreamInterceptor(streamInts...))...)
 	n.health = health.NewServer()
 	n.inproc.register(n)
+	calls := transport.NewCallServer(chainUnary(unaryInts))
+	calls.Add(&api.LeaseService_ServiceDesc, n.leases)
 	n.server.register(func(s grpc.ServiceRegistrar) {
 		n.tr.Register(s)
+		calls.Register(s)
 		s.RegisterService(transport.RejectMalformed(&api.LeaseService_ServiceDesc), n.leases)
 		s.RegisterService(transport.RejectMalformed(&api.ClusterService_ServiceDesc), n.admin)
 		healthpb.RegisterHealthServer(s, n.health)

@@ -36,7 +36,7 @@ type leaseService struct {
 // for the administrative calls, which also authorize there (always an
 // administrator) and whose hop is not cut.
 func leaseAtLeader[T any](ctx context.Context, n *Node, o fwdOpts, call func(context.Context, api.LeaseServiceClient) (T, error)) (resp T, local bool, err error) {
-	resp, local, err = forward(ctx, n, o, func(ctx context.Context, conn *grpc.ClientConn) (T, error) {
+	resp, local, err = forward(ctx, n, o, func(ctx context.Context, conn grpc.ClientConnInterface) (T, error) {
 		return call(ctx, api.NewLeaseServiceClient(conn))
 	})
 	return resp, local, toStatus(err)

@@ -187,6 +187,21 @@ func TestMutualTLSAdmitsCertifiedClientsAndKeepsRaftToPeers(t *testing.T) {
 		}
 	})
 
+	t.Run("client certificate cannot send calls as a peer", func(t *testing.T) {
+		// Calls carries forwarded calls with the identity they were
+		// forwarded for: only a peer may claim one.
+		stream, err := transportpb.NewCallsClient(fx.dial(t, follower.Addr(), clientCert)).Batch(ctxT(t))
+		if err == nil {
+			err = stream.Send(&transportpb.CallBatch{Calls: []*transportpb.Call{{Id: 1, Method: api.LeaseService_Acquire_FullMethodName}}})
+		}
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		if status.Code(err) != codes.PermissionDenied {
+			t.Errorf("Calls.Batch with a client certificate: got %v, want PermissionDenied", err)
+		}
+	})
+
 	t.Run("nodes replicate over mutual TLS", func(t *testing.T) {
 		if _, err := acquireOn(t, fx.dial(t, follower.Addr(), clientCert), "tls/replicated"); err != nil {
 			t.Fatal(err)
