@@ -10,6 +10,7 @@
 #   bench/leased-compare.sh OLD_LEASED NEW_LEASED      # ROUNDS=3 DURATION=10s
 #   CLIENTS=1,64 WORKLOADS=acquire-release,renew-unary ROUNDS=5 bench/leased-compare.sh a b
 #   METRICS_PORT=27201 CLIENTS=1 bench/leased-compare.sh a b   # and the leader's propose stages
+#   LEASEBENCH_ARGS="--spread --conns 3" CLIENTS=64 bench/leased-compare.sh a b   # through followers
 #
 # To compare flags of one build, give wrapper scripts, e.g. a file holding
 #   exec /path/leased --log-store boltdb "$@"
@@ -36,7 +37,8 @@ bench_workdir leased-compare
 
 run_one() { # NAME BINARY ROUND
   LEASED=$2 start_leased "$LF_PORT" "$WORK/$1-$3" "$WORK/$1-$3"
-  "$WORK/bin/leasebench" --endpoints "$lf_endpoints" --system "$1" --workload "$WORKLOADS" --concurrency "$CLIENTS" \
+  # shellcheck disable=SC2086 # LEASEBENCH_ARGS is a list of flags
+  "$WORK/bin/leasebench" --endpoints "$lf_endpoints" --system "$1" --workload "$WORKLOADS" --concurrency "$CLIENTS" ${LEASEBENCH_ARGS:-} \
     --duration "$DURATION" --warmup "$WARMUP" --json >>"$WORK/results.jsonl" 2>>"$WORK/bench.log"
   if [ -n "${METRICS_PORT:-}" ]; then stage_means "$1 round $3" >>"$WORK/stages.txt"; fi
   stop_all
