@@ -244,3 +244,29 @@ func TestCallerDeadlineEndsTheWait(t *testing.T) {
 		t.Errorf("call past its deadline: %v; want DeadlineExceeded", err)
 	}
 }
+
+// Whatever a peer sends in a Call, the server answers it with its id and
+// either a response or a status, and never panics: an unknown method is
+// Unimplemented, an undecodable request InvalidArgument.
+func FuzzCallServerAnswersAnyCall(f *testing.F) {
+	up, _ := proto.Marshal(&healthpb.HealthCheckRequest{Service: "up"})
+	f.Add(healthpb.Health_Check_FullMethodName, up, int64(0), "k", "v")
+	f.Add(healthpb.Health_Check_FullMethodName, []byte{0xff, 0xff, 0x01}, int64(-5), ":authority", "x")
+	f.Add("/no.Such/Method", []byte{}, int64(1), "", "")
+	f.Add("", []byte{0x0a, 0x80}, int64(1<<62), "K\x00", "\xff")
+	hs := health.NewServer()
+	s := NewCallServer(nil)
+	s.Add(&healthpb.Health_ServiceDesc, hs)
+	f.Fuzz(func(t *testing.T, method string, request []byte, timeout int64, key, value string) {
+		a := s.run(t.Context(), &transportpb.Call{Id: 7, Method: method, Request: request, TimeoutNs: timeout,
+			Metadata: []*transportpb.Metadata{{Key: key, Value: value}}})
+		if a.Id != 7 {
+			t.Fatalf("answer id %d; want 7", a.Id)
+		}
+		var resp healthpb.HealthCheckResponse
+		err := decodeAnswer(a, &resp)
+		if (len(a.Status) == 0) != (err == nil) {
+			t.Fatalf("status %x but decode error %v", a.Status, err)
+		}
+	})
+}
