@@ -69,6 +69,10 @@ type Node struct {
 	httpAddr  string
 	lead      atomic.Pointer[leaderState]
 	proposeCh chan *proposal
+	// inflight holds a token while an entry of the group commit is in
+	// Raft (proposeLoop); batchFull says a full batch is waiting.
+	inflight  chan struct{}
+	batchFull chan struct{}
 	adm       *admission // propose.go
 	fwd       *forwarder
 	waiters   *waitQueues
@@ -166,6 +170,8 @@ func start(ctx context.Context, cfg Config) (*Node, error) {
 		clock:     cfg.Clock,
 		hub:       newHub(cfg.WatchBuffer),
 		proposeCh: make(chan *proposal, 2*cfg.MaxPending+cfg.MaxPendingGrants+4*cfg.MaxBatch), // admitted commands (held, urgent, grants) never wait to enter it
+		inflight:  make(chan struct{}, 1),
+		batchFull: make(chan struct{}, 1),
 		adm:       newAdmission(),
 		stopCh:    make(chan struct{}),
 	}

@@ -268,6 +268,12 @@ func (n *Node) proposeRenewal(key [fsm.LeaseIDLen]byte, cmd *fsmpb.Command) (*pr
 func (n *Node) enqueue(p *proposal) error {
 	select {
 	case n.proposeCh <- p: // never blocks for an admitted command (see admission)
+		if len(n.proposeCh)+1 >= n.cfg.MaxBatch { // as awaitSlot counts
+			select {
+			case n.batchFull <- struct{}{}:
+			default:
+			}
+		}
 		return nil
 	case <-n.stopCh:
 		n.finish(p, proposalResult{err: ErrStopped})
@@ -330,6 +336,11 @@ func (n *Node) proposeLoop() {
 		case p := <-n.proposeCh:
 			batch = append(batch, p)
 		}
+		slot, ok := n.awaitSlot()
+		if !ok {
+			n.finish(batch[0], proposalResult{err: ErrStopped})
+			continue
+		}
 	drain:
 		for len(batch) < n.cfg.MaxBatch {
 			select {
@@ -339,11 +350,44 @@ func (n *Node) proposeLoop() {
 				break drain
 			}
 		}
-		n.proposeBatch(batch)
+		if !n.proposeBatch(batch, slot) && slot {
+			<-n.inflight
+		}
 	}
 }
 
-func (n *Node) proposeBatch(batch []*proposal) {
+// awaitSlot waits until no other entry of the group commit is in Raft
+// (slot: this one takes the token, and gives it back when it has applied),
+// or until a full batch (MaxBatch) is waiting, which goes at once without
+// the token. ok is false when the node stops.
+//
+// One entry in flight at a time, while the next batch forms: with the
+// leader's and the followers' log syncs on the critical path, fewer and
+// larger entries serve more commands than many small ones queued behind
+// each other's syncs (docs/PERFORMANCE.md, "One entry in flight"). A
+// backlog of full batches still pipelines.
+func (n *Node) awaitSlot() (slot, ok bool) {
+	for {
+		if len(n.proposeCh)+1 >= n.cfg.MaxBatch {
+			return false, true
+		}
+		select {
+		case n.inflight <- struct{}{}:
+			return true, true
+		case <-n.batchFull:
+			if len(n.proposeCh)+1 >= n.cfg.MaxBatch {
+				return false, true
+			}
+		case <-n.stopCh:
+			return false, false
+		}
+	}
+}
+
+// proposeBatch seals batch and hands it to Raft as one entry; handed is
+// false when nothing went to Raft. With slot, the entry gives the in-flight
+// token back once it has applied or failed.
+func (n *Node) proposeBatch(batch []*proposal, slot bool) (handed bool) {
 	live := make([]*proposal, 0, len(batch))
 	var dropped []*proposal
 	// Seal: from here no renewal rides on these any more, so the stamp
@@ -376,7 +420,7 @@ func (n *Node) proposeBatch(batch []*proposal) {
 		n.finish(p, proposalResult{err: err})
 	}
 	if len(live) == 0 {
-		return
+		return false
 	}
 	fail := func(err error) {
 		for _, p := range live {
@@ -386,7 +430,7 @@ func (n *Node) proposeBatch(batch []*proposal) {
 	ls := n.lead.Load()
 	if ls == nil {
 		fail(n.notLeader())
-		return
+		return false
 	}
 	b := &fsmpb.Batch{
 		NowNs:        ls.now(n.clock),
@@ -409,11 +453,14 @@ func (n *Node) proposeBatch(batch []*proposal) {
 	data, err := fsm.EncodeBatch(b)
 	if err != nil {
 		fail(err)
-		return
+		return false
 	}
 	n.metrics.batchCommands.Observe(float64(len(live)))
 	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
 	go func() {
+		if slot {
+			defer func() { <-n.inflight }()
+		}
 		if err := f.Error(); err != nil {
 			fail(n.raftError(err))
 			return
@@ -441,4 +488,5 @@ func (n *Node) proposeBatch(batch []*proposal) {
 			fail(fmt.Errorf("%w: unexpected apply response %T", ErrFailed, r))
 		}
 	}()
+	return true
 }
