@@ -56,21 +56,15 @@ func newForwarder(opts []grpc.DialOption, routes map[string]string) *forwarder {
 // batched returns the batching connection to addr (over conn(addr)).
 func (f *forwarder) batched(addr string) (*transport.CallConn, error) {
 	f.mu.Lock()
-	cc, ok := f.calls[addr]
-	f.mu.Unlock()
-	if ok {
-		return cc, nil
-	}
-	c, err := f.conn(addr)
-	if err != nil {
-		return nil, err
-	}
-	f.mu.Lock()
 	defer f.mu.Unlock()
 	if cc, ok := f.calls[addr]; ok {
 		return cc, nil
 	}
-	cc = transport.NewCallConn(c)
+	c, err := f.connLocked(addr)
+	if err != nil {
+		return nil, err
+	}
+	cc := transport.NewCallConn(c)
 	f.calls[addr] = cc
 	return cc, nil
 }
@@ -91,6 +85,11 @@ func (f *forwarder) batchStats() (calls, messages uint64) {
 func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.connLocked(addr)
+}
+
+// connLocked is conn with f.mu held.
+func (f *forwarder) connLocked(addr string) (*grpc.ClientConn, error) {
 	if c, ok := f.conns[addr]; ok {
 		return c, nil
 	}

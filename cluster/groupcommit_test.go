@@ -75,6 +75,7 @@ func TestGroupCommitSendsFullBatchesAtOnce(t *testing.T) {
 	var once sync.Once
 	release := func() { once.Do(func() { <-ln.inflight }) }
 	defer release()
+	before := ln.raft.LastIndex()
 	done := acquireAll(t, c, "gc/full", 10)
 	// Two full batches of 4 go while the token is held; the last 2 wait.
 	for i := range 8 {
@@ -87,10 +88,16 @@ func TestGroupCommitSendsFullBatchesAtOnce(t *testing.T) {
 			t.Fatalf("only %d of the 8 commands in full batches finished while an entry was in flight", i)
 		}
 	}
+	// The last two: one held by the loop, waiting for the token, one
+	// queued behind it; neither went to Raft.
+	waitQueued(t, ln, 1)
+	if got := ln.raft.LastIndex(); got != before+2 {
+		t.Fatalf("%d entries went to Raft while one was in flight; want the 2 full batches", got-before)
+	}
 	select {
 	case err := <-done:
 		t.Fatalf("a command of a partial batch finished while an entry was in flight (%v)", err)
-	case <-time.After(200 * time.Millisecond):
+	default:
 	}
 	release()
 	for range 2 {

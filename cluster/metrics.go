@@ -60,21 +60,18 @@ func newMetrics(n *Node) *metrics {
 	m.releases = counter("releases_total", "Leases released.")
 	m.expirations = counter("expirations_total", "Leases removed after expires_at + skew margin.")
 	m.forwardCut = counter("forward_hops_cut_total", "Follower: forwarded calls cut because the leader did not answer in time or raft's view of the leader moved.")
-	for name, help := range map[string]string{
-		"forward_batched_calls_total":  "Follower: calls forwarded to the leader batched on its Calls stream.",
-		"forward_batch_messages_total": "Follower: messages that carried those calls (calls/messages is the mean batch).",
-	} {
+	batchStat := func(name, help string, pick func(calls, messages uint64) uint64) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "leasefence", Name: name, Help: help}, func() float64 {
 			if n.fwd == nil {
 				return 0
 			}
-			calls, messages := n.fwd.batchStats()
-			if name == "forward_batched_calls_total" {
-				return float64(calls)
-			}
-			return float64(messages)
+			return float64(pick(n.fwd.batchStats()))
 		}))
 	}
+	batchStat("forward_batched_calls_total", "Follower: calls forwarded to the leader batched on its Calls stream.",
+		func(calls, _ uint64) uint64 { return calls })
+	batchStat("forward_batch_messages_total", "Follower: messages that carried those calls (calls/messages is the mean batch).",
+		func(_, messages uint64) uint64 { return messages })
 	m.renewalsCoalesced = counter("renewals_coalesced_total", "Leader: renewals that rode on a renewal of the same lease already waiting for a batch, instead of adding a command (both callers get its outcome).")
 	m.admissionRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "leasefence", Name: "admission_refusals_total",

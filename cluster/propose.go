@@ -268,7 +268,7 @@ func (n *Node) proposeRenewal(key [fsm.LeaseIDLen]byte, cmd *fsmpb.Command) (*pr
 func (n *Node) enqueue(p *proposal) error {
 	select {
 	case n.proposeCh <- p: // never blocks for an admitted command (see admission)
-		if len(n.proposeCh)+1 >= n.cfg.MaxBatch { // as awaitSlot counts
+		if n.fullBatchWaiting() {
 			select {
 			case n.batchFull <- struct{}{}:
 			default:
@@ -367,22 +367,21 @@ func (n *Node) proposeLoop() {
 // each other's syncs (docs/PERFORMANCE.md, "One entry in flight"). A
 // backlog of full batches still pipelines.
 func (n *Node) awaitSlot() (slot, ok bool) {
-	for {
-		if len(n.proposeCh)+1 >= n.cfg.MaxBatch {
-			return false, true
-		}
+	for !n.fullBatchWaiting() {
 		select {
 		case n.inflight <- struct{}{}:
 			return true, true
-		case <-n.batchFull:
-			if len(n.proposeCh)+1 >= n.cfg.MaxBatch {
-				return false, true
-			}
+		case <-n.batchFull: // look again: it may have gone since
 		case <-n.stopCh:
 			return false, false
 		}
 	}
+	return false, true
 }
+
+// fullBatchWaiting reports whether a full batch (MaxBatch) waits for the
+// loop, counting the one proposal it may hold while it waits for a slot.
+func (n *Node) fullBatchWaiting() bool { return len(n.proposeCh)+1 >= n.cfg.MaxBatch }
 
 // proposeBatch seals batch and hands it to Raft as one entry; handed is
 // false when nothing went to Raft. With slot, the entry gives the in-flight

@@ -79,28 +79,29 @@ func (s *CallServer) Batch(stream transportpb.Calls_BatchServer) error {
 	go func() { sent <- out.sendAll(stream) }()
 	slots := make(chan struct{}, maxCallsInFlight)
 	var running sync.WaitGroup
+	// end answers what still runs (cut first unless the caller merely
+	// closed its side) and returns once the answers are out.
+	end := func(err error) error {
+		if err != io.EOF {
+			cancel()
+		}
+		running.Wait()
+		out.finish()
+		if serr := <-sent; err == io.EOF {
+			return serr
+		}
+		return err
+	}
 	for {
 		b, err := stream.Recv()
 		if err != nil {
-			if err == io.EOF {
-				running.Wait()
-				out.finish()
-				return <-sent
-			}
-			cancel()
-			running.Wait()
-			out.finish()
-			<-sent
-			return err
+			return end(err)
 		}
 		for _, c := range b.Calls {
 			select {
 			case slots <- struct{}{}:
 			case <-ctx.Done():
-				running.Wait()
-				out.finish()
-				<-sent
-				return ctx.Err()
+				return end(ctx.Err())
 			}
 			running.Add(1)
 			go func() {
@@ -180,7 +181,7 @@ func (q *answerQueue) add(a *transportpb.Answer) {
 	q.mu.Lock()
 	q.ready = append(q.ready, a)
 	q.mu.Unlock()
-	q.poke()
+	poke(q.wake)
 }
 
 // finish tells sendAll to return once it has sent what is queued.
@@ -188,15 +189,33 @@ func (q *answerQueue) finish() {
 	q.mu.Lock()
 	q.done = true
 	q.mu.Unlock()
-	q.poke()
+	poke(q.wake)
 }
 
-func (q *answerQueue) poke() {
+// poke wakes the sender waiting on wake (a channel of capacity 1), or
+// leaves it woken.
+func poke(wake chan struct{}) {
 	select {
-	case q.wake <- struct{}{}:
+	case wake <- struct{}{}:
 	default:
 	}
 }
+
+// firstMessage returns how many of items, at least one, fit in one message
+// of maxCallBatchBytes when each costs size(item).
+func firstMessage[T any](items []T, size func(T) int) int {
+	n, total := 1, size(items[0])
+	for n < len(items) && total+size(items[n]) <= maxCallBatchBytes {
+		total += size(items[n])
+		n++
+	}
+	return n
+}
+
+// answerSize and callSize are what an answer or a call adds to a message:
+// its bytes and a bound on its framing.
+func answerSize(a *transportpb.Answer) int { return len(a.Response) + len(a.Status) + 16 }
+func callSize(c *transportpb.Call) int     { return len(c.Request) + 64 }
 
 // sendAll sends the answers as they come, those ready together in one
 // message (up to maxCallBatchBytes), until finish or a failed send. After
@@ -211,11 +230,7 @@ func (q *answerQueue) sendAll(stream transportpb.Calls_BatchServer) error {
 		q.ready = spare[:0]
 		q.mu.Unlock()
 		for batch := all; len(batch) > 0 && failed == nil; {
-			n, size := 0, 0
-			for n < len(batch) && (n == 0 || size+len(batch[n].Response)+len(batch[n].Status)+16 <= maxCallBatchBytes) {
-				size += len(batch[n].Response) + len(batch[n].Status) + 16
-				n++
-			}
+			n := firstMessage(batch, answerSize)
 			if err := stream.Send(&transportpb.AnswerBatch{Answers: batch[:n]}); err != nil {
 				failed = err
 			}
@@ -407,11 +422,7 @@ func (st *callStream) run(ctx context.Context) {
 		st.outbox = spare[:0]
 		st.mu.Unlock()
 		for batch := all; len(batch) > 0; {
-			n, size := 0, 0
-			for n < len(batch) && (n == 0 || size+len(batch[n].Request)+64 <= maxCallBatchBytes) {
-				size += len(batch[n].Request) + 64
-				n++
-			}
+			n := firstMessage(batch, callSize)
 			if err := s.Send(&transportpb.CallBatch{Calls: batch[:n]}); err != nil {
 				// The stream is aborted; recvLoop learns why and fails
 				// the calls.
@@ -444,10 +455,7 @@ func (st *callStream) submit(calls ...*transportpb.Call) []chan outcome {
 		st.outbox = append(st.outbox, call)
 	}
 	st.mu.Unlock()
-	select {
-	case st.wake <- struct{}{}:
-	default:
-	}
+	poke(st.wake)
 	return ws
 }
 

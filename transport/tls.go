@@ -176,8 +176,8 @@ func peerOnly(method string) bool {
 }
 
 // PeerInterceptors returns the server interceptors that let only peers reach
-// the RaftTransport and Calls services: a call to it whose verified client certificate
-// does not carry the URI SAN peerIdentity (or that comes without TLS) is
+// the RaftTransport and Calls services: a call to them whose verified client
+// certificate does not carry the URI SAN peerIdentity (or that comes without TLS) is
 // refused with codes.PermissionDenied and logged with the certificate's
 // subject. Other services pass through untouched. Install them only on a
 // server that requires verified client certificates (LoadTLS's server
