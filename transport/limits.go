@@ -170,7 +170,7 @@ func (l Limits) Check() error {
 }
 
 // common are the options of both servers: handshake and idle timeouts,
-// keepalive pings and their enforcement.
+// keepalive pings and their enforcement, and stream workers.
 func (l Limits) common() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ConnectionTimeout(l.HandshakeTimeout),
@@ -183,8 +183,21 @@ func (l Limits) common() []grpc.ServerOption {
 			MinTime:             KeepaliveMinTime,
 			PermitWithoutStream: true,
 		}),
+		grpc.NumStreamWorkers(streamWorkers),
 	}
 }
+
+// streamWorkers is how many goroutines each server keeps to run incoming
+// calls. A call that finds one idle runs on that goroutine's already grown
+// stack; without workers every call starts a goroutine whose stack grows
+// by copying as the handler descends (runtime.copystack was 10 % of a
+// leader's CPU under unary renewals from 64 clients, 1.5 % with workers:
+// docs/PERFORMANCE.md, "Stream workers"). When all are busy gRPC starts a
+// goroutine for the call, as without workers, so a long call (a waiting
+// Acquire, a watch) holds one worker and never queues another call. 128
+// covers the 64-client benchmarks with room; idle, they cost their stacks
+// (tens of KiB each).
+const streamWorkers = 128
 
 // ClientServerOptions returns the options of the server for clients: the
 // common timeouts and keepalive rules, MaxClientMessage, at most

@@ -1,0 +1,52 @@
+package transport
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Long calls that hold every stream worker (watches, waiting acquires)
+// must not queue a new call behind them: with all workers busy the server
+// runs the call on a goroutine of its own.
+func TestBusyStreamWorkersQueueNoCall(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(DefaultLimits().PeerServerOptions()...)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go srv.Serve(lis)
+	defer srv.Stop()
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	hc := healthpb.NewHealthClient(cc)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// A health watch answers once, then its handler stays until the
+	// caller leaves: each holds a worker (or a goroutine) for good.
+	for i := 0; i < streamWorkers+8; i++ {
+		w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatalf("watch %d: %v", i, err)
+		}
+		if _, err := w.Recv(); err != nil {
+			t.Fatalf("watch %d: first answer: %v", i, err)
+		}
+	}
+	cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+	defer ccancel()
+	if _, err := hc.Check(cctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("a call with every worker busy: %v", err)
+	}
+}
