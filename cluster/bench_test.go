@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/fsm"
 )
 
 // BenchmarkAcquireReleaseCycle measures acquire+release cycles through a
@@ -43,5 +44,17 @@ func BenchmarkAcquireReleaseCycle(b *testing.B) {
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
 		})
+	}
+}
+
+// BenchmarkToStatusHeld is the answer to a refused Acquire, most of what
+// the leader answers in the contended workload.
+func BenchmarkToStatusHeld(b *testing.B) {
+	err := &fsm.HeldError{Resource: "jobs/a", Holder: "w1", Token: 42, TimeLeft: 3 * time.Second}
+	b.ReportAllocs()
+	for b.Loop() {
+		if toStatus(err) == nil {
+			b.Fatal("no status")
+		}
 	}
 }

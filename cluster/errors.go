@@ -127,8 +127,12 @@ func toStatus(err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := status.FromError(err); ok {
-		return err // already a status (e.g. from a forwarded call)
+	// Already a status (e.g. from a forwarded call): as it is. Not
+	// status.FromError, which for every other error builds an Unknown
+	// status from err.Error() first, a cost each refusal would pay.
+	var st interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &st) && st.GRPCStatus() != nil {
+		return err
 	}
 	var (
 		field *fsm.FieldError

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 
@@ -137,4 +138,21 @@ func BenchmarkLeaseLimitCount(b *testing.B) {
 			}
 		})
 	}
+}
+
+// HeldError's message is built by hand (no fmt); it must read as the
+// format it replaced, for any resource, holder, token and time left.
+func TestHeldErrorMessage(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		e := &HeldError{
+			Resource: rapid.String().Draw(t, "resource"),
+			Holder:   rapid.String().Draw(t, "holder"),
+			Token:    rapid.Uint64().Draw(t, "token"),
+			TimeLeft: time.Duration(rapid.Int64().Draw(t, "left")),
+		}
+		want := fmt.Sprintf("fsm: resource %q held by %q (token %d), free in %v", e.Resource, e.Holder, e.Token, e.TimeLeft)
+		if got := e.Error(); got != want {
+			t.Fatalf("got %q, want %q", got, want)
+		}
+	})
 }
