@@ -54,7 +54,7 @@ func newServers(lis net.Listener, srvTLS *tls.Config, cfg Config, log hclog.Logg
 		HandshakeTimeout: l.HandshakeTimeout,
 		Logger:           log,
 	})
-	peerOpts := append(l.PeerServerOptions(), opts...)
+	peerOpts := append(append(l.PeerServerOptions(), transport.StreamWorkers()), opts...)
 	if srvTLS == nil {
 		s.peer = grpc.NewServer(peerOpts...)
 		log.Warn("plaintext (--insecure): peers and clients cannot be told apart and share one gRPC server; "+
@@ -63,7 +63,7 @@ func newServers(lis net.Listener, srvTLS *tls.Config, cfg Config, log hclog.Logg
 	} else {
 		creds := grpc.Creds(transport.HandshakenTLS())
 		s.peer = grpc.NewServer(append(peerOpts, creds)...)
-		s.client = grpc.NewServer(append(append(l.ClientServerOptions(), opts...), creds)...)
+		s.client = grpc.NewServer(append(append(append(l.ClientServerOptions(), transport.StreamWorkers()), opts...), creds)...)
 	}
 	warnFileLimit(log, l.MaxConnections)
 	return s

@@ -145,8 +145,9 @@ func BenchmarkLeaseLimitCount(b *testing.B) {
 func TestHeldErrorMessage(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		e := &HeldError{
-			Resource: rapid.String().Draw(t, "resource"),
-			Holder:   rapid.String().Draw(t, "holder"),
+			// Any bytes, valid UTF-8 or not.
+			Resource: string(rapid.SliceOf(rapid.Byte()).Draw(t, "resource")),
+			Holder:   rapid.OneOf(rapid.String(), rapid.Map(rapid.SliceOf(rapid.Byte()), func(b []byte) string { return string(b) })).Draw(t, "holder"),
 			Token:    rapid.Uint64().Draw(t, "token"),
 			TimeLeft: time.Duration(rapid.Int64().Draw(t, "left")),
 		}

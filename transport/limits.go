@@ -170,7 +170,7 @@ func (l Limits) Check() error {
 }
 
 // common are the options of both servers: handshake and idle timeouts,
-// keepalive pings and their enforcement, and stream workers.
+// keepalive pings and their enforcement.
 func (l Limits) common() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ConnectionTimeout(l.HandshakeTimeout),
@@ -183,9 +183,14 @@ func (l Limits) common() []grpc.ServerOption {
 			MinTime:             KeepaliveMinTime,
 			PermitWithoutStream: true,
 		}),
-		grpc.NumStreamWorkers(streamWorkers),
 	}
 }
+
+// StreamWorkers is the option that gives a server on the network its
+// stream workers (streamWorkers). Not part of the Limits options: an
+// in-process server built from them would keep idle workers for callers
+// that may never come.
+func StreamWorkers() grpc.ServerOption { return grpc.NumStreamWorkers(streamWorkers) }
 
 // streamWorkers is how many goroutines each server keeps to run incoming
 // calls. A call that finds one idle runs on that goroutine's already grown
@@ -196,7 +201,7 @@ func (l Limits) common() []grpc.ServerOption {
 // goroutine for the call, as without workers, so a long call (a waiting
 // Acquire, a watch) holds one worker and never queues another call. 128
 // covers the 64-client benchmarks with room; idle, they cost their stacks
-// (tens of KiB each).
+// (8 KiB each until a call grows one).
 const streamWorkers = 128
 
 // ClientServerOptions returns the options of the server for clients: the

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -12,15 +13,20 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
-// Long calls that hold every stream worker (watches, waiting acquires)
-// must not queue a new call behind them: with all workers busy the server
-// runs the call on a goroutine of its own.
+// A server with StreamWorkers keeps its workers; long calls that hold
+// every one (watches, waiting acquires) must not queue a new call behind
+// them: with all workers busy the server runs the call on a goroutine of
+// its own.
 func TestBusyStreamWorkersQueueNoCall(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(DefaultLimits().PeerServerOptions()...)
+	before := runtime.NumGoroutine()
+	srv := grpc.NewServer(append(DefaultLimits().PeerServerOptions(), StreamWorkers())...)
+	if n := runtime.NumGoroutine() - before; n < streamWorkers {
+		t.Fatalf("%d goroutines started with the server, want its %d stream workers", n, streamWorkers)
+	}
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	go srv.Serve(lis)
 	defer srv.Stop()
