@@ -22,14 +22,14 @@ import (
 
 // callsServer serves the health service on loopback, through a CallServer
 // that runs ic around every call, or (calls false) only as plain unary
-// calls, as a node of an older version would.
-func callsServer(t *testing.T, calls bool, ic grpc.UnaryServerInterceptor) (addr string, srv *grpc.Server) {
+// calls, as a node of an older version would; opts go to the server.
+func callsServer(t *testing.T, calls bool, ic grpc.UnaryServerInterceptor, opts ...grpc.ServerOption) (addr string, srv *grpc.Server) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv = grpc.NewServer()
+	srv = grpc.NewServer(opts...)
 	hs := health.NewServer()
 	hs.SetServingStatus("up", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, hs)

@@ -197,11 +197,11 @@ func StreamWorkers() grpc.ServerOption { return grpc.NumStreamWorkers(streamWork
 // stack; without workers every call starts a goroutine whose stack grows
 // by copying as the handler descends (runtime.copystack was 10 % of a
 // leader's CPU under unary renewals from 64 clients, 1.5 % with workers:
-// docs/PERFORMANCE.md, "Stream workers"). When all are busy gRPC starts a
-// goroutine for the call, as without workers, so a long call (a waiting
-// Acquire, a watch) holds one worker and never queues another call. 128
-// covers the 64-client benchmarks with room; idle, they cost their stacks
-// (8 KiB each until a call grows one).
+// docs/PERFORMANCE.md, "Stream workers and cheaper refusals"). When all
+// are busy gRPC starts a goroutine for the call, as without workers, so a
+// long call (a waiting Acquire, a watch) holds one worker and never queues
+// another call. 128 covers the 64-client benchmarks with room; idle, they
+// cost their stacks (8 KiB each until a call grows one).
 const streamWorkers = 128
 
 // ClientServerOptions returns the options of the server for clients: the
