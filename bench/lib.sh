@@ -55,19 +55,23 @@ start_leased() {
 # stage_means NAME: the leader's propose_stage_seconds of the cluster
 # start_leased started with METRICS_PORT, as one line: NAME, then each
 # stage's mean in microseconds and the entries counted (the node with the
-# most is the leader).
+# most is the leader), then how the commit stage splits: the leader's log
+# write and its replication round trip (both followers) as means.
 stage_means() {
   local i best="" bestn=0 out n
   for i in 1 2 3; do
-    out=$(curl -fsS "http://127.0.0.1:$((METRICS_PORT + i - 1))/metrics" 2>/dev/null | grep '^leasefence_propose_stage_seconds_\(sum\|count\)' || true)
+    out=$(curl -fsS "http://127.0.0.1:$((METRICS_PORT + i - 1))/metrics" 2>/dev/null | grep '^leasefence_\(propose_stage\|log_write\|replication\)_seconds_\(sum\|count\)' || true)
     n=$(echo "$out" | awk '/_count\{stage="commit"\}/ {print int($2)}')
     if [ "${n:-0}" -gt "$bestn" ]; then bestn=$n best=$out; fi
   done
   echo "$best" | awk -v name="$1" '
-    { match($1, /stage="[a-z]+"/); st = substr($1, RSTART + 7, RLENGTH - 8)
+    /^leasefence_propose_stage/ { match($1, /stage="[a-z]+"/); st = substr($1, RSTART + 7, RLENGTH - 8)
       if ($1 ~ /_sum/) sum[st] = $2; else cnt[st] = $2 }
+    /^leasefence_log_write_seconds_sum/ { lw += $2 } /^leasefence_log_write_seconds_count/ { lwn += $2 }
+    /^leasefence_replication_seconds_sum/ { rp += $2 } /^leasefence_replication_seconds_count/ { rpn += $2 }
     END { printf "%s", name
       split("queue commit apply answer", order, " ")
       for (i = 1; i <= 4; i++) { s = order[i]; printf "  %s %.0f us", s, (cnt[s] > 0 ? 1e6 * sum[s] / cnt[s] : 0) }
-      printf "  (%d entries)\n", cnt["commit"] }'
+      printf "  (%d entries)", cnt["commit"]
+      printf "  log write %.0f us, replication %.0f us\n", (lwn > 0 ? 1e6 * lw / lwn : 0), (rpn > 0 ? 1e6 * rp / rpn : 0) }'
 }

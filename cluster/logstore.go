@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/bbolt"
 
 	"github.com/leasefence/leasefence/fsm"
@@ -102,6 +103,9 @@ type checkedLogStore struct {
 	onCorrupt corruptHandler
 	// opts are the node's entry-check options (fsm.VerifyEntry).
 	opts []fsm.Option
+	// writes observes each StoreLogs of the wrapped store that succeeded
+	// (log_write_seconds); nil: none.
+	writes prometheus.Observer
 }
 
 // newCheckedLogStore verifies every entry in store (the trailing logs the
@@ -186,7 +190,12 @@ func (s *checkedLogStore) StoreLogs(logs []*raft.Log) error {
 			return fmt.Errorf("cluster: log entry %d: %w", l.Index, err)
 		}
 	}
-	return s.LogStore.StoreLogs(logs)
+	start := time.Now()
+	err := s.LogStore.StoreLogs(logs)
+	if err == nil && s.writes != nil {
+		s.writes.Observe(time.Since(start).Seconds())
+	}
+	return err
 }
 
 // corruptHandler holds what a store calls when it reads corrupt bytes

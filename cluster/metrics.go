@@ -26,8 +26,12 @@ type metrics struct {
 	refusalsEvicted                         prometheus.Counter
 	proposeSeconds                          prometheus.Histogram
 	// stages splits proposeSeconds (propose_stage_seconds{stage}).
-	stages            struct{ queue, commit, apply, answer prometheus.Observer }
-	batchCommands     prometheus.Histogram
+	stages        struct{ queue, commit, apply, answer prometheus.Observer }
+	batchCommands prometheus.Histogram
+	// logWrite and replication split the commit stage: the log store's
+	// synced writes on this node, and (leader) each follower's round trip.
+	logWrite          prometheus.Histogram
+	replication       *prometheus.HistogramVec
 	stateChecks       *prometheus.CounterVec
 	forwardCut        prometheus.Counter
 	admissionRefusals *prometheus.CounterVec
@@ -111,6 +115,19 @@ func newMetrics(n *Node) *metrics {
 		Help:    "Leader: commands per Raft entry (group commit).",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 12),
 	})
+	m.logWrite = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "leasefence", Name: "log_write_seconds",
+		Help: "Each write of entries to this node's Raft log, synced to disk: on the leader before it replicates them, on a follower before it answers. " +
+			"The disk's share of every commit (etcd: wal_fsync_duration_seconds).",
+		Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
+	})
+	m.replication = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "leasefence", Name: "replication_seconds",
+		Help: "Leader: time from sending a follower an AppendEntries that carries entries to its answer, by follower id: " +
+			"the network both ways, the follower's log write (its log_write_seconds) and its hand-offs (etcd: network_peer_round_trip_time_seconds).",
+		Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
+	}, []string{"peer"})
+	reg.MustRegister(m.logWrite, m.replication)
 	m.stateChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "leasefence", Name: "state_checks_total",
 		Help: "Comparisons of this node's state checkpoint with the other voters' (cluster/DESIGN.md), by result: match, peer_differs (another replica differs from the majority this node is in), corrupt (this node differs), undecided (no majority agrees).",

@@ -440,6 +440,9 @@ func (n *Node) buildServers() error {
 		DialOptions: dial,
 		PeerRoutes:  routes,
 		ClusterID:   n.peerClusterID(),
+		OnAppendEntries: func(peer raft.ServerID, rtt time.Duration) {
+			n.metrics.replication.WithLabelValues(string(peer)).Observe(rtt.Seconds())
+		},
 	})
 	if err != nil {
 		return err

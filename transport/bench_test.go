@@ -3,19 +3,25 @@ package transport
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
 
 // answerAll answers every AppendEntries on tr until the benchmark ends.
-func answerAll(b *testing.B, tr *Transport) {
+func answerAll(b *testing.B, tr *Transport) { answerAfter(b, tr, 0) }
+
+// answerAfter answers every AppendEntries on tr, each after delay, until
+// the test ends.
+func answerAfter(tb testing.TB, tr *Transport, delay time.Duration) {
 	go func() {
 		for {
 			select {
 			case rpc := <-tr.Consumer():
+				time.Sleep(delay)
 				req := rpc.Command.(*raft.AppendEntriesRequest)
 				rpc.Respond(&raft.AppendEntriesResponse{Term: req.Term, LastLog: req.PrevLogEntry + uint64(len(req.Entries)), Success: true}, nil)
-			case <-b.Context().Done():
+			case <-tb.Context().Done():
 				return
 			}
 		}

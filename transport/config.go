@@ -95,6 +95,15 @@ type Config struct {
 	// half refuses, with FailedPrecondition, an RPC from a peer of
 	// another cluster. Nil means no id is sent or checked.
 	ClusterID func() string
+
+	// OnAppendEntries, when set, is called by the client half once for
+	// every AppendEntries that carried at least one entry and was answered
+	// (pipelined or not, whatever the answer said), with the follower's id
+	// and the time from the request's send to its answer: the network
+	// both ways, the follower's log write and its hand-offs. It runs on the
+	// transport's receiving goroutine and must not block. Heartbeats and
+	// requests that failed in transit are not reported.
+	OnAppendEntries func(peer raft.ServerID, rtt time.Duration)
 }
 
 // DefaultConfig returns a Config with every default filled in; the caller

@@ -23,7 +23,7 @@ import (
 //
 // It returns raft.ErrPipelineReplicationNotSupported when
 // MaxPipelineInFlight is 1, and raft.ErrTransportShutdown after Close.
-func (t *Transport) AppendEntriesPipeline(_ raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
+func (t *Transport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
 	if t.cfg.MaxPipelineInFlight < 2 {
 		return nil, raft.ErrPipelineReplicationNotSupported
 	}
@@ -43,6 +43,7 @@ func (t *Transport) AppendEntriesPipeline(_ raft.ServerID, target raft.ServerAdd
 	}
 	p := &pipeline{
 		t:          t,
+		id:         id,
 		target:     target,
 		stream:     stream,
 		cancel:     cancel,
@@ -71,6 +72,7 @@ func (t *Transport) AppendEntriesPipeline(_ raft.ServerID, target raft.ServerAdd
 // from inflight.
 type pipeline struct {
 	t      *Transport
+	id     raft.ServerID
 	target raft.ServerAddress
 	stream grpc.BidiStreamingClient[transportpb.AppendEntriesRequest, transportpb.AppendEntriesResponse]
 	cancel context.CancelFunc // cancels the stream
@@ -110,6 +112,7 @@ func (p *pipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.App
 		return nil, raft.ErrPipelineShutdown
 	}
 	timer := time.AfterFunc(p.t.cfg.Timeout, p.cancel)
+	f.sent.Store(int64(time.Since(monoBase)))
 	err := p.stream.Send(msg)
 	timer.Stop()
 	if errors.Is(err, io.EOF) {
@@ -212,6 +215,9 @@ func (p *pipeline) receive() {
 			if err != nil {
 				f.respond(p.fail(p.t.callError("append-entries-pipeline", p.target, err)))
 			} else {
+				if sent := f.sent.Load(); sent > 0 {
+					p.t.appended(p.id, f.args, monoBase.Add(time.Duration(sent)))
+				}
 				rerr := appendEntriesResponseFromPB(msg, f.resp)
 				var remote *RemoteError
 				if rerr != nil && !errors.As(rerr, &remote) {
@@ -230,11 +236,18 @@ func (p *pipeline) receive() {
 	}
 }
 
+// monoBase is the origin of appendFuture.sent (monotonic).
+var monoBase = time.Now()
+
 // appendFuture is the raft.AppendFuture of one pipelined request.
 type appendFuture struct {
-	start time.Time
-	args  *raft.AppendEntriesRequest
-	resp  *raft.AppendEntriesResponse
+	start time.Time // submitted (raft's Start)
+	// sent is when the request went to the stream, as time since
+	// monoBase: atomic, as the receiver may take the future from inflight
+	// before the sender sets it (and their only order is the network's).
+	sent atomic.Int64
+	args *raft.AppendEntriesRequest
+	resp *raft.AppendEntriesResponse
 
 	once sync.Once
 	err  error

@@ -235,21 +235,31 @@ func (t *Transport) callError(op string, target raft.ServerAddress, err error) e
 
 // AppendEntries implements raft.Transport. It returns a *RemoteError when
 // the peer's raft answered with an error; resp is filled in either way.
-func (t *Transport) AppendEntries(_ raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+func (t *Transport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	c, err := t.client(target)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.Timeout)
 	defer cancel()
+	sent := time.Now()
 	out, err := c.AppendEntries(ctx, appendEntriesRequestToPB(args))
 	if err == nil {
+		t.appended(id, args, sent)
 		err = appendEntriesResponseFromPB(out, resp)
 	}
 	if err != nil {
 		return t.callError("append-entries", target, err)
 	}
 	return nil
+}
+
+// appended reports an answered AppendEntries sent at sent to
+// Config.OnAppendEntries, when it carried entries.
+func (t *Transport) appended(id raft.ServerID, args *raft.AppendEntriesRequest, sent time.Time) {
+	if t.cfg.OnAppendEntries != nil && len(args.Entries) > 0 {
+		t.cfg.OnAppendEntries(id, time.Since(sent))
+	}
 }
 
 // RequestVote implements raft.Transport, with the error contract of

@@ -1,0 +1,70 @@
+package transport
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// TestOnAppendEntriesReportsAnsweredRequestsWithEntries: the hook sees each
+// answered AppendEntries that carried entries, unary or pipelined, with the
+// follower's id and a round trip that includes the follower's time to
+// answer; a heartbeat (no entries) is not reported.
+func TestOnAppendEntriesReportsAnsweredRequestsWithEntries(t *testing.T) {
+	type report struct {
+		peer raft.ServerID
+		rtt  time.Duration
+	}
+	var (
+		mu      sync.Mutex
+		reports []report
+	)
+	leader := startNode(t, "127.0.0.1:0", func(c *Config) {
+		c.OnAppendEntries = func(peer raft.ServerID, rtt time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			reports = append(reports, report{peer, rtt})
+		}
+	})
+	follower := startNode(t, "127.0.0.1:0", nil)
+	const delay = 30 * time.Millisecond
+	answerAfter(t, follower.tr, delay)
+	taken := func() []report {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]report(nil), reports...)
+	}
+
+	var resp raft.AppendEntriesResponse
+	if err := leader.tr.AppendEntries("f1", follower.addr, appendRequest(leader, 0, 0, 0), &resp); err != nil {
+		t.Fatalf("heartbeat: %v", err)
+	}
+	if got := taken(); len(got) != 0 {
+		t.Fatalf("a heartbeat was reported: %v", got)
+	}
+	if err := leader.tr.AppendEntries("f1", follower.addr, appendRequest(leader, 0, 1, 16), &resp); err != nil {
+		t.Fatalf("unary: %v", err)
+	}
+	p, err := leader.tr.AppendEntriesPipeline("f1", follower.addr)
+	if err != nil {
+		t.Fatalf("pipeline: %v", err)
+	}
+	defer p.Close()
+	if _, err := p.AppendEntries(appendRequest(leader, 1, 2, 16), &resp); err != nil {
+		t.Fatalf("pipelined send: %v", err)
+	}
+	if err := (<-p.Consumer()).Error(); err != nil {
+		t.Fatalf("pipelined answer: %v", err)
+	}
+	got := taken()
+	if len(got) != 2 {
+		t.Fatalf("reports %v, want one for the unary and one for the pipelined request", got)
+	}
+	for _, r := range got {
+		if r.peer != "f1" || r.rtt < delay || r.rtt > 5*time.Second {
+			t.Errorf("report %+v: want peer f1 and a round trip of at least the follower's %v", r, delay)
+		}
+	}
+}
