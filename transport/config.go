@@ -100,9 +100,12 @@ type Config struct {
 	// every AppendEntries that carried at least one entry and was answered
 	// (pipelined or not, whatever the answer said), with the follower's id
 	// and the time from the request's send to its answer: the network
-	// both ways, the follower's log write and its hand-offs. It runs on the
-	// transport's receiving goroutine and must not block. Heartbeats and
-	// requests that failed in transit are not reported.
+	// both ways, the follower's log write and its hand-offs, and for a
+	// pipelined request under load also the wait for the leader to read
+	// the answer (the pipeline reads the next answer once raft took the
+	// previous one). It runs on the goroutine that receives the answer (the
+	// caller's, for a unary request) and must not block. Heartbeats and
+	// requests that failed in transit are not reported; refused ones are.
 	OnAppendEntries func(peer raft.ServerID, rtt time.Duration)
 }
 
