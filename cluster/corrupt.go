@@ -143,9 +143,6 @@ func (n *Node) checkStores(store raft.LogStore, snaps raft.SnapshotStore) (*chec
 		n.log.Error("refusing to start", "error", err)
 		return nil, nil, err
 	}
-	if n.metrics != nil {
-		checked.writes = n.metrics.logWrite
-	}
 	if err := checkSnapshots(snaps, store, n.cfg.DataDir, n.cfg.ID, n.log); err != nil {
 		n.log.Error("refusing to start", "error", err)
 		return nil, nil, err

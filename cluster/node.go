@@ -343,6 +343,7 @@ func (n *Node) openRaftStores(ctx context.Context, ident *Identity) (raftStores,
 		return raftStores{}, err
 	}
 	n.snapStore = snaps
+	checked.writes = n.metrics.logWrite
 	logs, err := raft.NewLogCache(1024, checked)
 	if err != nil {
 		return raftStores{}, err

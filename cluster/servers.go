@@ -42,8 +42,8 @@ type servers struct {
 }
 
 // newServers builds the servers on lis with the node's limits. srvTLS is
-// the TLS server configuration (nil: plaintext); opts (interceptors) go to
-// both servers.
+// the TLS server configuration (nil: plaintext); opts (interceptors) and
+// the stream workers of a server on the network go to both servers.
 func newServers(lis net.Listener, srvTLS *tls.Config, cfg Config, log hclog.Logger, opts ...grpc.ServerOption) *servers {
 	l := cfg.Limits.WithDefaults()
 	s := &servers{log: log}
@@ -54,7 +54,8 @@ func newServers(lis net.Listener, srvTLS *tls.Config, cfg Config, log hclog.Logg
 		HandshakeTimeout: l.HandshakeTimeout,
 		Logger:           log,
 	})
-	peerOpts := append(append(l.PeerServerOptions(), transport.StreamWorkers()), opts...)
+	opts = append(opts, transport.StreamWorkers())
+	peerOpts := append(l.PeerServerOptions(), opts...)
 	if srvTLS == nil {
 		s.peer = grpc.NewServer(peerOpts...)
 		log.Warn("plaintext (--insecure): peers and clients cannot be told apart and share one gRPC server; "+
@@ -63,7 +64,7 @@ func newServers(lis net.Listener, srvTLS *tls.Config, cfg Config, log hclog.Logg
 	} else {
 		creds := grpc.Creds(transport.HandshakenTLS())
 		s.peer = grpc.NewServer(append(peerOpts, creds)...)
-		s.client = grpc.NewServer(append(append(append(l.ClientServerOptions(), transport.StreamWorkers()), opts...), creds)...)
+		s.client = grpc.NewServer(append(append(l.ClientServerOptions(), opts...), creds)...)
 	}
 	warnFileLimit(log, l.MaxConnections)
 	return s

@@ -215,9 +215,7 @@ func (p *pipeline) receive() {
 			if err != nil {
 				f.respond(p.fail(p.t.callError("append-entries-pipeline", p.target, err)))
 			} else {
-				if sent := f.sent.Load(); sent > 0 {
-					p.t.appended(p.id, f.args, monoBase.Add(time.Duration(sent)))
-				}
+				p.t.appended(p.id, f.args, monoBase.Add(time.Duration(f.sent.Load())))
 				rerr := appendEntriesResponseFromPB(msg, f.resp)
 				var remote *RemoteError
 				if rerr != nil && !errors.As(rerr, &remote) {
