@@ -175,6 +175,9 @@ func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.J
 	if err := f.Error(); err != nil {
 		return nil, toStatus(s.n.raftError(err))
 	}
+	if err := s.n.llog.waitDurable(ctx, f.Index()); err != nil {
+		return nil, toStatus(err) // as in Remove
+	}
 	s.n.log.Info("member added", "member-id", req.Id, "member-addr", req.Addr, "nonvoter", req.Nonvoter)
 	return &api.JoinResponse{}, nil
 }
@@ -226,8 +229,14 @@ func (s *clusterService) Remove(ctx context.Context, req *api.RemoveRequest) (*a
 				req.Id, len(remain), up, need)
 		}
 	}
-	if err := s.n.raft.RemoveServer(raft.ServerID(req.Id), index, s.n.cfg.ApplyTimeout).Error(); err != nil {
+	f := s.n.raft.RemoveServer(raft.ServerID(req.Id), index, s.n.cfg.ApplyTimeout)
+	if err := f.Error(); err != nil {
 		return nil, toStatus(s.n.raftError(err))
+	}
+	// raft reports a change committed before the leader's own write of it
+	// may be done (leaderlog.go): answer once it is.
+	if err := s.n.llog.waitDurable(ctx, f.Index()); err != nil {
+		return nil, toStatus(err)
 	}
 	s.n.log.Info("member removed", "member-id", req.Id)
 	return &api.RemoveResponse{}, nil

@@ -55,8 +55,11 @@ type Node struct {
 	store     *raftboltdb.BoltStore
 	// walStore closes the raft-wal log store (Config.LogStore "wal").
 	walStore io.Closer
-	server   *servers // behind lis (servers.go)
-	lis      net.Listener
+	// llog is raft's log store: the leader writes it while it replicates
+	// (leaderlog.go); set before raft starts.
+	llog   *leaderLog
+	server *servers // behind lis (servers.go)
+	lis    net.Listener
 	// inproc serves DialInProcess's in-memory connections and chain
 	// holds the node's interceptors, for RegisterServices (inprocess.go).
 	inproc *inProcess
@@ -297,7 +300,7 @@ func (n *Node) checkDataDir() (*Identity, error) {
 type raftStores struct {
 	store   *raftboltdb.BoltStore // the stable store (also n.store)
 	checked *checkedLogStore      // the log store, checked (corrupt.go)
-	logs    raft.LogStore         // checked, behind the log cache
+	logs    *leaderLog            // checked, behind the log cache and the leader's writer
 	snaps   *checkedSnapshotStore
 	// existing: the data dir holds raft state (a term, a log or a
 	// snapshot).
@@ -344,10 +347,16 @@ func (n *Node) openRaftStores(ctx context.Context, ident *Identity) (raftStores,
 	}
 	n.snapStore = snaps
 	checked.writes = n.metrics.logWrite
-	logs, err := raft.NewLogCache(1024, checked)
+	cache, err := raft.NewLogCache(1024, checked)
 	if err != nil {
 		return raftStores{}, err
 	}
+	logs, err := newLeaderLog(cache)
+	if err != nil {
+		return raftStores{}, fmt.Errorf("cluster: reading raft state: %w", err)
+	}
+	n.llog = logs
+	logs.onFail = n.onFatal
 
 	var existing bool
 	var term uint64
@@ -444,6 +453,9 @@ func (n *Node) buildServers() error {
 		OnAppendEntries: func(peer raft.ServerID, rtt time.Duration) {
 			n.metrics.replication.WithLabelValues(string(peer)).Observe(rtt.Seconds())
 		},
+		// Followers apply only what the leader holds on disk too
+		// (leaderlog.go, rule 2); raft runs after n.llog is set.
+		CommitLimit: func() uint64 { return n.llog.Durable() },
 	})
 	if err != nil {
 		return err
@@ -499,12 +511,14 @@ func (n *Node) startRaft(ctx context.Context, rs raftStores) (existing bool, err
 		return existing, err
 	}
 	n.sm.logs = rs.logs
+	n.sm.durable = rs.logs
 	if err := guardDisk(cfg.DataDir, func() (err error) {
 		n.raft, err = raft.NewRaft(rc, n.sm, rs.logs, store, snaps, n.tr)
 		return err
 	}); err != nil {
 		return existing, fmt.Errorf("cluster: start raft: %w", err)
 	}
+	n.llog.raft.Store(n.raft)
 	rs.checked.onCorrupt.set(n.onFatal)
 	snaps.onCorrupt.set(n.onFatal)
 	if !existing && len(cfg.Bootstrap) > 0 {
@@ -726,6 +740,11 @@ func (n *Node) cleanup() error {
 	}
 	if n.fwd != nil {
 		n.fwd.close()
+	}
+	if n.llog != nil {
+		if err := n.llog.close(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if n.walStore != nil {
 		if err := n.walStore.Close(); err != nil {

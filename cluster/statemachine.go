@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -58,6 +59,13 @@ type stateMachine struct {
 	// it for the entries after an older snapshot (nil: none, as in a
 	// state machine that has applied nothing).
 	logs raft.LogStore
+	// durable is the node's log (leaderlog.go), set before raft starts:
+	// an entry is applied only once the log holds it on disk, which on a
+	// leader that writes while it replicates can come after raft commits
+	// it. Nil: no wait (a state machine outside a node).
+	durable interface {
+		waitDurable(ctx context.Context, index uint64) error
+	}
 }
 
 func newStateMachine(h *hub, log hclog.Logger, onFatal func(error), opts ...fsm.Option) *stateMachine {
@@ -75,6 +83,15 @@ func (m *stateMachine) Apply(l *raft.Log) interface{} {
 		return nil
 	}
 	start := time.Now()
+	if m.durable != nil {
+		if err := m.durable.waitDurable(context.Background(), l.Index); err != nil {
+			// The log failed (the node is stopping) or closed: the entry
+			// is not applied, nor anything after it.
+			err = fmt.Errorf("cluster: log entry %d not applied: %w", l.Index, err)
+			m.failed.Store(&err)
+			return err
+		}
+	}
 	m.mu.Lock()
 	a, err := m.st.Apply(l.Data)
 	if err == nil {

@@ -107,6 +107,15 @@ type Config struct {
 	// caller's, for a unary request) and must not block. Heartbeats and
 	// requests that failed in transit are not reported; refused ones are.
 	OnAppendEntries func(peer raft.ServerID, rtt time.Duration)
+
+	// CommitLimit, when set, bounds the commit index the client half
+	// sends in AppendEntries: it returns how far the leader's own log is
+	// on disk. A leader that writes its log while it replicates (raft
+	// counts it in a quorum before its write is done) uses it so that a
+	// follower applies an entry only once the leader holds it durably as
+	// well as the followers raft counted. It is called once per request
+	// and must not block.
+	CommitLimit func() uint64
 }
 
 // DefaultConfig returns a Config with every default filled in; the caller

@@ -75,3 +75,54 @@ func TestOnAppendEntriesReportsAnsweredRequestsWithEntries(t *testing.T) {
 		}
 	}
 }
+
+// TestCommitLimitBoundsTheCommitIndexSent: with Config.CommitLimit set,
+// the follower receives a commit index no higher than the limit, unary and
+// pipelined, and raft's own request is left as it was.
+func TestCommitLimitBoundsTheCommitIndexSent(t *testing.T) {
+	leader := startNode(t, "127.0.0.1:0", func(c *Config) {
+		c.CommitLimit = func() uint64 { return 1 }
+	})
+	follower := startNode(t, "127.0.0.1:0", nil)
+	got := make(chan uint64, 4)
+	go func() {
+		for {
+			select {
+			case rpc := <-follower.tr.Consumer():
+				req := rpc.Command.(*raft.AppendEntriesRequest)
+				got <- req.LeaderCommitIndex
+				rpc.Respond(&raft.AppendEntriesResponse{Term: req.Term, LastLog: req.PrevLogEntry + uint64(len(req.Entries)), Success: true}, nil)
+			case <-t.Context().Done():
+				return
+			}
+		}
+	}()
+	var resp raft.AppendEntriesResponse
+	req := appendRequest(leader, 0, 3, 8)
+	req.LeaderCommitIndex = 3
+	if err := leader.tr.AppendEntries("f1", follower.addr, req, &resp); err != nil {
+		t.Fatalf("unary: %v", err)
+	}
+	if c := <-got; c != 1 {
+		t.Errorf("unary: the follower was sent commit index %d, want 1 (the limit)", c)
+	}
+	if req.LeaderCommitIndex != 3 {
+		t.Errorf("raft's request was changed: commit index %d, want 3", req.LeaderCommitIndex)
+	}
+	p, err := leader.tr.AppendEntriesPipeline("f1", follower.addr)
+	if err != nil {
+		t.Fatalf("pipeline: %v", err)
+	}
+	defer p.Close()
+	req = appendRequest(leader, 3, 1, 8)
+	req.LeaderCommitIndex = 3
+	if _, err := p.AppendEntries(req, &resp); err != nil {
+		t.Fatalf("pipelined send: %v", err)
+	}
+	if err := (<-p.Consumer()).Error(); err != nil {
+		t.Fatalf("pipelined answer: %v", err)
+	}
+	if c := <-got; c != 1 {
+		t.Errorf("pipelined: the follower was sent commit index %d, want 1 (the limit)", c)
+	}
+}

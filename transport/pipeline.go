@@ -95,7 +95,7 @@ type pipeline struct {
 // fails every call returns that error; after Close it returns
 // raft.ErrPipelineShutdown.
 func (p *pipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
-	msg := appendEntriesRequestToPB(args)
+	msg := p.t.appendEntriesToPB(args)
 	f := &appendFuture{start: time.Now(), args: args, resp: resp, done: make(chan struct{})}
 
 	p.sendMu.Lock()

@@ -243,7 +243,7 @@ func (t *Transport) AppendEntries(id raft.ServerID, target raft.ServerAddress, a
 	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.Timeout)
 	defer cancel()
 	sent := time.Now()
-	out, err := c.AppendEntries(ctx, appendEntriesRequestToPB(args))
+	out, err := c.AppendEntries(ctx, t.appendEntriesToPB(args))
 	if err == nil {
 		t.appended(id, args, sent)
 		err = appendEntriesResponseFromPB(out, resp)
@@ -252,6 +252,16 @@ func (t *Transport) AppendEntries(id raft.ServerID, target raft.ServerAddress, a
 		return t.callError("append-entries", target, err)
 	}
 	return nil
+}
+
+// appendEntriesToPB converts args for the wire, its commit index bounded
+// by Config.CommitLimit.
+func (t *Transport) appendEntriesToPB(args *raft.AppendEntriesRequest) *transportpb.AppendEntriesRequest {
+	msg := appendEntriesRequestToPB(args)
+	if t.cfg.CommitLimit != nil {
+		msg.LeaderCommitIndex = min(msg.LeaderCommitIndex, t.cfg.CommitLimit())
+	}
+	return msg
 }
 
 // appended reports an answered AppendEntries sent at sent to
