@@ -279,14 +279,26 @@ func short(id string) string {
 func CheckGrantIntervals(h []history.Record, skewMargin time.Duration) Result {
 	f := NewFinding(NameGrantIntervals)
 	var events []history.Record
-	gaps := 0
+	var gapAt []string // the last position seen before each gap
 	for _, r := range h {
 		switch r.Type {
 		case history.OpEvent:
 			events = append(events, r)
 		case history.OpWatchGap:
-			gaps++
+			gapAt = append(gapAt, r.Position)
 		}
+	}
+	gaps := len(gapAt)
+	// gapBetween reports whether events after from and before to may be
+	// missing: a gap began at or after from and before to (a gap without
+	// a position may lie anywhere).
+	gapBetween := func(from, to string) bool {
+		for _, g := range gapAt {
+			if g == "" || (!positionLess(g, from) && positionLess(g, to)) {
+				return true
+			}
+		}
+		return false
 	}
 	sort.SliceStable(events, func(i, j int) bool { return positionLess(events[i].Position, events[j].Position) })
 	type cur struct {
@@ -295,7 +307,8 @@ func CheckGrantIntervals(h []history.Record, skewMargin time.Duration) Result {
 		expiresAt int64
 		endedAt   int64 // cluster time of release; 0 while live
 		expired   bool
-		pos       string
+		pos       string // the lease's grant event
+		last      string // the lease's last event seen
 	}
 	live := map[string]*cur{}
 	granted := map[string]bool{}
@@ -308,6 +321,13 @@ func CheckGrantIntervals(h []history.Record, skewMargin time.Duration) Result {
 			// Whether the previous lease was then removed by expiry or not,
 			// a new grant must come after its release or its bound.
 			if c != nil && c.lease != e.Lease {
+				if c.endedAt == 0 && !c.expired && gapBetween(c.last, e.Position) {
+					// The previous lease's release or expiry may be in the gap.
+					f.Unknown("resource %q: token %d granted at %s (event %s) with token %d's end not seen (watch gap after %s)",
+						e.Resource, e.Token, ct(e.GrantedAt), e.Position, c.token, c.last)
+					live[e.Resource] = &cur{lease: e.Lease, token: e.Token, expiresAt: e.ExpiresAt, pos: e.Position, last: e.Position}
+					continue
+				}
 				switch {
 				case c.endedAt != 0 && e.GrantedAt < c.endedAt:
 					f.Invalid(AnomalyOverlappingGrants, "resource %q: token %d granted at %s, before token %d was released at %s",
@@ -317,13 +337,15 @@ func CheckGrantIntervals(h []history.Record, skewMargin time.Duration) Result {
 						e.Resource, e.Token, ct(e.GrantedAt), e.Position, c.token, c.pos, ct(c.expiresAt), skewMargin)
 				}
 			}
-			live[e.Resource] = &cur{lease: e.Lease, token: e.Token, expiresAt: e.ExpiresAt, pos: e.Position}
+			live[e.Resource] = &cur{lease: e.Lease, token: e.Token, expiresAt: e.ExpiresAt, pos: e.Position, last: e.Position}
 		case "renewed":
 			if c == nil || c.lease != e.Lease || c.endedAt != 0 || c.expired {
 				// Not the resource's current live lease: its renewal must
 				// have been refused. Over a gap in the stream the lease's
-				// own events may be missing, so then it is undecided.
-				if gaps > 0 && c == nil {
+				// own grant may be missing (a watcher that resumes after a
+				// gap sees renewals of a lease granted inside it), so a
+				// renewal of a lease never seen granted is then undecided.
+				if gaps > 0 && !granted[e.Lease] {
 					f.Unknown("resource %q: renewal of token %d with no grant seen (watch gaps)", e.Resource, e.Token)
 					continue
 				}
@@ -332,9 +354,15 @@ func CheckGrantIntervals(h []history.Record, skewMargin time.Duration) Result {
 				continue
 			}
 			if e.ClusterNow > c.expiresAt {
-				f.Invalid(AnomalyRenewAfterExpiry, "resource %q: token %d renewed at %s, after it expired at %s", e.Resource, e.Token, ct(e.ClusterNow), ct(c.expiresAt))
+				if gapBetween(c.last, e.Position) {
+					// A renewal that extended it may be in the gap.
+					f.Unknown("resource %q: token %d renewed at %s, after the expiry %s last seen (watch gap after %s)", e.Resource, e.Token, ct(e.ClusterNow), ct(c.expiresAt), c.last)
+				} else {
+					f.Invalid(AnomalyRenewAfterExpiry, "resource %q: token %d renewed at %s, after it expired at %s", e.Resource, e.Token, ct(e.ClusterNow), ct(c.expiresAt))
+				}
 			}
 			c.expiresAt = e.ExpiresAt
+			c.last = e.Position
 		case "released":
 			if c != nil && c.lease == e.Lease && c.endedAt == 0 {
 				c.endedAt = e.ClusterNow
