@@ -193,3 +193,53 @@ func TestLeaderLogDrainsBeforeAFollowerTouchesIt(t *testing.T) {
 		t.Fatal("entry 2 reported durable after its deletion")
 	}
 }
+
+// raft records a snapshot at the last entry it handed the state machine,
+// which can be one that Apply never sees (here a barrier) and that the
+// leader has not written yet. A snapshot taken then, persisted, would
+// outlive a kill that loses the leader's queue: at restart raft would
+// append after the snapshot while the log ends before it ("non-monotonic
+// log entries", seen in the harness's lose-tail nemesis). The snapshot
+// waits for the write.
+func TestSnapshotWaitsForTheLeadersWrite(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	_, leader := tc.leader()
+	entered, release := holdLeaderWrites(t, leader)
+	if err := leader.Raft().Barrier(10 * time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	default:
+		t.Fatal("the barrier was applied with the leader's write not even started")
+	}
+	durable := leader.llog.Durable()
+	taken := make(chan raft.SnapshotFuture, 1)
+	go func() {
+		f := leader.Raft().Snapshot()
+		_ = f.Error() // waits for the snapshot
+		taken <- f
+	}()
+	select {
+	case f := <-taken:
+		if err := f.Error(); err == nil {
+			meta, _, _ := f.Open()
+			t.Fatalf("a snapshot at index %d was taken while the leader's log was durable only to %d", meta.Index, durable)
+		}
+		t.Fatalf("snapshot: %v", f.Error())
+	case <-time.After(300 * time.Millisecond):
+	}
+	release()
+	f := <-taken
+	if err := f.Error(); err != nil {
+		t.Fatal(err)
+	}
+	meta, rc, err := f.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Close()
+	if d := leader.llog.Durable(); meta.Index > d {
+		t.Fatalf("snapshot at %d past the durable log (%d)", meta.Index, d)
+	}
+}

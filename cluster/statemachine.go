@@ -65,6 +65,7 @@ type stateMachine struct {
 	// it. Nil: no wait (a state machine outside a node).
 	durable interface {
 		waitDurable(ctx context.Context, index uint64) error
+		drain() error
 	}
 }
 
@@ -189,6 +190,16 @@ func (m *stateMachine) stateHash() ([]byte, uint64, error) {
 func (m *stateMachine) Snapshot() (raft.FSMSnapshot, error) {
 	if errp := m.failed.Load(); errp != nil {
 		return nil, *errp
+	}
+	if m.durable != nil {
+		// raft records the snapshot at the last entry it handed this
+		// state machine, which may be one Apply never sees (a no-op, a
+		// barrier, a configuration) and the leader may not have written
+		// yet: a snapshot past the log's end would outlive a kill that
+		// loses the queue, and the next write would not follow the log.
+		if err := m.durable.drain(); err != nil {
+			return nil, err
+		}
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
