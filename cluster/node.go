@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -455,7 +456,12 @@ func (n *Node) buildServers() error {
 		},
 		// Followers apply only what the leader holds on disk too
 		// (leaderlog.go, rule 2); raft runs after n.llog is set.
-		CommitLimit: func() uint64 { return n.llog.Durable() },
+		CommitLimit: func() uint64 {
+			if n.planted(BugLeaderUnwritten) {
+				return math.MaxUint64
+			}
+			return n.llog.Durable()
+		},
 	})
 	if err != nil {
 		return err
@@ -512,6 +518,11 @@ func (n *Node) startRaft(ctx context.Context, rs raftStores) (existing bool, err
 	}
 	n.sm.logs = rs.logs
 	n.sm.durable = rs.logs
+	if n.planted(BugLeaderUnwritten) {
+		n.sm.applyEarly = true
+		slow := func() { time.Sleep(plantedWriteDelay) }
+		rs.logs.testBeforeWrite.Store(&slow)
+	}
 	if err := guardDisk(cfg.DataDir, func() (err error) {
 		n.raft, err = raft.NewRaft(rc, n.sm, rs.logs, store, snaps, n.tr)
 		return err

@@ -67,6 +67,9 @@ type stateMachine struct {
 		waitDurable(ctx context.Context, index uint64) error
 		drain() error
 	}
+	// applyEarly is the planted leader-applies-unwritten defect: Apply
+	// does not wait for the log (snapshots still do).
+	applyEarly bool
 }
 
 func newStateMachine(h *hub, log hclog.Logger, onFatal func(error), opts ...fsm.Option) *stateMachine {
@@ -84,7 +87,7 @@ func (m *stateMachine) Apply(l *raft.Log) interface{} {
 		return nil
 	}
 	start := time.Now()
-	if m.durable != nil {
+	if m.durable != nil && !m.applyEarly {
 		if err := m.durable.waitDurable(context.Background(), l.Index); err != nil {
 			// The log failed (the node is stopping) or closed: the entry
 			// is not applied, nor anything after it.

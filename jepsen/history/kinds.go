@@ -114,6 +114,13 @@ const (
 	// while the cut holds, kills -9 a node of the majority (the leader when
 	// there is one), then heals both: a partition during a kill.
 	NemPartitionKill = "partition-kill"
+	// NemLoseTail cuts a minority of followers off, lets the leader and
+	// the other followers serve, then kills -9 the leader (what it had
+	// not yet written to its log is gone, as in a power cut: the leader
+	// writes while it replicates) and stops those followers; the leader,
+	// restarted, and the followers that were cut off elect without them.
+	// An entry only the stopped followers held was never acknowledged.
+	NemLoseTail = "lose-tail"
 )
 
 // Realised in nemesis/membership.go.

@@ -171,6 +171,86 @@ func (n *Nemesis) partitionKill(ctx context.Context, hold time.Duration) {
 		Detail:    errString(joinErrs(errList(rerr, herr)), fmt.Sprintf("restarted %s, healed; traffic held back %d", victim, st.HeldTotal()))})
 }
 
+// loseTail is the power cut the leader's early answers would not survive
+// (cluster/DESIGN.md, "The leader's log"): a minority of followers is cut
+// off, the leader and the other followers (served) commit without them,
+// then the leader is killed -9 and served stopped with SIGSTOP at once.
+// The leader loses what it had queued and not written, as a power cut
+// would. It is restarted and the cut healed, so that it and the followers
+// that were cut off, a majority, elect a leader without served; served
+// continue after hold. Only an entry that served alone held may be
+// overwritten: one that was answered or applied must survive. Effective
+// when the cut, the kill and every stop took and a leader was seen among
+// the leader and the cut-off followers after the heal.
+func (n *Nemesis) loseTail(ctx context.Context, hold time.Duration) {
+	if n.net == nil {
+		n.notDone(history.NemLoseTail, "error: the cluster has no Net (started without a net mode)")
+		return
+	}
+	bg := context.WithoutCancel(ctx)
+	leader, term := n.currentTerm(bg)
+	if leader == "" {
+		n.notDone(history.NemLoseTail, "no leader to kill")
+		return
+	}
+	ids := n.nodes.Nodes()
+	if len(ids) < 3 || len(ids)%2 == 0 {
+		// The leader and the cut-off followers, and the leader and the
+		// rest, are both majorities only when the cluster is odd.
+		n.notDone(history.NemLoseTail, fmt.Sprintf("needs an odd number of nodes, not %d", len(ids)))
+		return
+	}
+	var followers []string
+	for _, id := range ids {
+		if id != leader {
+			followers = append(followers, id)
+		}
+	}
+	n.rng.Shuffle(len(followers), func(a, b int) { followers[a], followers[b] = followers[b], followers[a] })
+	k := (len(ids) - 1) / 2
+	cutOff, served := followers[:k], followers[k:]
+	g := map[string][]string{}
+	for _, x := range cutOff {
+		for _, y := range append([]string{leader}, served...) {
+			g[x] = append(g[x], y)
+			g[y] = append(g[y], x)
+		}
+	}
+	err := n.net.Partition(g)
+	n.progress(fmt.Sprintf("nemesis: lose-tail: %s cut off; %s and %s serve, then lose the leader's unwritten tail", strings.Join(cutOff, ","), leader, strings.Join(served, ",")))
+	sleepCtx(bg, time.Second) // the leader commits with served alone
+	kerr := n.nodes.Kill9(leader)
+	var errs []string
+	stoppedAll := true
+	for _, id := range served {
+		stopped, perr := n.nodes.Pause(id)
+		stoppedAll = stoppedAll && stopped
+		if perr != nil {
+			errs = append(errs, id+": "+perr.Error())
+		}
+	}
+	n.record(history.Fault{Phase: "start", Kind: history.NemLoseTail, Target: leader, Leader: true,
+		Detail: errString(joinErrs(append(errList(err, kerr), errs...)), fmt.Sprintf("cut off %s; leader %s at term %d; then SIGKILL %s and SIGSTOP %s",
+			strings.Join(cutOff, ","), leader, term, leader, strings.Join(served, ",")))})
+	rerr := n.nodes.Restart(leader)
+	herr := n.net.Heal()
+	if hold < 3*time.Second {
+		hold = 3 * time.Second // a restart and an election without served
+	}
+	obs := n.observe(bg, hold)
+	nl := obs.leaderIn(append([]string{leader}, cutOff...), "", term+1)
+	var cerrs []string
+	for _, id := range served {
+		if err := n.nodes.Resume(id); err != nil {
+			cerrs = append(cerrs, id+": "+err.Error())
+		}
+	}
+	n.record(history.Fault{Phase: "heal", Kind: history.NemLoseTail, Target: leader,
+		Effective: err == nil && kerr == nil && len(errs) == 0 && stoppedAll && nl != "",
+		Detail: errString(joinErrs(append(errList(rerr, herr), cerrs...)), fmt.Sprintf("restarted %s, healed; leader without %s: %s; SIGCONT %s",
+			leader, strings.Join(served, ","), orNone(nl), strings.Join(served, ",")))})
+}
+
 func errList(errs ...error) []string {
 	var out []string
 	for _, e := range errs {
