@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -86,6 +87,23 @@ func (n *Node) members() ([]raft.Server, uint64, error) {
 	return cf.Configuration().Servers, cf.Index(), nil
 }
 
+// configWritten waits until the leader's log holds the configuration at
+// index (members' index) on disk, before a change that follows it is
+// proposed. raft takes a new change once the previous one is committed,
+// and it counts the leader, which writes its log while it replicates
+// (leaderlog.go), before that write: two changes in a row could rest on
+// followers alone, and a power cut on the leader could leave the old and
+// the new configuration each with a quorum of its own. Once written, the
+// previous change is on a majority of the configuration before it; the
+// change then names index as its previous one, so raft refuses it if
+// another came in between.
+func (n *Node) configWritten(ctx context.Context, index uint64) error {
+	if err := n.llog.waitDurable(ctx, index); err != nil {
+		return toStatus(err)
+	}
+	return nil
+}
+
 // adminAtLeader is the prelude the administrative calls share (Join,
 // Remove, TransferLeadership, Snapshot), after each has checked its own
 // request: the caller must be an administrator (authorize, permAdmin); and a node
@@ -148,6 +166,9 @@ func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.J
 	if err != nil {
 		return nil, err
 	}
+	if err := s.n.configWritten(ctx, index); err != nil {
+		return nil, err
+	}
 	for _, srv := range servers {
 		switch {
 		case string(srv.ID) == req.Id && string(srv.Address) == req.Addr:
@@ -176,7 +197,7 @@ func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.J
 		return nil, toStatus(s.n.raftError(err))
 	}
 	if err := s.n.llog.waitDurable(ctx, f.Index()); err != nil {
-		return nil, toStatus(err) // as in Remove
+		return nil, toStatus(fmt.Errorf("%w: member add committed, not yet written to the leader's log: %v", ErrIndeterminate, err))
 	}
 	s.n.log.Info("member added", "member-id", req.Id, "member-addr", req.Addr, "nonvoter", req.Nonvoter)
 	return &api.JoinResponse{}, nil
@@ -196,6 +217,9 @@ func (s *clusterService) Remove(ctx context.Context, req *api.RemoveRequest) (*a
 	}
 	servers, index, err := s.n.members()
 	if err != nil {
+		return nil, err
+	}
+	if err := s.n.configWritten(ctx, index); err != nil {
 		return nil, err
 	}
 	var (
@@ -236,7 +260,7 @@ func (s *clusterService) Remove(ctx context.Context, req *api.RemoveRequest) (*a
 	// raft reports a change committed before the leader's own write of it
 	// may be done (leaderlog.go): answer once it is.
 	if err := s.n.llog.waitDurable(ctx, f.Index()); err != nil {
-		return nil, toStatus(err)
+		return nil, toStatus(fmt.Errorf("%w: member removal committed, not yet written to the leader's log: %v", ErrIndeterminate, err))
 	}
 	s.n.log.Info("member removed", "member-id", req.Id)
 	return &api.RemoveResponse{}, nil

@@ -249,15 +249,26 @@ func (l *leaderLog) waitDurable(ctx context.Context, index uint64) error {
 }
 
 // drain waits until what is queued now is written (not what the leader
-// queues meanwhile), or the log fails.
+// queues meanwhile), or the log fails. It waits for those entries to
+// leave the queue, not for the durable index to reach them: a follower
+// deleting its tail may lower that index below them once written.
 func (l *leaderLog) drain() error {
 	l.mu.Lock()
-	last, err := l.queuedLast(), l.err
+	target := l.queuedLast()
 	l.mu.Unlock()
-	if err != nil || last == 0 {
-		return err
+	for target != 0 {
+		l.mu.Lock()
+		first, err, ch := l.queuedFirst(), l.err, l.changed
+		l.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if first == 0 || first > target {
+			return nil
+		}
+		<-ch
 	}
-	return l.waitDurable(context.Background(), last)
+	return nil
 }
 
 // queuedLast is the index of the last entry queued or being written, 0

@@ -2,12 +2,17 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/leasefence/leasefence/fsm"
+	"github.com/leasefence/leasefence/fsm/fsmpb"
 )
 
 // holdLeaderWrites makes n's log writer wait, before each batch the
@@ -241,5 +246,32 @@ func TestSnapshotWaitsForTheLeadersWrite(t *testing.T) {
 	rc.Close()
 	if d := leader.llog.Durable(); meta.Index > d {
 		t.Fatalf("snapshot at %d past the durable log (%d)", meta.Index, d)
+	}
+}
+
+// failedLog is a log whose writes failed.
+type failedLog struct{ err error }
+
+func (f failedLog) waitDurable(context.Context, uint64) error { return f.err }
+func (f failedLog) drain() error                              { return f.err }
+
+// An entry raft committed but this node could not write is not applied
+// here, and its proposer hears that the outcome is unknown (the followers
+// raft counted hold it; the next leader may apply it), not that it failed:
+// a client told "failed" would drop a lease it may hold.
+func TestAnEntryCommittedButNotWrittenIsIndeterminate(t *testing.T) {
+	m := newStateMachine(newHub(16), hclog.NewNullLogger(), nil)
+	m.durable = failedLog{errors.New("disk on fire")}
+	data, err := fsm.EncodeBatch(&fsmpb.Batch{NowNs: 1e9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := m.Apply(&raft.Log{Index: 3, Term: 1, Type: raft.LogCommand, Data: data})
+	e, ok := got.(error)
+	if !ok || !errors.Is(e, ErrIndeterminate) {
+		t.Fatalf("Apply answered %v, want an error wrapping ErrIndeterminate", got)
+	}
+	if m.applied.Load() != 0 {
+		t.Fatalf("applied %d, want nothing applied", m.applied.Load())
 	}
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -482,6 +483,10 @@ func (n *Node) proposeBatch(batch []*proposal, slot bool) (handed bool) {
 			old := n.adm.latency.Load()
 			n.adm.latency.Store(old + (lat-old)/8)
 		case error:
+			if errors.Is(r, ErrIndeterminate) {
+				fail(r) // committed, not applied here (stateMachine.Apply)
+				return
+			}
 			fail(fmt.Errorf("%w: %v", ErrFailed, r))
 		default:
 			fail(fmt.Errorf("%w: unexpected apply response %T", ErrFailed, r))

@@ -90,8 +90,10 @@ func (m *stateMachine) Apply(l *raft.Log) interface{} {
 	if m.durable != nil && !m.applyEarly {
 		if err := m.durable.waitDurable(context.Background(), l.Index); err != nil {
 			// The log failed (the node is stopping) or closed: the entry
-			// is not applied, nor anything after it.
-			err = fmt.Errorf("cluster: log entry %d not applied: %w", l.Index, err)
+			// is not applied here, nor anything after it. raft committed
+			// it on the followers it counted, so the next leader may
+			// apply it: its outcome is unknown, not failed.
+			err = fmt.Errorf("%w: log entry %d committed, but not written to this node's log: %v", ErrIndeterminate, l.Index, err)
 			m.failed.Store(&err)
 			return err
 		}
