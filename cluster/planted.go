@@ -26,7 +26,7 @@ var PlantedBugs = map[string]string{
 	BugForwardNoTimeout:   "a follower forwards a call to the leader it knows and waits out the caller's deadline when that leader is silent (no hop timeout, no re-route)",
 	BugAddUnprobed:        "the leader adds a member as a voter without probing it and without the quorum rule, so unreachable voters can cost the cluster its quorum",
 	BugClusterIDUnchecked: "Raft RPCs carry and check no cluster id, so a founding node restored with another backup or bump votes, replicates and can lead",
-	BugLeaderUnwritten:    "the leader applies and answers an entry, and tells followers it is committed, before its own log write (held 50 ms, a slow disk) is done: a power cut can lose what it answered",
+	BugLeaderUnwritten:    "the leader applies and answers an entry, and tells followers it is committed, before its own log write (held 100 ms, a slow disk) is done: a power cut can lose what it answered",
 }
 
 // TestingKnobs are per-node test switches (Config.Testing), compiled in

@@ -27,7 +27,7 @@ const (
 // plantedWriteDelay is how long the planted leader-applies-unwritten
 // defect holds each write of the leader's log: a slow disk, so that what
 // the leader answers early is often still unwritten when it dies.
-const plantedWriteDelay = 50 * time.Millisecond
+const plantedWriteDelay = 100 * time.Millisecond
 
 // planted reports whether this node's knobs (Config.Testing) switch the
 // defect name on: never in a release build.

@@ -63,7 +63,7 @@ var PlantedBugs = []PlantedBug{
 		Nemeses: []string{history.NemStorage}, Time: 30 * time.Second, Catch: []string{checker.NameStorage}},
 	{Name: "forward-no-timeout", In: "leased", What: "a follower forwarding to a silent leader waits out the caller's deadline (no hop timeout, no re-route)",
 		Nemeses: []string{history.NemPauseLeader}, Time: 30 * time.Second, Catch: []string{checker.NameUnavailability}},
-	{Name: "leader-applies-unwritten", In: "leased", What: "the leader applies and answers an entry, and tells followers it is committed, before its own log write (held 50 ms) is done",
+	{Name: "leader-applies-unwritten", In: "leased", What: "the leader applies and answers an entry, and tells followers it is committed, before its own log write (held 100 ms) is done",
 		Nemeses: []string{history.NemLoseTail}, Time: 45 * time.Second, Catch: []string{checker.NameDurable, checker.NameTokens, checker.NameLinearizable, checker.NameConverge}},
 	{Name: "add-unprobed", In: "leased", What: "the leader adds a member as a voter without probing it and without the quorum rule",
 		Nemeses: []string{history.NemMemberUnreachable}, Time: 25 * time.Second, Catch: []string{checker.NameMembershipQuorum}},
