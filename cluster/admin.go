@@ -104,6 +104,17 @@ func (n *Node) configWritten(ctx context.Context, index uint64) error {
 	return nil
 }
 
+// changeWritten waits, after raft committed the membership change f,
+// until the leader's log holds it on disk (leaderlog.go): raft reports it
+// committed once the followers it counted hold it. If the wait ends first
+// the change may stand: its outcome is unknown.
+func (n *Node) changeWritten(ctx context.Context, f raft.IndexFuture, what string) error {
+	if err := n.llog.waitDurable(ctx, f.Index()); err != nil {
+		return toStatus(fmt.Errorf("%w: %s committed, not yet written to the leader's log: %v", ErrIndeterminate, what, err))
+	}
+	return nil
+}
+
 // adminAtLeader is the prelude the administrative calls share (Join,
 // Remove, TransferLeadership, Snapshot), after each has checked its own
 // request: the caller must be an administrator (authorize, permAdmin); and a node
@@ -196,8 +207,8 @@ func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.J
 	if err := f.Error(); err != nil {
 		return nil, toStatus(s.n.raftError(err))
 	}
-	if err := s.n.llog.waitDurable(ctx, f.Index()); err != nil {
-		return nil, toStatus(fmt.Errorf("%w: member add committed, not yet written to the leader's log: %v", ErrIndeterminate, err))
+	if err := s.n.changeWritten(ctx, f, "member add"); err != nil {
+		return nil, err
 	}
 	s.n.log.Info("member added", "member-id", req.Id, "member-addr", req.Addr, "nonvoter", req.Nonvoter)
 	return &api.JoinResponse{}, nil
@@ -257,10 +268,8 @@ func (s *clusterService) Remove(ctx context.Context, req *api.RemoveRequest) (*a
 	if err := f.Error(); err != nil {
 		return nil, toStatus(s.n.raftError(err))
 	}
-	// raft reports a change committed before the leader's own write of it
-	// may be done (leaderlog.go): answer once it is.
-	if err := s.n.llog.waitDurable(ctx, f.Index()); err != nil {
-		return nil, toStatus(fmt.Errorf("%w: member removal committed, not yet written to the leader's log: %v", ErrIndeterminate, err))
+	if err := s.n.changeWritten(ctx, f, "member removal"); err != nil {
+		return nil, err
 	}
 	s.n.log.Info("member removed", "member-id", req.Id)
 	return &api.RemoveResponse{}, nil

@@ -52,9 +52,12 @@ type leaderLog struct {
 	wmu sync.Mutex // held over every call that writes the store below
 
 	mu      sync.Mutex
-	queue   []*raft.Log   // queued by the leader, not yet taken by the writer
-	writing []*raft.Log   // taken by the writer, being written
-	durable uint64        // every entry the log holds at or below this index is written
+	queue   []*raft.Log // queued by the leader, not yet taken by the writer
+	writing []*raft.Log // taken by the writer, being written
+	// durable: every entry the log holds at or below this index is
+	// written. Changed under mu (with a signal); read without it on the
+	// hot paths (each AppendEntries sent, each entry applied).
+	durable atomic.Uint64
 	err     error         // a failed write, or errLogClosed: nothing more is written
 	closed  bool          // close has begun: kick is closed
 	changed chan struct{} // closed and replaced when durable, writing or err change
@@ -69,8 +72,9 @@ func newLeaderLog(store raft.LogStore) (*leaderLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &leaderLog{LogStore: store, durable: last, changed: make(chan struct{}),
+	l := &leaderLog{LogStore: store, changed: make(chan struct{}),
 		kick: make(chan struct{}, 1), done: make(chan struct{})}
+	l.durable.Store(last)
 	go l.loop()
 	return l, nil
 }
@@ -147,13 +151,9 @@ func (l *leaderLog) GetLog(index uint64, log *raft.Log) error {
 func (l *leaderLog) find(index uint64) *raft.Log {
 	for _, q := range [][]*raft.Log{l.writing, l.queue} {
 		if n := len(q); n > 0 && index >= q[0].Index && index <= q[n-1].Index {
+			// raft hands over consecutive indexes.
 			if off := index - q[0].Index; off < uint64(n) && q[off].Index == index {
 				return q[off]
-			}
-			for _, e := range q { // not contiguous: never seen, but be exact
-				if e.Index == index {
-					return e
-				}
 			}
 		}
 	}
@@ -205,8 +205,8 @@ func (l *leaderLog) DeleteRange(min, max uint64) error {
 	}
 	if max >= last && min > 0 {
 		l.mu.Lock()
-		if l.durable >= min {
-			l.durable = min - 1
+		if l.durable.Load() >= min {
+			l.durable.Store(min - 1)
 			l.signal()
 		}
 		l.mu.Unlock()
@@ -221,18 +221,17 @@ func (l *leaderLog) IsMonotonic() bool {
 }
 
 // Durable returns the index up to which the log is on disk.
-func (l *leaderLog) Durable() uint64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.durable
-}
+func (l *leaderLog) Durable() uint64 { return l.durable.Load() }
 
 // waitDurable waits until the log holds index on disk, the log fails or
 // closes (its error), or ctx ends (ctx's).
 func (l *leaderLog) waitDurable(ctx context.Context, index uint64) error {
 	for {
+		if l.durable.Load() >= index {
+			return nil // the common case: no lock
+		}
 		l.mu.Lock()
-		d, err, ch := l.durable, l.err, l.changed
+		d, err, ch := l.durable.Load(), l.err, l.changed
 		l.mu.Unlock()
 		if d >= index {
 			return nil
@@ -328,8 +327,8 @@ func (l *leaderLog) loop() {
 
 // advance records entries up to index as written; l.mu held.
 func (l *leaderLog) advance(index uint64) {
-	if index > l.durable {
-		l.durable = index
+	if index > l.durable.Load() {
+		l.durable.Store(index)
 	}
 	l.signal()
 }

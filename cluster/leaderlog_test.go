@@ -215,8 +215,8 @@ func TestSnapshotWaitsForTheLeadersWrite(t *testing.T) {
 	}
 	select {
 	case <-entered:
-	default:
-		t.Fatal("the barrier was applied with the leader's write not even started")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leader's writer never took the barrier")
 	}
 	durable := leader.llog.Durable()
 	taken := make(chan raft.SnapshotFuture, 1)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/http"
 	"os"
@@ -445,6 +444,13 @@ func (n *Node) buildServers() error {
 		}
 		routes[raft.ServerAddress(from)] = via
 	}
+	// Followers apply only what the leader holds on disk too
+	// (leaderlog.go, rule 2); raft runs after n.llog is set. The planted
+	// leader-applies-unwritten sends raft's commit index unbounded.
+	var commitLimit func() uint64
+	if !n.planted(BugLeaderUnwritten) {
+		commitLimit = func() uint64 { return n.llog.Durable() }
+	}
 	n.tr, err = transport.New(transport.Config{
 		LocalAddr:   raft.ServerAddress(n.addr),
 		Logger:      cfg.Logger,
@@ -454,14 +460,7 @@ func (n *Node) buildServers() error {
 		OnAppendEntries: func(peer raft.ServerID, rtt time.Duration) {
 			n.metrics.replication.WithLabelValues(string(peer)).Observe(rtt.Seconds())
 		},
-		// Followers apply only what the leader holds on disk too
-		// (leaderlog.go, rule 2); raft runs after n.llog is set.
-		CommitLimit: func() uint64 {
-			if n.planted(BugLeaderUnwritten) {
-				return math.MaxUint64
-			}
-			return n.llog.Durable()
-		},
+		CommitLimit: commitLimit,
 	})
 	if err != nil {
 		return err

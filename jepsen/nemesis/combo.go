@@ -210,12 +210,7 @@ func (n *Nemesis) loseTail(ctx context.Context, hold time.Duration) {
 	k := (len(ids) - 1) / 2
 	cutOff, served := followers[:k], followers[k:]
 	g := map[string][]string{}
-	for _, x := range cutOff {
-		for _, y := range append([]string{leader}, served...) {
-			g[x] = append(g[x], y)
-			g[y] = append(g[y], x)
-		}
-	}
+	cutBetween(g, cutOff, append([]string{leader}, served...))
 	err := n.net.Partition(g)
 	n.progress(fmt.Sprintf("nemesis: lose-tail: %s cut off; %s and %s serve, then lose the leader's unwritten tail", strings.Join(cutOff, ","), leader, strings.Join(served, ",")))
 	sleepCtx(bg, time.Second) // the leader commits with served alone

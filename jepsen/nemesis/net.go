@@ -106,6 +106,16 @@ func (n *Nemesis) currentTerm(ctx context.Context) (string, uint64) {
 	return leader, term
 }
 
+// cutBetween adds to grudge g that a and b do not hear each other.
+func cutBetween(g map[string][]string, a, b []string) {
+	for _, x := range a {
+		for _, y := range b {
+			g[x] = append(g[x], y)
+			g[y] = append(g[y], x)
+		}
+	}
+}
+
 // grudges builds the partition of kind over ids (shuffled by the seed).
 // It returns the grudge, a description, and the sides whose majority must
 // elect a leader (nil when no such expectation holds).
@@ -113,14 +123,7 @@ func (n *Nemesis) grudge(kind, leader string, ids []string) (map[string][]string
 	ids = append([]string(nil), ids...)
 	n.rng.Shuffle(len(ids), func(a, b int) { ids[a], ids[b] = ids[b], ids[a] })
 	g := map[string][]string{}
-	cut := func(a, b []string) { // a and b do not hear each other
-		for _, x := range a {
-			for _, y := range b {
-				g[x] = append(g[x], y)
-				g[y] = append(g[y], x)
-			}
-		}
-	}
+	cut := func(a, b []string) { cutBetween(g, a, b) }
 	switch kind {
 	case history.NemPartitionLeader:
 		if leader == "" {
