@@ -148,12 +148,13 @@ jepsen: jepsen-bin
 		--nemesis $(JEPSEN_NEMESIS) --net $(JEPSEN_NET) $(JEPSEN_ARGS)
 
 # jepsen-quick is the suite .ci/run runs, on 3 nodes, 6 workers and 3
-# resources to keep it short: four fenced runs (process, network, clock and
-# combined faults) and one with restores from a backup that must pass every
-# required checker, the --unfenced control that must be caught, and one
-# short run per planted bug (a plantedbugs build), each of which must be
-# caught by a checker the README's table names, within three seeds. About
-# 24 minutes (31 scenarios).
+# resources to keep it short: fenced runs (process, network, clock,
+# drift-edge and combined faults, realistic ttls, the leader's lost tail)
+# and one with restores from a backup that must pass every required
+# checker, the --unfenced control that must be caught, and one short run
+# per planted bug (a plantedbugs build), each of which must be caught by a
+# checker the README's table names, within three seeds. About 27 minutes
+# (32 scenarios).
 jepsen-quick: jepsen-bin
 	$(BIN)/jepsen suite --bin-dir $(BIN) --seed $(JEPSEN_SEED) --nodes 3 --workers 6 --resources 3 $(JEPSEN_ARGS)
 

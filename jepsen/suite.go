@@ -84,6 +84,10 @@ var FencedGroups = []struct {
 	{"clocks at the drift edge, read in ticks", []string{history.NemClockDriftEdgeCoarse}, 45 * time.Second},
 	{"combined faults", nm.ComboNemeses, 45 * time.Second},
 	{"restore from a backup", []string{history.NemRestore, history.NemRestoreMismatch}, 35 * time.Second},
+	// On its own (not with snapshot), so that the nodes keep their whole
+	// log and the watch stream has no gaps from snapshot installs
+	// (run.go, startCluster): every checker decides.
+	{"the leader's unwritten tail lost", []string{history.NemLoseTail}, 45 * time.Second},
 }
 
 // FilterScenarios keeps the scenarios whose name contains one of the
