@@ -415,14 +415,7 @@ func (r *run) startCluster(ctx context.Context) error {
 	cfg := r.cfg
 	ts := time.Now()
 	extra := append([]string{"--min-ttl", "1s", "--max-ttl", max(r.linTTL+time.Minute, 10*time.Minute).String(),
-		"--skew-margin", cfg.SkewMargin.String(), "--tick", "250ms"}, nm.SnapshotArgs...)
-	if slices.Contains(cfg.Nemeses, history.NemLoseTail) && !slices.Contains(cfg.Nemeses, history.NemSnapshot) {
-		// Snapshots as often, but the whole log kept: the followers cut off
-		// by lose-tail then catch up from the log, not by installing the
-		// leader's newest snapshot, which would cut the watcher's stream
-		// (a gap, where the watch-based checkers cannot decide).
-		extra = append(extra, "--trailing-logs", "1000000")
-	}
+		"--skew-margin", cfg.SkewMargin.String(), "--tick", "250ms"}, nm.SnapshotArgs(cfg.Nemeses)...)
 	extra = append(extra, r.edge.NodeArgs()...)
 	if UsesClock(cfg.Nemeses) {
 		extra = append(extra, ClockArgs(filepath.Join(r.dir, "logs"))...)

@@ -86,7 +86,7 @@ var FencedGroups = []struct {
 	{"restore from a backup", []string{history.NemRestore, history.NemRestoreMismatch}, 35 * time.Second},
 	// On its own (not with snapshot), so that the nodes keep their whole
 	// log and the watch stream has no gaps from snapshot installs
-	// (run.go, startCluster): every checker decides.
+	// (nemesis.SnapshotArgs): every checker decides.
 	{"the leader's unwritten tail lost", []string{history.NemLoseTail}, 45 * time.Second},
 }
 

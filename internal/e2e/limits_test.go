@@ -132,7 +132,7 @@ func TestAbusiveClientIsRefusedWhileHonestClientsAreServed(t *testing.T) {
 		// on a busy machine must not lose its connection mid-handshake (it
 		// did with 3 s in CI); the silent connections past cap and reserve
 		// are closed at once anyway, by eviction.
-		args = append(args, "--max-connections", strconv.Itoa(capN), "--handshake-timeout", "10s")
+		args = append(args, "--max-connections", strconv.Itoa(capN), "--handshake-timeout", transport.DefaultHandshakeTimeout.String())
 	}
 	abuserBin := buildAbuser(t)
 	c := testcluster.StartTLS(t, bin, 3, clientTLS, args...)

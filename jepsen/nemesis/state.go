@@ -4,16 +4,28 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
-// SnapshotArgs make the nodes snapshot and compact often, so a node that
-// was down for seconds must catch up through a snapshot (NemSnapshot) and
-// restarts restore from one.
-var SnapshotArgs = []string{"--snapshot-threshold", "32", "--snapshot-threshold-max", "32", "--trailing-logs", "32", "--snapshot-interval", "250ms"}
+// SnapshotArgs are the nodes' snapshot flags for a run of nemeses. The
+// nodes snapshot often, so that restarts restore from a snapshot, and keep
+// only 32 entries past one, so that a node down for seconds must catch up
+// through a snapshot (NemSnapshot). With lose-tail and without snapshot
+// they keep their whole log instead: the followers lose-tail cuts off then
+// catch up from the log, not by installing the leader's newest snapshot,
+// which would cut the watcher's stream (a gap, where the watch-based
+// checkers cannot decide).
+func SnapshotArgs(nemeses []string) []string {
+	trailing := "32"
+	if slices.Contains(nemeses, history.NemLoseTail) && !slices.Contains(nemeses, history.NemSnapshot) {
+		trailing = "1000000"
+	}
+	return []string{"--snapshot-threshold", "32", "--snapshot-threshold-max", "32", "--trailing-logs", trailing, "--snapshot-interval", "250ms"}
+}
 
 // installedMarker is what hashicorp/raft logs after installing a snapshot
 // sent by the leader.
