@@ -11,6 +11,7 @@
 #   CLIENTS=1,64 WORKLOADS=acquire-release,renew-unary ROUNDS=5 bench/leased-compare.sh a b
 #   METRICS_PORT=27201 CLIENTS=1 bench/leased-compare.sh a b   # and the leader's propose stages
 #   LEASEBENCH_ARGS="--spread --conns 3" CLIENTS=64 bench/leased-compare.sh a b   # through followers
+#   OLD_LEASEBENCH=/tmp/old-bin/leasebench bench/leased-compare.sh a b   # each build with its own client
 #
 # To compare flags of one build, give wrapper scripts, e.g. a file holding
 #   exec /path/leased --log-store boltdb "$@"
@@ -35,10 +36,10 @@ GO=${GO:-go}
 bench_workdir leased-compare
 (cd bench/etcd && $GO build -o "$WORK/bin/etcdbench" .)
 
-run_one() { # NAME BINARY ROUND
+run_one() { # NAME BINARY ROUND LEASEBENCH
   LEASED=$2 start_leased "$LF_PORT" "$WORK/$1-$3" "$WORK/$1-$3"
   # shellcheck disable=SC2086 # LEASEBENCH_ARGS is a list of flags
-  "$WORK/bin/leasebench" --endpoints "$lf_endpoints" --system "$1" --workload "$WORKLOADS" --concurrency "$CLIENTS" ${LEASEBENCH_ARGS:-} \
+  "$4" --endpoints "$lf_endpoints" --system "$1" --workload "$WORKLOADS" --concurrency "$CLIENTS" ${LEASEBENCH_ARGS:-} \
     --duration "$DURATION" --warmup "$WARMUP" --json >>"$WORK/results.jsonl" 2>>"$WORK/bench.log"
   if [ -n "${METRICS_PORT:-}" ]; then stage_means "$1 round $3" >>"$WORK/stages.txt"; fi
   stop_all
@@ -49,7 +50,8 @@ for round in $(seq 1 "$ROUNDS"); do
   if [ $((round % 2)) -eq 1 ]; then order=(old new); else order=(new old); fi
   echo "round $round (${order[0]} first)"
   for b in "${order[@]}"; do
-    if [ "$b" = old ]; then run_one old "$OLD" "$round"; else run_one new "$NEW" "$round"; fi
+    if [ "$b" = old ]; then run_one old "$OLD" "$round" "${OLD_LEASEBENCH:-$WORK/bin/leasebench}"
+    else run_one new "$NEW" "$round" "${NEW_LEASEBENCH:-$WORK/bin/leasebench}"; fi
   done
 done
 echo

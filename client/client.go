@@ -164,6 +164,14 @@ type Client struct {
 	wg     sync.WaitGroup
 }
 
+// streamWindow and connWindow are the flow-control windows of the
+// client's connections: what a node may send ahead on one stream (a
+// watch's events) and on the connection before the client reads it.
+const (
+	streamWindow = 1 << 20
+	connWindow   = 4 << 20
+)
+
 // New returns a client for cfg. It does not contact the cluster; the first
 // call does.
 func New(cfg Config) (*Client, error) {
@@ -174,7 +182,15 @@ func New(cfg Config) (*Client, error) {
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(cfg.TLS)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
+		// Fixed flow-control windows: a window gRPC sizes itself has the
+		// client answer the node's replies with a PING to estimate the
+		// bandwidth, a write on both sides for each call at one call at a
+		// time. The node's client server fixes its own the same way
+		// (transport.Limits.ClientServerOptions).
+		grpc.WithStaticStreamWindowSize(streamWindow),
+		grpc.WithStaticConnWindowSize(connWindow),
+	}
 	if cfg.Token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken(cfg.Token)))
 	}

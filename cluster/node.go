@@ -437,6 +437,7 @@ func (n *Node) buildServers() error {
 		unaryInts = append(unaryInts, pu)
 		streamInts = append(streamInts, ps)
 	}
+	dial = append(dial, transport.PeerDialOptions()...)
 	var routes map[raft.ServerAddress]string
 	for from, via := range cfg.Unsafe.PeerRoutes {
 		if routes == nil {

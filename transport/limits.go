@@ -63,6 +63,20 @@ const (
 	// stream and per connection.
 	clientStreamWindow = 64 << 10
 	clientConnWindow   = 1 << 20
+	// peerStreamWindow and peerConnWindow fix the HTTP/2 flow-control
+	// windows of the peer server (without TLS, everyone's) and of a
+	// node's connections to its peers (PeerServerOptions,
+	// PeerDialOptions). A window left to gRPC is sized by estimating the
+	// bandwidth-delay product, and to take each sample the receiver of a
+	// message answers it with a PING, which the sender acknowledges: at
+	// one request at a time that doubled the writes and wake-ups of each
+	// replication round trip (docs/PERFORMANCE.md, "Fixed flow-control
+	// windows"). A message larger than the stream window still passes:
+	// gRPC opens the window for a message once it has read its length.
+	// The stream window is also what a caller that sends and does not
+	// read can make the node hold on one stream.
+	peerStreamWindow = 1 << 20
+	peerConnWindow   = 16 << 20
 )
 
 // ErrLimits is returned by Limits.Check; the wrapping error says which
@@ -222,9 +236,23 @@ func (l Limits) ClientServerOptions() []grpc.ServerOption {
 }
 
 // PeerServerOptions returns the options of the server for peers (and,
-// without TLS, for everyone): the common timeouts and keepalive rules and
-// MaxPeerMessage; streams are not bounded (raft's pipeline and snapshot
-// streams, and calls forwarded by a follower for its clients).
+// without TLS, for everyone): the common timeouts and keepalive rules,
+// MaxPeerMessage and fixed flow-control windows; streams are not bounded
+// (raft's pipeline and snapshot streams, and calls forwarded by a
+// follower for its clients).
 func (l Limits) PeerServerOptions() []grpc.ServerOption {
-	return append(l.common(), grpc.MaxRecvMsgSize(l.MaxPeerMessage))
+	return append(l.common(), grpc.MaxRecvMsgSize(l.MaxPeerMessage),
+		grpc.StaticStreamWindowSize(peerStreamWindow),
+		grpc.StaticConnWindowSize(peerConnWindow),
+	)
+}
+
+// PeerDialOptions returns the options of a node's connections to its
+// peers (the Raft transport, forwarded calls): fixed flow-control windows,
+// as PeerServerOptions gives the other side.
+func PeerDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithStaticStreamWindowSize(peerStreamWindow),
+		grpc.WithStaticConnWindowSize(peerConnWindow),
+	}
 }
