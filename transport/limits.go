@@ -58,9 +58,12 @@ const (
 	// (gRPC's default is 16 MiB): a bearer token and a few short keys.
 	clientMaxHeaderList = 64 << 10
 	// clientStreamWindow and clientConnWindow fix the HTTP/2 flow-control
-	// windows of client connections (no BDP growth up to 16 MiB): the
-	// bytes a client may have buffered in the node, not yet read, per
-	// stream and per connection.
+	// windows of client connections (no BDP growth up to 16 MiB). The
+	// stream window is what a client may make the node buffer, unread, on
+	// one stream; a connection holds at most MaxStreamsPerConnection of
+	// them. The connection window bounds only bytes in transit: gRPC
+	// returns it as frames arrive, read or not, so that one stalled
+	// stream does not stop the others.
 	clientStreamWindow = 64 << 10
 	clientConnWindow   = 1 << 20
 	// peerStreamWindow and peerConnWindow fix the HTTP/2 flow-control
