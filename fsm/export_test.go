@@ -5,8 +5,8 @@ package fsm
 // HeldBy, which the node uses, against it.
 func (s *State) CountHeld(match func(holder string) bool) int {
 	n := 0
-	for _, l := range s.expiry {
-		if l.ExpiresAt >= s.now && match(l.Holder) {
+	for _, it := range s.expiry {
+		if l := it.l; l.ExpiresAt >= s.now && match(l.Holder) {
 			n++
 		}
 	}

@@ -68,7 +68,7 @@ func FuzzApply(f *testing.F) {
 			}
 			if l := e.lease; l != nil {
 				leases++
-				if l.Resource != name || s.byID[l.ID] != l || l.Token == 0 || l.Token > s.names[l.Scope].counter || s.expiry[l.heapIdx] != l {
+				if l.Resource != name || s.byID[l.ID] != l || l.Token == 0 || l.Token > s.names[l.Scope].counter || s.expiry[l.heapIdx].l != l || s.expiry[l.heapIdx].at > l.ExpiresAt {
 					t.Fatalf("invariant broken for %q: %+v", name, *l)
 				}
 			}

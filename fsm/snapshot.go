@@ -61,16 +61,19 @@ func (s *State) Snapshot() *Snapshot {
 	sn := &Snapshot{
 		now:      s.now,
 		floor:    s.floor,
-		leases:   append([]*Lease(nil), s.expiry...),
+		leases:   make([]*Lease, len(s.expiry)),
 		scopes:   make([]scopeCounter, 0, s.scopes),
 		grants:   s.grants.live(),
 		refusals: s.refusals.live(),
+	}
+	for i, it := range s.expiry {
+		sn.leases[i] = it.l
 	}
 	for name, e := range s.names {
 		c := e.counter
 		if s.knobs.planted(BugSnapshotDropsCounters) {
 			c = 0
-			for _, l := range s.expiry {
+			for _, l := range sn.leases {
 				if l.Scope == name {
 					c = max(c, l.Token)
 				}
@@ -203,8 +206,8 @@ func restore(br *bufio.Reader, opts []Option) (*State, error) {
 		lp := &l
 		s.setLease(lp)
 		s.byID[l.ID] = lp
-		s.expiry = append(s.expiry, lp)
-		lp.heapIdx = len(s.expiry) - 1
+		lp.heapIdx = len(s.expiry)
+		s.expiry = append(s.expiry, expiryItem{at: lp.ExpiresAt, l: lp})
 	}
 	heap.Init(&s.expiry)
 	for i := uint64(0); i < hdr.ScopeCount; i++ {
@@ -227,7 +230,8 @@ func restore(br *bufio.Reader, opts []Option) (*State, error) {
 		s.names[rec.Scope] = e
 		s.scopes++
 	}
-	for _, l := range s.expiry {
+	for _, it := range s.expiry {
+		l := it.l
 		if c := s.names[l.Scope].counter; l.Token > c {
 			return nil, fmt.Errorf("lease on %q has token %d above its scope counter %d", l.Resource, l.Token, c)
 		}

@@ -414,12 +414,17 @@ func (s *State) nextToken(scope string) (token uint64, ok bool) {
 	return e.counter, true
 }
 
-// NextExpiry returns the earliest expires_at of all held leases.
+// NextExpiry returns a lower bound of the earliest expires_at of all held
+// leases: the earliest unless that lease was renewed since the last Tick
+// (renewals leave the expiry heap alone). Right after a Tick it is exact,
+// or at least a second past the Tick's time less the skew margin, so a
+// leader that schedules its next Tick by it ticks early at most about once
+// a second.
 func (s *State) NextExpiry() (int64, bool) {
 	if len(s.expiry) == 0 {
 		return 0, false
 	}
-	return s.expiry[0].ExpiresAt, true
+	return s.expiry[0].at, true
 }
 
 // Apply applies one log entry. A non-nil error means the entry could not be
@@ -611,8 +616,10 @@ func (s *State) renew(a *Applied, c *fsmpb.Renew) Result {
 	l = nl
 	s.setLease(l)
 	s.byID[id] = l
-	s.expiry[l.heapIdx] = l
-	heap.Fix(&s.expiry, l.heapIdx)
+	// The item keeps its key, now stale: expires_at only moves later (now
+	// never decreases, the ttl is the grant's), and a Tick settles the
+	// item when it reaches the top (expiryHeap).
+	s.expiry[l.heapIdx].l = l
 	a.Events = append(a.Events, Event{Type: EventRenewed, Lease: l.copy(), Reason: "renew", Now: s.now})
 	return Result{Lease: l.copy(), Remaining: s.remaining(l)}
 }
@@ -634,14 +641,31 @@ func (s *State) release(a *Applied, c *fsmpb.Release) Result {
 	return Result{Released: true, Lease: out}
 }
 
+// settleAhead is how far past its own time a Tick settles renewed items of
+// the expiry heap, so that NextExpiry does not have the leader tick again at
+// once for leases renewed meanwhile. It changes only how much settling a
+// Tick does, never what it expires: replicas may differ in it.
+const settleAhead = int64(time.Second)
+
 func (s *State) tick(a *Applied, c *fsmpb.Tick, p batchParams) Result {
 	n := 0
 	for len(s.expiry) > 0 && (c.MaxExpire == 0 || n < int(c.MaxExpire)) {
-		l := s.expiry[0]
-		if s.now <= l.ExpiresAt+p.margin {
+		top := s.expiry[0]
+		if l := top.l; top.at != l.ExpiresAt {
+			// Renewed since it was placed. Its lease may expire only
+			// after at + margin; settle it, and the items behind it,
+			// while they come due up to settleAhead from now.
+			if s.now+settleAhead <= top.at+p.margin {
+				break
+			}
+			s.expiry[0].at = l.ExpiresAt
+			heap.Fix(&s.expiry, 0)
+			continue
+		}
+		if s.now <= top.at+p.margin {
 			break
 		}
-		s.remove(a, l, EventExpired, "tick")
+		s.remove(a, top.l, EventExpired, "tick")
 		n++
 	}
 	s.prune(&s.grants, p.keep)
