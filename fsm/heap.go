@@ -9,7 +9,7 @@ package fsm
 // moves expires_at later, swaps in the new record without moving the item.
 // So at <= l.ExpiresAt for every item, and the top's at is a lower bound
 // of the earliest expiry. A Tick settles stale items as they reach the top
-// (settleTop): the first item on top whose key is current is the earliest
+// (State.tick): the first item on top whose key is current is the earliest
 // lease by (expires_at, resource), whatever the other keys are, so every
 // replica expires the same leases in the same order as an eager heap
 // would, however its items were placed (a restored replica's are all

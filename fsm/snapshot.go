@@ -52,8 +52,8 @@ type scopeCounter struct {
 
 // Snapshot captures the state, cheaply enough to run under the node's
 // lock at a million leases: lease records are never changed once made
-// (renewal replaces them), so it copies the expiry heap's slice of
-// pointers; the request-id queues' elements are never written once
+// (renewal replaces them), so it copies a pointer to each expiry heap
+// item's record; the request-id queues' elements are never written once
 // appended, so it keeps a slice of each; only the counters are copied
 // entry by entry. Nothing is encoded here: that is WriteTo's work, which
 // may run on another goroutine while the State applies more entries.
@@ -196,6 +196,12 @@ func restore(br *bufio.Reader, opts []Option) (*State, error) {
 		l, err := leaseFromRecord(&rec)
 		if err != nil {
 			return nil, fmt.Errorf("lease %d: %w", i, err)
+		}
+		if l.ExpiresAt-l.TTL > s.now {
+			// Every expires_at was some now + ttl, and now never
+			// decreases. The expiry heap relies on it: a renewal must not
+			// move a lease's expiry earlier (heap.go).
+			return nil, fmt.Errorf("lease %d: expires more than its ttl after the snapshot's time", i)
 		}
 		if s.names[l.Resource].lease != nil {
 			return nil, fmt.Errorf("lease %d: resource %q held twice", i, l.Resource)

@@ -415,11 +415,12 @@ func (s *State) nextToken(scope string) (token uint64, ok bool) {
 }
 
 // NextExpiry returns a lower bound of the earliest expires_at of all held
-// leases: the earliest unless that lease was renewed since the last Tick
-// (renewals leave the expiry heap alone). Right after a Tick it is exact,
-// or at least a second past the Tick's time less the skew margin, so a
-// leader that schedules its next Tick by it ticks early at most about once
-// a second.
+// leases: the key of the expiry heap's top, which is a renewed lease's
+// expiry before its renewal until a Tick settles it (renewals leave the
+// heap alone). After a Tick that did not stop at its max_expire, the bound
+// is exact or at least settleAhead past the Tick's time less the skew
+// margin: a leader that schedules its next Tick by it ticks early at most
+// about once per settleAhead.
 func (s *State) NextExpiry() (int64, bool) {
 	if len(s.expiry) == 0 {
 		return 0, false

@@ -434,6 +434,11 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 		"unknown field": []byte("\x01\x0e\b\x01x\x80\xa8\xd6\xb90x\x80\x8c\xee\x890\xff\x00"),
 		// A scope that issued no token: no State holds one.
 		"scope counter 0": snapshotWith(t, 0, nil, []*fsmpb.ScopeRecord{{Scope: "s", Counter: 0}}),
+		// Expires 20s, more than its ttl (10s) after the snapshot's 5s: no
+		// State made it, and a renewal would move its expiry earlier.
+		"expiry beyond now + ttl": snapshotWith(t, 5*sec,
+			[]*fsmpb.LeaseRecord{{Id: leaseID(1), Resource: "a", Scope: "a", Token: 1, Holder: "h", TtlNs: 10 * sec, ExpiresAtNs: 20 * sec}},
+			[]*fsmpb.ScopeRecord{{Scope: "a", Counter: 1}}),
 	}
 	for name, data := range cases {
 		t.Run(name, func(t *testing.T) {
