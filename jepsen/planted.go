@@ -60,7 +60,7 @@ var PlantedBugs = []PlantedBug{
 	{Name: "cluster-id-unchecked", In: "leased", What: "Raft RPCs carry and check no cluster id, so a founding node restored with another bump can lead and grant below the loss",
 		Nemeses: []string{history.NemRestoreMismatch}, Time: 30 * time.Second, Catch: []string{checker.NameRestore, checker.NameTokens}},
 	{Name: "skip-entry-checksum", In: "leased", What: "log entry checksums are not verified, so a node applies an entry its disk changed",
-		Nemeses: []string{history.NemStorage}, Time: 30 * time.Second, Catch: []string{checker.NameStorage}},
+		Nemeses: []string{history.NemStorage}, Time: 60 * time.Second, Catch: []string{checker.NameStorage}},
 	{Name: "forward-no-timeout", In: "leased", What: "a follower forwarding to a silent leader waits out the caller's deadline (no hop timeout, no re-route)",
 		Nemeses: []string{history.NemPauseLeader}, Time: 30 * time.Second, Catch: []string{checker.NameUnavailability}},
 	{Name: "leader-applies-unwritten", In: "leased", What: "the leader applies and answers an entry, and tells followers it is committed, before its own log write (held 100 ms) is done",
