@@ -255,40 +255,33 @@ func BenchmarkVerifyEntry(b *testing.B) {
 // apply (and expires none). The eager heap spread that work over the
 // renewals instead (one sift each).
 func BenchmarkTickSettlesRenewedLeases(b *testing.B) {
-	for _, live := range []int{100_000} {
-		b.Run(fmt.Sprintf("live=%d", live), func(b *testing.B) {
-			for i := 0; i < b.N; i++ {
-				b.StopTimer()
-				s := New()
-				var grants, renewals []*fsmpb.Command
-				for j := 0; j < live; j++ {
-					c := benchAcquire(uint64(j), fmt.Sprintf("live/%d", j))
-					c.GetAcquire().RequestId = ""
-					grants = append(grants, c)
-					renewals = append(renewals, &fsmpb.Command{Op: &fsmpb.Command_Renew{Renew: &fsmpb.Renew{LeaseId: benchID(uint64(j))}}})
-				}
-				for _, e := range []*fsmpb.Batch{benchBatch(sec, grants), benchBatch(5*sec, renewals)} {
-					raw, err := EncodeBatch(e)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if _, err := s.Apply(raw); err != nil {
-						b.Fatal(err)
-					}
-				}
-				tick, err := EncodeBatch(benchBatch(11*sec+testMargin+1, []*fsmpb.Command{{Op: &fsmpb.Command_Tick{Tick: &fsmpb.Tick{MaxExpire: 1024}}}}))
-				if err != nil {
+	const live = 100_000
+	b.Run(fmt.Sprintf("live=%d", live), func(b *testing.B) {
+		var grants, renewals []*fsmpb.Command
+		for j := range uint64(live) {
+			c := benchAcquire(j, fmt.Sprintf("live/%d", j))
+			c.GetAcquire().RequestId = ""
+			grants = append(grants, c)
+			renewals = append(renewals, &fsmpb.Command{Op: &fsmpb.Command_Renew{Renew: &fsmpb.Renew{LeaseId: benchID(j)}}})
+		}
+		setup := [][]byte{entry(b, sec, grants...), entry(b, 5*sec, renewals...)}
+		tick := entry(b, 11*sec+testMargin+1, tickCmd())
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			s := New()
+			for _, e := range setup {
+				if _, err := s.Apply(e); err != nil {
 					b.Fatal(err)
-				}
-				b.StartTimer()
-				a, err := s.Apply(tick)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if a.Results[0].Expired != 0 {
-					b.Fatalf("expired %d, want 0", a.Results[0].Expired)
 				}
 			}
-		})
-	}
+			b.StartTimer()
+			a, err := s.Apply(tick)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if a.Results[0].Expired != 0 {
+				b.Fatalf("expired %d, want 0", a.Results[0].Expired)
+			}
+		}
+	})
 }

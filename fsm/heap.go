@@ -6,16 +6,10 @@ package fsm
 //
 // The heap is lazy about renewals: an item's key (at) is the lease's
 // expires_at when the item was last placed, and a renewal, which only
-// moves expires_at later, swaps in the new record without moving the item.
-// So at <= l.ExpiresAt for every item, and the top's at is a lower bound
-// of the earliest expiry. A Tick settles stale items as they reach the top
-// (State.tick): the first item on top whose key is current is the earliest
-// lease by (expires_at, resource), whatever the other keys are, so every
-// replica expires the same leases in the same order as an eager heap
-// would, however its items were placed (a restored replica's are all
-// current). Renewing a lease costs no heap work; each lease is re-placed
-// at most about once per ttl instead of once per renewal (at 100 000
-// leases the fix-ups were most of what applying a renewal cost).
+// moves expires_at later, swaps in the new record without moving the item,
+// so at <= l.ExpiresAt. State.tick settles stale items as they reach the
+// top; why that expires what an eager heap would: fsm/DESIGN.md, "The lazy
+// expiry heap".
 type expiryHeap []expiryItem
 
 type expiryItem struct {

@@ -651,15 +651,15 @@ const settleAhead = int64(time.Second)
 func (s *State) tick(a *Applied, c *fsmpb.Tick, p batchParams) Result {
 	n := 0
 	for len(s.expiry) > 0 && (c.MaxExpire == 0 || n < int(c.MaxExpire)) {
-		top := s.expiry[0]
-		if l := top.l; top.at != l.ExpiresAt {
+		top := &s.expiry[0]
+		if top.at != top.l.ExpiresAt {
 			// Renewed since it was placed. Its lease may expire only
 			// after at + margin; settle it, and the items behind it,
 			// while they come due up to settleAhead from now.
 			if s.now+settleAhead <= top.at+p.margin {
 				break
 			}
-			s.expiry[0].at = l.ExpiresAt
+			top.at = top.l.ExpiresAt
 			heap.Fix(&s.expiry, 0)
 			continue
 		}
