@@ -55,19 +55,38 @@ func TestCheckStorageRefusedCatchesANodeThatServedOn(t *testing.T) {
 // the changed batch as a torn write, the index raft.db recorded) or fence
 // itself. Had the change missed the entry, or the node not noticed a
 // dropped batch, it would serve on and this would fail.
+//
+// The last case proves the change reaches the node's entry check itself:
+// a leased built with the planted skip-entry-checksum must serve on past
+// the changed entry, as the jepsen suite's planted run expects. Were the
+// change in raft-wal's own checked batch (a torn write, refused through
+// raft.db's record), that node would refuse too and the planted bug would
+// go unseen.
 func TestStorageNemesisChangeIsRefused(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts leased")
 	}
-	bin := t.TempDir()
+	bin, plantedBin := t.TempDir(), t.TempDir()
 	if err := Build(context.Background(), bin, false, false, false); err != nil {
 		t.Fatal(err)
 	}
-	for _, store := range []string{"boltdb", "wal"} {
-		t.Run(store, func(t *testing.T) {
+	if err := Build(context.Background(), plantedBin, false, false, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, store, bin string
+		env              []string
+		serves           bool
+	}{
+		{"boltdb", "boltdb", bin, nil, false},
+		{"wal", "wal", bin, nil, false},
+		{"wal/planted_skip-entry-checksum_serves_on", "wal", plantedBin, plantedEnv([]string{"skip-entry-checksum"}, "leased"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := tc.store
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			c, err := StartCluster(ctx, filepath.Join(bin, "leased"), t.TempDir(), 3, []string{"--tick", "250ms", "--log-store", store}, nil)
+			c, err := StartCluster(ctx, filepath.Join(tc.bin, "leased"), t.TempDir(), 3, []string{"--tick", "250ms", "--log-store", store}, tc.env)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -130,17 +149,25 @@ func TestStorageNemesisChangeIsRefused(t *testing.T) {
 			for {
 				select {
 				case <-p.Exited():
-					if log := p.Tail(1 << 30)[before:]; !strings.Contains(log, "corrupt log entry") {
+					log := p.Tail(1 << 30)[before:]
+					if tc.serves {
+						t.Fatalf("planted %s exited after entry %d was changed in %s: the change did not reach its entry check:\n%s", follower, index, path, log)
+					}
+					if !strings.Contains(log, "corrupt log entry") {
 						t.Fatalf("%s exited after entry %d was changed in %s, but not for the corrupt entry:\n%s", follower, index, path, log)
 					}
 					return
 				default:
 				}
 				if st, err := c.Status(ctx, follower); err == nil {
-					if st.StateCorrupt != "" {
+					switch {
+					case st.StateCorrupt != "" && tc.serves:
+						t.Fatalf("planted %s fenced itself (%s) before applying entry %d", follower, st.StateCorrupt, index)
+					case st.StateCorrupt != "":
 						return // fenced itself
-					}
-					if st.AppliedIndex >= index {
+					case st.AppliedIndex >= index && tc.serves:
+						return // applied the changed entry, as a node without the check would
+					case st.AppliedIndex >= index:
 						t.Fatalf("%s served on past entry %d changed in %s (applied %d):\n%s", follower, index, path, st.AppliedIndex, p.Tail(1 << 30)[before:])
 					}
 				}

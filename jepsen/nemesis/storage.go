@@ -175,37 +175,81 @@ func corruptBoltEntry(path, prefix string) (uint64, error) {
 	return index, nil
 }
 
-// corruptWALEntry changes the newest command entry naming a resource
-// starting with prefix in the raft-wal log in dir, only inside the entry's
-// data, so every frame keeps its length and type.
+// corruptWALEntry changes one command entry naming a resource starting
+// with prefix in the raft-wal log in dir, only inside the entry's data, so
+// every frame keeps its length and type.
+//
+// The entry is the newest named one that raft-wal itself reads back
+// changed. raft-wal checks a CRC only over the last batch of its open
+// segment (a mismatch there reads as a torn write: the batch is dropped
+// without a word), so a change inside that batch would prove only the
+// node's check of how far its log reached (cluster/walstore.go,
+// durableWAL; TestStorageNemesisChangeIsRefused), never its CRC-32C of
+// every command entry, the one check that sees a bad disk under an older
+// entry. Only when every named entry is in that batch is the newest
+// changed anyway: the node must refuse that too.
 //
 // raft-wal has no read-only open (Open recovers the tail segment and
-// writes wal-meta.db), so the entry is looked up in a copy of dir. The
-// newest entry is often in the last batch of the open segment, whose CRC
-// raft-wal checks at open: a mismatch there reads as a torn write and the
-// batch is dropped without a word. The node must refuse that too (its
-// raft.db remembers how far the log reached; cluster/walstore.go,
-// durableWAL), so such an entry is changed like any other.
+// writes wal-meta.db), so entries are looked up, and each change tried,
+// in copies of dir.
 func corruptWALEntry(dir, prefix string) (uint64, string, error) {
 	tmp, err := os.MkdirTemp("", "jepsen-wal-")
 	if err != nil {
 		return 0, "", err
 	}
 	defer os.RemoveAll(tmp)
-	if err := copyFiles(dir, tmp); err != nil {
+	base := filepath.Join(tmp, "base")
+	if err := copyFiles(dir, base); err != nil {
 		return 0, "", fmt.Errorf("copy %s: %w", dir, err)
 	}
-	w, err := raftwal.Open(tmp, raftwal.WithLogger(hclog.NewNullLogger()))
+	w, err := raftwal.Open(base, raftwal.WithLogger(hclog.NewNullLogger()))
 	if err != nil {
 		return 0, "", fmt.Errorf("open a copy of %s: %w", dir, err)
 	}
+	defer w.Close()
 	index, data := newestNamedEntry(w, math.MaxUint64, prefix)
-	w.Close()
 	if data == nil {
 		return 0, "", fmt.Errorf("no command entry naming a resource in %s", dir)
 	}
+	// A try that raft-wal drops tells where its last batch begins, so the
+	// next candidate is older than that batch: two tries at most, as a rule.
+	for try := range 4 {
+		kept, reached, err := walTry(base, filepath.Join(tmp, fmt.Sprint("try", try)), index, data, nameFlipped(data, prefix))
+		if err != nil {
+			return 0, "", err
+		}
+		if reached {
+			break
+		}
+		i, d := newestNamedEntry(w, kept, prefix)
+		if d == nil {
+			break // every named entry is in the checked batch
+		}
+		index, data = i, d
+	}
 	path, err := replaceInSegments(dir, data, nameFlipped(data, prefix))
 	return index, path, err
+}
+
+// walTry changes data to bad in a copy (to) of the raft-wal dir base and
+// opens it: kept is the last index raft-wal then keeps, reached whether it
+// reads entry index back changed.
+func walTry(base, to string, index uint64, data, bad []byte) (kept uint64, reached bool, err error) {
+	if err := copyFiles(base, to); err != nil {
+		return 0, false, err
+	}
+	defer os.RemoveAll(to)
+	if _, err := replaceInSegments(to, data, bad); err != nil {
+		return 0, false, err
+	}
+	w, err := raftwal.Open(to, raftwal.WithLogger(hclog.NewNullLogger()))
+	if err != nil {
+		return 0, false, fmt.Errorf("open a changed copy: %w", err)
+	}
+	defer w.Close()
+	kept, _ = w.LastIndex()
+	var l raft.Log
+	return kept, w.GetLog(index, &l) == nil && bytes.Equal(l.Data, bad), nil
 }
 
 // newestNamedEntry returns the newest command entry at or below index
@@ -273,10 +317,13 @@ func replaceInSegments(dir string, data, bad []byte) (string, error) {
 	return strings.Join(changed, ", "), nil
 }
 
-// copyFiles copies the regular files of dir into to.
+// copyFiles copies the regular files of dir into to, made if need be.
 func copyFiles(dir, to string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(to, 0o700); err != nil {
 		return err
 	}
 	for _, e := range entries {

@@ -92,16 +92,55 @@ func TestCorruptCommandEntryChangesTheNewestNamedEntry(t *testing.T) {
 	}
 }
 
-// TestCorruptCommandEntryChangesRaftWALsLastBatchToo: when the newest
-// named entry is the last batch of raft-wal's open segment, it is the one
-// changed, though raft-wal will read it as a torn write and drop it: the
-// node must refuse a log that lost a synced batch as well
-// (cluster/walstore.go; TestStorageNemesisChangeIsRefused with a real
-// leased).
-func TestCorruptCommandEntryChangesRaftWALsLastBatchToo(t *testing.T) {
+// TestCorruptCommandEntrySkipsRaftWALsCheckedBatch: when the newest named
+// entries are in the last batch of raft-wal's open segment, whose CRC
+// raft-wal checks at open, the entry changed is the newest one before
+// that batch, and raft-wal reads it back changed and keeps every entry:
+// only the node's own entry check can catch it (a change in the last
+// batch would be dropped as a torn write, and a node that skipped its
+// entry checks would refuse anyway).
+func TestCorruptCommandEntrySkipsRaftWALsCheckedBatch(t *testing.T) {
+	dir := t.TempDir()
+	batches := [][]*raft.Log{
+		{{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....acquire jr/1 lease-aaaa")}},
+		{{Index: 2, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....acquire jr/2 lease-bbbb")}},
+		{
+			{Index: 3, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....acquire jr/3 lease-cccc")},
+			{Index: 4, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....acquire jr/4 lease-dddd")},
+			{Index: 5, Term: 1, Type: raft.LogNoop},
+		},
+	}
+	log := openTestLog(t, dir, "wal")
+	for _, b := range batches {
+		if err := log.StoreLogs(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log.Close()
+	index, _, err := CorruptCommandEntry(dir, "jr/")
+	if err != nil || index != 2 {
+		t.Fatalf("got %d, %v; want entry 2, the newest outside the last batch", index, err)
+	}
+	log = openTestLog(t, dir, "wal")
+	defer log.Close()
+	if last, _ := log.LastIndex(); last != 5 {
+		t.Fatalf("last index %d after the change, want 5 (nothing dropped)", last)
+	}
+	var l raft.Log
+	if err := log.GetLog(2, &l); err != nil || bytes.Equal(l.Data, batches[1][0].Data) {
+		t.Fatalf("entry 2 reads %q, %v; want it changed", l.Data, err)
+	}
+}
+
+// TestCorruptCommandEntryChangesRaftWALsLastBatchWhenNothingElse: when
+// the only named entry is in raft-wal's last batch it is changed anyway,
+// though raft-wal will read it as a torn write and drop it: the node must
+// refuse a log that lost a synced batch as well (cluster/walstore.go;
+// TestStorageNemesisChangeIsRefused with a real leased).
+func TestCorruptCommandEntryChangesRaftWALsLastBatchWhenNothingElse(t *testing.T) {
 	dir := t.TempDir()
 	entries := []*raft.Log{
-		{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....acquire jr/1 lease-aaaa")},
+		{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....renew lease-aaaa")},
 		{Index: 2, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....acquire jr/2 lease-bbbb")},
 	}
 	log := openTestLog(t, dir, "wal")
@@ -113,7 +152,7 @@ func TestCorruptCommandEntryChangesRaftWALsLastBatchToo(t *testing.T) {
 	log.Close()
 	index, _, err := CorruptCommandEntry(dir, "jr/")
 	if err != nil || index != 2 {
-		t.Fatalf("got %d, %v; want entry 2, the newest", index, err)
+		t.Fatalf("got %d, %v; want entry 2, the only named one", index, err)
 	}
 	log = openTestLog(t, dir, "wal")
 	defer log.Close()
