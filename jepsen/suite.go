@@ -3,10 +3,12 @@ package jepsen
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
@@ -136,7 +138,7 @@ func RunSuite(ctx context.Context, scenarios []Scenario, out *os.File) ([]Scenar
 			if len(sc.Catch) == 0 {
 				r.Passed, r.Failed = sum.Passed, sum.Failed
 				r.Pass = sum.AllValid()
-				r.Detail = fmt.Sprintf("%d of %d checkers valid", sum.Passed, sum.Passed+sum.Failed)
+				r.Detail = fmt.Sprintf("%d of %d checkers valid", sum.Passed, sum.Passed+sum.Failed) + notValid(sum.Results)
 				break
 			}
 			var caught []string
@@ -160,9 +162,43 @@ func RunSuite(ctx context.Context, scenarios []Scenario, out *os.File) ([]Scenar
 	return res, nil
 }
 
-// WriteSuiteReport prints the table and the closing line, and writes
-// suite.json under dir.
-func WriteSuiteReport(dir string, res []ScenarioResult, out *os.File) (passed, failed int) {
+// witnessLen bounds a witness quoted in a scenario's detail.
+const witnessLen = 240
+
+// notValid names the required results of a run that are not valid, with
+// their anomaly and the start of their witness ("" when every one is).
+func notValid(results []checker.Result) string {
+	var out []string
+	for _, x := range results {
+		if x.Verdict == checker.Valid || x.NotRequired != "" {
+			continue
+		}
+		s := x.Checker + " " + x.Verdict
+		if x.Anomaly != "" {
+			s += " (" + x.Anomaly + ")"
+		}
+		if w := strings.Join(strings.Fields(x.Witness), " "); w != "" {
+			if len(w) > witnessLen {
+				n := witnessLen
+				for n > 0 && !utf8.RuneStart(w[n]) {
+					n--
+				}
+				w = w[:n] + "…"
+			}
+			s += ": " + w
+		}
+		out = append(out, s)
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "; not valid: " + strings.Join(out, "; ")
+}
+
+// WriteSuiteReport prints the table, then each scenario that did not pass
+// again with its runs' directories (the last lines a CI log keeps), and
+// the closing line, and writes suite.json under dir.
+func WriteSuiteReport(dir string, res []ScenarioResult, out io.Writer) (passed, failed int) {
 	fmt.Fprintf(out, "\n%-48s %-5s %s\n", "scenario", "pass", "detail")
 	for _, r := range res {
 		mark := "yes"
@@ -172,6 +208,11 @@ func WriteSuiteReport(dir string, res []ScenarioResult, out *os.File) (passed, f
 		fmt.Fprintf(out, "%-48s %-5s %s\n", r.Name, mark, r.Detail)
 		passed += r.Passed
 		failed += r.Failed
+	}
+	for _, r := range res {
+		if !r.Pass {
+			fmt.Fprintf(out, "\nNOT PASSED: %s: %s\n  runs: %s\n", r.Name, r.Detail, strings.Join(r.Runs, ", "))
+		}
 	}
 	_ = os.MkdirAll(dir, 0o755)
 	_ = writeJSON(filepath.Join(dir, fmt.Sprintf("suite-%s.json", time.Now().UTC().Format("20060102T150405"))), res)

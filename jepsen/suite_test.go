@@ -3,6 +3,9 @@ package jepsen
 import (
 	"strings"
 	"testing"
+
+	"github.com/leasefence/leasefence/jepsen/checker"
+	"github.com/leasefence/leasefence/jepsen/history"
 )
 
 // The quick suite runs every client planted bug, the keep-alive one with
@@ -37,5 +40,43 @@ func TestQuickSuiteHasTheClientBugsAndTheKeepAliveRun(t *testing.T) {
 	}
 	if n := len(FilterScenarios(scs, "")); n != len(scs) {
 		t.Errorf("empty filter kept %d of %d", n, len(scs))
+	}
+}
+
+// A scenario that did not pass is named again after the table, with the
+// checkers that were not valid and its runs, so that the last lines of a
+// CI log say what failed; a passing suite prints no such line.
+func TestSuiteReportRepeatsWhatDidNotPass(t *testing.T) {
+	results := []checker.Result{
+		{Checker: checker.NameTokens, Verdict: checker.Valid},
+		{Checker: checker.NameConverge, Verdict: checker.Invalid, Anomaly: "divergent-replicas", Witness: "n2 at index 12\n hash ab " + strings.Repeat("x", 400)},
+		{Checker: checker.NameSafeWindows, Verdict: history.Unknown, NotRequired: "clock rate"},
+	}
+	detail := "11 of 12 checkers valid" + notValid(results)
+	res := []ScenarioResult{
+		{Name: "fenced, process faults", Pass: true, Detail: "12 of 12 checkers valid", Passed: 12},
+		{Name: "fenced, network faults", Pass: false, Detail: detail, Runs: []string{"results/jepsen/run-a"}, Passed: 11, Failed: 1},
+	}
+	var out strings.Builder
+	if passed, failed := WriteSuiteReport(t.TempDir(), res, &out); passed != 23 || failed != 1 {
+		t.Fatalf("counted %d passed, %d failed", passed, failed)
+	}
+	table, at := out.String(), strings.Index(out.String(), "\nNOT PASSED")
+	if at < 0 || at < strings.Index(table, "fenced, network faults") {
+		t.Fatalf("no recap after the table:\n%s", table)
+	}
+	recap := table[at:]
+	for _, want := range []string{"NOT PASSED: fenced, network faults", "replicas-converge invalid (divergent-replicas): n2 at index 12 hash ab xxx", "…", "runs: results/jepsen/run-a"} {
+		if !strings.Contains(recap, want) {
+			t.Errorf("the recap lacks %q:\n%s", want, recap)
+		}
+	}
+	if strings.Contains(recap, "process faults") || strings.Contains(recap, checker.NameSafeWindows) {
+		t.Errorf("the recap names what passed or was not required:\n%s", recap)
+	}
+	out.Reset()
+	WriteSuiteReport(t.TempDir(), res[:1], &out)
+	if strings.Contains(out.String(), "NOT PASSED") {
+		t.Errorf("a passing suite printed a recap:\n%s", out.String())
 	}
 }
