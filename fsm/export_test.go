@@ -6,7 +6,7 @@ package fsm
 func (s *State) CountHeld(match func(holder string) bool) int {
 	n := 0
 	for _, it := range s.expiry {
-		if l := it.l; l.ExpiresAt >= s.now && match(l.Holder) {
+		if l := it.s.l; l.ExpiresAt >= s.now && match(l.Holder) {
 			n++
 		}
 	}

@@ -60,15 +60,16 @@ func FuzzApply(f *testing.F) {
 		}
 		leases, scopes := 0, 0
 		for name, e := range s.names {
-			if e.lease == nil && e.counter == 0 {
+			if e.slot == nil && e.counter == 0 {
 				t.Fatalf("empty name entry %q kept", name)
 			}
 			if e.counter != 0 {
 				scopes++
 			}
-			if l := e.lease; l != nil {
+			if sl := e.slot; sl != nil {
 				leases++
-				if l.Resource != name || s.byID[l.ID] != l || l.Token == 0 || l.Token > s.names[l.Scope].counter || s.expiry[l.heapIdx].l != l || s.expiry[l.heapIdx].at > l.ExpiresAt {
+				l := sl.l
+				if l.Resource != name || s.byID[l.ID] != sl || l.Token == 0 || l.Token > s.names[l.Scope].counter || s.expiry[sl.heapIdx].s != sl || s.expiry[sl.heapIdx].at > l.ExpiresAt {
 					t.Fatalf("invariant broken for %q: %+v", name, *l)
 				}
 			}

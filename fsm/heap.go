@@ -2,19 +2,19 @@ package fsm
 
 // expiryHeap orders live leases by expires_at, ties broken by resource name
 // so that every replica (and a restored one) pops the same lease first.
-// Each lease tracks its index for O(log n) removal.
+// Each lease's slot tracks its index for O(log n) removal.
 //
 // The heap is lazy about renewals: an item's key (at) is the lease's
 // expires_at when the item was last placed, and a renewal, which only
-// moves expires_at later, swaps in the new record without moving the item,
-// so at <= l.ExpiresAt. State.tick settles stale items as they reach the
-// top; why that expires what an eager heap would: fsm/DESIGN.md, "The lazy
-// expiry heap".
+// moves expires_at later, swaps in the new record in the item's slot
+// without moving the item, so at <= the lease's expires_at. State.tick
+// settles stale items as they reach the top; why that expires what an
+// eager heap would: fsm/DESIGN.md, "The lazy expiry heap".
 type expiryHeap []expiryItem
 
 type expiryItem struct {
 	at int64
-	l  *Lease
+	s  *leaseSlot
 }
 
 func (h expiryHeap) Len() int { return len(h) }
@@ -23,27 +23,27 @@ func (h expiryHeap) Less(i, j int) bool {
 	if h[i].at != h[j].at {
 		return h[i].at < h[j].at
 	}
-	return h[i].l.Resource < h[j].l.Resource
+	return h[i].s.l.Resource < h[j].s.l.Resource
 }
 
 func (h expiryHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].l.heapIdx = i
-	h[j].l.heapIdx = j
+	h[i].s.heapIdx = i
+	h[j].s.heapIdx = j
 }
 
 func (h *expiryHeap) Push(x any) {
-	l := x.(*Lease)
-	l.heapIdx = len(*h)
-	*h = append(*h, expiryItem{at: l.ExpiresAt, l: l})
+	sl := x.(*leaseSlot)
+	sl.heapIdx = len(*h)
+	*h = append(*h, expiryItem{at: sl.l.ExpiresAt, s: sl})
 }
 
 func (h *expiryHeap) Pop() any {
 	old := *h
 	n := len(old)
-	l := old[n-1].l
+	sl := old[n-1].s
 	old[n-1] = expiryItem{}
-	l.heapIdx = -1
+	sl.heapIdx = -1
 	*h = old[:n-1]
-	return l
+	return sl
 }

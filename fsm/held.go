@@ -17,8 +17,8 @@ func ownerOf(holder string) string {
 }
 
 // countOwner adds delta to the count of holder's owner. The counts are
-// derived state: setLease and remove keep them, so Restore (which builds
-// through setLease) rebuilds them; they are not in snapshots.
+// derived state: index and remove keep them, so Restore (which builds
+// through index) rebuilds them; they are not in snapshots.
 //
 // Invariant: owners[o] is the number of leases in byID whose ownerOf(Holder)
 // is o, and no entry is zero.

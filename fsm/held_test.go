@@ -14,8 +14,8 @@ import (
 // heldByScan is HeldBy the slow way: every lease, by its holder label.
 func heldByScan(s *State, owner string) int {
 	n := 0
-	for _, l := range s.byID {
-		if l.Holder == owner || (len(l.Holder) > len(owner) && l.Holder[:len(owner)+1] == owner+OwnerSep) {
+	for _, sl := range s.byID {
+		if l := sl.l; l.Holder == owner || (len(l.Holder) > len(owner) && l.Holder[:len(owner)+1] == owner+OwnerSep) {
 			n++
 		}
 	}

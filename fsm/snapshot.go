@@ -38,7 +38,7 @@ const (
 type Snapshot struct {
 	now    int64
 	floor  uint64
-	leases []*Lease // records never change (bar heapIdx, never read here)
+	leases []*Lease // records never change
 	scopes []scopeCounter
 	// grants and refusals share the State's queues: their elements never
 	// change.
@@ -67,7 +67,7 @@ func (s *State) Snapshot() *Snapshot {
 		refusals: s.refusals.live(),
 	}
 	for i, it := range s.expiry {
-		sn.leases[i] = it.l
+		sn.leases[i] = it.s.l
 	}
 	for name, e := range s.names {
 		c := e.counter
@@ -149,8 +149,7 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	return cw.n, enc.err
 }
 
-// fillLeaseRecord sets rec to l. It never reads l.heapIdx, which Apply may
-// be changing.
+// fillLeaseRecord sets rec to l.
 func fillLeaseRecord(rec *fsmpb.LeaseRecord, l *Lease) {
 	rec.Id = l.ID[:]
 	rec.Resource = l.Resource
@@ -203,17 +202,15 @@ func restore(br *bufio.Reader, opts []Option) (*State, error) {
 			// move a lease's expiry earlier (heap.go).
 			return nil, fmt.Errorf("lease %d: expires more than its ttl after the snapshot's time", i)
 		}
-		if s.names[l.Resource].lease != nil {
+		if s.names[l.Resource].slot != nil {
 			return nil, fmt.Errorf("lease %d: resource %q held twice", i, l.Resource)
 		}
 		if _, dup := s.byID[l.ID]; dup {
 			return nil, fmt.Errorf("lease %d: duplicate lease id", i)
 		}
-		lp := &l
-		s.setLease(lp)
-		s.byID[l.ID] = lp
-		lp.heapIdx = len(s.expiry)
-		s.expiry = append(s.expiry, expiryItem{at: lp.ExpiresAt, l: lp})
+		sl := s.index(&l)
+		sl.heapIdx = len(s.expiry)
+		s.expiry = append(s.expiry, expiryItem{at: l.ExpiresAt, s: sl})
 	}
 	heap.Init(&s.expiry)
 	for i := uint64(0); i < hdr.ScopeCount; i++ {
@@ -237,7 +234,7 @@ func restore(br *bufio.Reader, opts []Option) (*State, error) {
 		s.scopes++
 	}
 	for _, it := range s.expiry {
-		l := it.l
+		l := it.s.l
 		if c := s.names[l.Scope].counter; l.Token > c {
 			return nil, fmt.Errorf("lease on %q has token %d above its scope counter %d", l.Resource, l.Token, c)
 		}
@@ -280,11 +277,10 @@ func restore(br *bufio.Reader, opts []Option) (*State, error) {
 		// An entry of a version that did not record parameters compares
 		// what its record holds (dedupRef.sameRequest).
 		d := dedupRef{requestID: rec.RequestId, at: rec.AtNs, refused: rec.Refused, wait: rec.Wait, params: rec.Params, legacy: !rec.ParamsKnown}
-		if held, ok := s.byID[l.ID]; ok && held.copy() == l {
-			d.lease = held
+		if held, ok := s.byID[l.ID]; ok && *held.l == l {
+			d.lease = held.l
 		} else {
 			own := l
-			own.heapIdx = -1
 			d.lease = &own
 		}
 		if d.refused {

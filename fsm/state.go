@@ -20,11 +20,10 @@ import (
 // Lease is one grant as the state machine holds it. Times are cluster time
 // in nanoseconds.
 //
-// Inside State, a *Lease record is never changed once made, except for its
-// heapIdx (heap moves): a renewal replaces the record with a new one. That
-// is what lets a request-id entry keep the grant's record, and a Snapshot
-// keep the records of the moment, without copying them. Callers outside
-// only ever see copies.
+// Inside State, a *Lease record is never changed once made: a renewal
+// replaces the record with a new one. That is what lets a request-id entry
+// keep the grant's record, and a Snapshot keep the records of the moment,
+// without copying them. Callers outside only ever see copies.
 type Lease struct {
 	ID        [LeaseIDLen]byte
 	Resource  string
@@ -34,24 +33,18 @@ type Lease struct {
 	TTL       int64
 	GrantedAt int64
 	ExpiresAt int64
-
-	heapIdx int
 }
 
-// copy returns l without its heap bookkeeping, safe to hand out. It never
-// reads heapIdx, so a Snapshot may copy a record from another goroutine
-// while the heap moves it.
-func (l *Lease) copy() Lease {
-	return Lease{
-		ID:        l.ID,
-		Resource:  l.Resource,
-		Scope:     l.Scope,
-		Token:     l.Token,
-		Holder:    l.Holder,
-		TTL:       l.TTL,
-		GrantedAt: l.GrantedAt,
-		ExpiresAt: l.ExpiresAt,
-	}
+// copy returns a copy of the record, safe to hand out.
+func (l *Lease) copy() Lease { return *l }
+
+// leaseSlot is where a held lease lives: its name entry, byID and its
+// expiry heap item all point at the slot, so a renewal, which replaces the
+// record, writes one pointer instead of three map entries and a heap item.
+// heapIdx is the slot's index in the expiry heap (heap moves keep it).
+type leaseSlot struct {
+	l       *Lease
+	heapIdx int
 }
 
 // EventType says what happened to a lease.
@@ -248,8 +241,16 @@ const refusalSeq = uint64(1) << 63
 // most leases need one map entry for both instead of one in each of two
 // maps. An entry with neither is deleted.
 type nameEntry struct {
-	lease   *Lease // nil: the resource is not held
-	counter uint64 // 0: no scope of this name (a scope's counter starts at 1)
+	slot    *leaseSlot // nil: the resource is not held
+	counter uint64     // 0: no scope of this name (a scope's counter starts at 1)
+}
+
+// lease returns the lease on the resource of this name, nil if none.
+func (e nameEntry) lease() *Lease {
+	if e.slot == nil {
+		return nil
+	}
+	return e.slot.l
 }
 
 // State is the lease state machine.
@@ -261,9 +262,10 @@ type nameEntry struct {
 //   - floor only grows (only RaiseFloor, on a restore, moves it); a grant
 //     in any scope, known or not, draws max(counter, floor) + 1, so every
 //     token granted is above the floor of its moment;
-//   - at most one lease per resource; byID and the names' leases hold the
-//     same set, of size leases; scopes counts the names with a counter;
-//   - every held lease is in the expiry heap exactly once;
+//   - at most one lease per resource; byID and the names' slots hold the
+//     same set of slots, of size leases; scopes counts the names with a
+//     counter;
+//   - every held lease's slot is in the expiry heap exactly once;
 //   - now never decreases.
 type State struct {
 	now int64
@@ -272,7 +274,7 @@ type State struct {
 	names  map[string]nameEntry
 	leases int
 	scopes int
-	byID   map[[LeaseIDLen]byte]*Lease
+	byID   map[[LeaseIDLen]byte]*leaseSlot
 	expiry expiryHeap
 	// dedup maps a live request id to its sequence number: its entry is
 	// grants.get(seq), or refusals.get(seq&^refusalSeq) when refusalSeq is
@@ -295,7 +297,7 @@ type State struct {
 func New(opts ...Option) *State {
 	return &State{
 		names: make(map[string]nameEntry),
-		byID:  make(map[[LeaseIDLen]byte]*Lease),
+		byID:  make(map[[LeaseIDLen]byte]*leaseSlot),
 		dedup: make(map[string]uint64),
 		knobs: applyOptions(opts).knobs,
 	}
@@ -311,7 +313,7 @@ func (s *State) Len() int { return s.leases }
 // Lease returns the lease on resource, if any. A lease past its expiry but
 // not yet removed is still returned; callers compare ExpiresAt to Now.
 func (s *State) Lease(resource string) (Lease, bool) {
-	l := s.names[resource].lease
+	l := s.names[resource].lease()
 	if l == nil {
 		return Lease{}, false
 	}
@@ -324,7 +326,8 @@ func (s *State) Lease(resource string) (Lease, bool) {
 // limit: for display (the status page), not for a hot path.
 func (s *State) Leases(prefix string, limit int) (out []Lease, matched int) {
 	var top byResourceDesc // with a limit: the limit smallest, largest on top
-	for _, l := range s.byID {
+	for _, sl := range s.byID {
+		l := sl.l
 		if !strings.HasPrefix(l.Resource, prefix) {
 			continue
 		}
@@ -361,11 +364,11 @@ func (h *byResourceDesc) Pop() any {
 
 // LeaseByID returns the lease with the given id, if held.
 func (s *State) LeaseByID(id [LeaseIDLen]byte) (Lease, bool) {
-	l, ok := s.byID[id]
+	sl, ok := s.byID[id]
 	if !ok {
 		return Lease{}, false
 	}
-	return l.copy(), true
+	return sl.l.copy(), true
 }
 
 // ScopeCounter returns the highest token issued in scope (0 if none) by
@@ -382,18 +385,18 @@ func (s *State) Floor() uint64 { return s.floor }
 // restore too (as far as the restore's bump covered), is at most this.
 func (s *State) ScopeToken(scope string) uint64 { return max(s.names[scope].counter, s.floor) }
 
-// setLease records l as the lease on its resource.
-func (s *State) setLease(l *Lease) {
+// index records l, whose resource is not held and whose id is not in use,
+// in a new slot under its name and its id, and returns the slot; the
+// caller places it in the expiry heap.
+func (s *State) index(l *Lease) *leaseSlot {
+	sl := &leaseSlot{l: l}
 	e := s.names[l.Resource]
-	if e.lease == nil {
-		s.leases++
-		s.countOwner(l.Holder, 1)
-	} else if e.lease.Holder != l.Holder {
-		s.countOwner(e.lease.Holder, -1)
-		s.countOwner(l.Holder, 1)
-	}
-	e.lease = l
+	e.slot = sl
 	s.names[l.Resource] = e
+	s.byID[l.ID] = sl
+	s.leases++
+	s.countOwner(l.Holder, 1)
+	return sl
 }
 
 // nextToken advances scope's counter to max(counter, floor) + 1 and
@@ -530,27 +533,28 @@ func (s *State) acquire(a *Applied, c *fsmpb.Acquire, p batchParams) Result {
 				// network, then delivered) must not grant what its client
 				// was told it did not get.
 				held := &HeldError{Resource: d.lease.Resource, Holder: d.lease.Holder, Token: d.lease.Token}
-				if l, ok := s.byID[d.lease.ID]; ok && s.now <= l.ExpiresAt+margin {
-					held.TimeLeft = time.Duration(l.ExpiresAt + margin - s.now)
+				if sl, ok := s.byID[d.lease.ID]; ok && s.now <= sl.l.ExpiresAt+margin {
+					held.TimeLeft = time.Duration(sl.l.ExpiresAt + margin - s.now)
 				}
 				return Result{Err: held, Replayed: true}
 			}
 			// The first outcome again. Remaining is measured now, at this
 			// command's stamp, so a client's safe window is never stretched.
-			l, held := s.byID[d.lease.ID]
-			if !held || s.now >= l.ExpiresAt {
+			sl, held := s.byID[d.lease.ID]
+			if !held || s.now >= sl.l.ExpiresAt {
 				// The grant has ended (released, expired, removed): say
 				// so, never answer it as a live grant with no time left.
 				ended := d.lease.copy()
 				if held {
-					ended = l.copy()
+					ended = sl.l.copy()
 				}
 				return Result{Err: &EndedError{RequestID: c.RequestId, Lease: ended}, Lease: ended, Replayed: true}
 			}
-			return Result{Lease: l.copy(), Remaining: s.remaining(l), Replayed: true}
+			return Result{Lease: sl.l.copy(), Remaining: s.remaining(sl.l), Replayed: true}
 		}
 	}
-	if cur := s.names[c.Resource].lease; cur != nil {
+	if curSlot := s.names[c.Resource].slot; curSlot != nil {
+		cur := curSlot.l
 		if s.knobs.planted(BugGrantNoMargin) {
 			margin = 0
 		}
@@ -568,7 +572,7 @@ func (s *State) acquire(a *Applied, c *fsmpb.Acquire, p batchParams) Result {
 				TimeLeft: time.Duration(cur.ExpiresAt + margin - s.now),
 			}}
 		}
-		s.remove(a, cur, EventExpired, "acquire")
+		s.remove(a, curSlot, EventExpired, "acquire")
 	}
 	var id [LeaseIDLen]byte
 	copy(id[:], c.LeaseId)
@@ -589,9 +593,7 @@ func (s *State) acquire(a *Applied, c *fsmpb.Acquire, p batchParams) Result {
 		GrantedAt: s.now,
 		ExpiresAt: s.now + c.TtlNs,
 	}
-	s.setLease(l)
-	s.byID[id] = l
-	heap.Push(&s.expiry, l)
+	heap.Push(&s.expiry, s.index(l))
 	if c.RequestId != "" {
 		s.dedup[c.RequestId] = s.grants.push(dedupRef{requestID: c.RequestId, at: s.now, lease: l, wait: c.Wait})
 	}
@@ -605,22 +607,19 @@ func (s *State) renew(a *Applied, c *fsmpb.Renew) Result {
 	}
 	var id [LeaseIDLen]byte
 	copy(id[:], c.LeaseId)
-	l, ok := s.byID[id]
-	if !ok || (s.now > l.ExpiresAt && !s.knobs.planted(BugRenewAfterExpiry)) {
+	sl, ok := s.byID[id]
+	if !ok || (s.now > sl.l.ExpiresAt && !s.knobs.planted(BugRenewAfterExpiry)) {
 		return Result{Err: ErrNotFound}
 	}
 	// A new record: the old one may be held by a request-id entry (as
-	// granted) or by a Snapshot in progress.
-	nl := &Lease{}
-	*nl = *l
-	nl.ExpiresAt = s.now + l.TTL
-	l = nl
-	s.setLease(l)
-	s.byID[id] = l
-	// The item keeps its key, now stale: expires_at only moves later (now
-	// never decreases, the ttl is the grant's), and a Tick settles the
-	// item when it reaches the top (expiryHeap).
-	s.expiry[l.heapIdx].l = l
+	// granted) or by a Snapshot in progress. The slot's heap item keeps
+	// its key, now stale: expires_at only moves later (now never
+	// decreases, the ttl is the grant's), and a Tick settles the item when
+	// it reaches the top (expiryHeap).
+	l := &Lease{}
+	*l = *sl.l
+	l.ExpiresAt = s.now + l.TTL
+	sl.l = l
 	a.Events = append(a.Events, Event{Type: EventRenewed, Lease: l.copy(), Reason: "renew", Now: s.now})
 	return Result{Lease: l.copy(), Remaining: s.remaining(l)}
 }
@@ -631,14 +630,14 @@ func (s *State) release(a *Applied, c *fsmpb.Release) Result {
 	}
 	var id [LeaseIDLen]byte
 	copy(id[:], c.LeaseId)
-	l, ok := s.byID[id]
-	if !ok || s.now > l.ExpiresAt {
+	sl, ok := s.byID[id]
+	if !ok || s.now > sl.l.ExpiresAt {
 		// Unknown or expired: not an error. An expired lease stays until
 		// expires_at + skew_margin, when a Tick or a new grant removes it.
 		return Result{Released: false}
 	}
-	out := l.copy()
-	s.remove(a, l, EventReleased, "release")
+	out := sl.l.copy()
+	s.remove(a, sl, EventReleased, "release")
 	return Result{Released: true, Lease: out}
 }
 
@@ -652,21 +651,21 @@ func (s *State) tick(a *Applied, c *fsmpb.Tick, p batchParams) Result {
 	n := 0
 	for len(s.expiry) > 0 && (c.MaxExpire == 0 || n < int(c.MaxExpire)) {
 		top := &s.expiry[0]
-		if top.at != top.l.ExpiresAt {
+		if top.at != top.s.l.ExpiresAt {
 			// Renewed since it was placed. Its lease may expire only
 			// after at + margin; settle it, and the items behind it,
 			// while they come due up to settleAhead from now.
 			if s.now+settleAhead <= top.at+p.margin {
 				break
 			}
-			top.at = top.l.ExpiresAt
+			top.at = top.s.l.ExpiresAt
 			heap.Fix(&s.expiry, 0)
 			continue
 		}
 		if s.now <= top.at+p.margin {
 			break
 		}
-		s.remove(a, top.l, EventExpired, "tick")
+		s.remove(a, top.s, EventExpired, "tick")
 		n++
 	}
 	s.prune(&s.grants, p.keep)
@@ -710,13 +709,14 @@ func (s *State) addRefusal(a *Applied, d dedupRef, max uint64) {
 	s.dedup[d.requestID] = refusalSeq | s.refusals.push(d)
 }
 
-// remove deletes l from every index and records the event.
-func (s *State) remove(a *Applied, l *Lease, t EventType, reason string) {
-	heap.Remove(&s.expiry, l.heapIdx)
+// remove deletes the lease in sl from every index and records the event.
+func (s *State) remove(a *Applied, sl *leaseSlot, t EventType, reason string) {
+	l := sl.l
+	heap.Remove(&s.expiry, sl.heapIdx)
 	if e := s.names[l.Resource]; e.counter == 0 {
 		delete(s.names, l.Resource)
 	} else {
-		e.lease = nil
+		e.slot = nil
 		s.names[l.Resource] = e
 	}
 	s.leases--
