@@ -52,8 +52,8 @@ type scopeCounter struct {
 
 // Snapshot captures the state, cheaply enough to run under the node's
 // lock at a million leases: lease records are never changed once made
-// (renewal replaces them), so it copies a pointer to each expiry heap
-// item's record; the request-id queues' elements are never written once
+// (renewal replaces them), so it copies a pointer to the record in each
+// expiry heap item's slot; the request-id queues' elements are never written once
 // appended, so it keeps a slice of each; only the counters are copied
 // entry by entry. Nothing is encoded here: that is WriteTo's work, which
 // may run on another goroutine while the State applies more entries.
