@@ -53,9 +53,9 @@ type scopeCounter struct {
 // Snapshot captures the state, cheaply enough to run under the node's
 // lock at a million leases: lease records are never changed once made
 // (renewal replaces them), so it copies a pointer to the record in each
-// expiry heap item's slot; the request-id queues' elements are never written once
-// appended, so it keeps a slice of each; only the counters are copied
-// entry by entry. Nothing is encoded here: that is WriteTo's work, which
+// expiry heap item's slot; the request-id queues' elements are never
+// written once appended, so it keeps a slice of each; only the counters
+// are copied entry by entry. Nothing is encoded here: that is WriteTo's work, which
 // may run on another goroutine while the State applies more entries.
 func (s *State) Snapshot() *Snapshot {
 	sn := &Snapshot{
@@ -208,9 +208,7 @@ func restore(br *bufio.Reader, opts []Option) (*State, error) {
 		if _, dup := s.byID[l.ID]; dup {
 			return nil, fmt.Errorf("lease %d: duplicate lease id", i)
 		}
-		sl := s.index(&l)
-		sl.heapIdx = len(s.expiry)
-		s.expiry = append(s.expiry, expiryItem{at: l.ExpiresAt, s: sl})
+		s.expiry.Push(s.index(&l)) // in place; heap.Init orders them below
 	}
 	heap.Init(&s.expiry)
 	for i := uint64(0); i < hdr.ScopeCount; i++ {

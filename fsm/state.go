@@ -245,14 +245,6 @@ type nameEntry struct {
 	counter uint64     // 0: no scope of this name (a scope's counter starts at 1)
 }
 
-// lease returns the lease on the resource of this name, nil if none.
-func (e nameEntry) lease() *Lease {
-	if e.slot == nil {
-		return nil
-	}
-	return e.slot.l
-}
-
 // State is the lease state machine.
 //
 // Invariants kept here:
@@ -313,11 +305,11 @@ func (s *State) Len() int { return s.leases }
 // Lease returns the lease on resource, if any. A lease past its expiry but
 // not yet removed is still returned; callers compare ExpiresAt to Now.
 func (s *State) Lease(resource string) (Lease, bool) {
-	l := s.names[resource].lease()
-	if l == nil {
+	sl := s.names[resource].slot
+	if sl == nil {
 		return Lease{}, false
 	}
-	return l.copy(), true
+	return sl.l.copy(), true
 }
 
 // Leases returns copies of the leases held on resources that start with
@@ -616,12 +608,11 @@ func (s *State) renew(a *Applied, c *fsmpb.Renew) Result {
 	// its key, now stale: expires_at only moves later (now never
 	// decreases, the ttl is the grant's), and a Tick settles the item when
 	// it reaches the top (expiryHeap).
-	l := &Lease{}
-	*l = *sl.l
+	l := *sl.l
 	l.ExpiresAt = s.now + l.TTL
-	sl.l = l
-	a.Events = append(a.Events, Event{Type: EventRenewed, Lease: l.copy(), Reason: "renew", Now: s.now})
-	return Result{Lease: l.copy(), Remaining: s.remaining(l)}
+	sl.l = &l
+	a.Events = append(a.Events, Event{Type: EventRenewed, Lease: l, Reason: "renew", Now: s.now})
+	return Result{Lease: l, Remaining: s.remaining(&l)}
 }
 
 func (s *State) release(a *Applied, c *fsmpb.Release) Result {

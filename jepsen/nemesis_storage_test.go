@@ -83,10 +83,9 @@ func TestStorageNemesisChangeIsRefused(t *testing.T) {
 		{"wal/planted_skip-entry-checksum_serves_on", "wal", plantedBin, plantedEnv([]string{"skip-entry-checksum"}, "leased"), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			store := tc.store
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			c, err := StartCluster(ctx, filepath.Join(tc.bin, "leased"), t.TempDir(), 3, []string{"--tick", "250ms", "--log-store", store}, tc.env)
+			c, err := StartCluster(ctx, filepath.Join(tc.bin, "leased"), t.TempDir(), 3, []string{"--tick", "250ms", "--log-store", tc.store}, tc.env)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -135,7 +134,7 @@ func TestStorageNemesisChangeIsRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := "raft.db"
-			if store == "wal" {
+			if tc.store == "wal" {
 				want = ".wal"
 			}
 			if !strings.HasSuffix(path, want) {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/leasefence/leasefence/jepsen/checker"
 	"github.com/leasefence/leasefence/jepsen/history"
@@ -178,12 +177,8 @@ func notValid(results []checker.Result) string {
 			s += " (" + x.Anomaly + ")"
 		}
 		if w := strings.Join(strings.Fields(x.Witness), " "); w != "" {
-			if len(w) > witnessLen {
-				n := witnessLen
-				for n > 0 && !utf8.RuneStart(w[n]) {
-					n--
-				}
-				w = w[:n] + "…"
+			if r := []rune(w); len(r) > witnessLen {
+				w = string(r[:witnessLen]) + "…"
 			}
 			s += ": " + w
 		}

@@ -211,10 +211,11 @@ func corruptWALEntry(dir, prefix string) (uint64, string, error) {
 	if data == nil {
 		return 0, "", fmt.Errorf("no command entry naming a resource in %s", dir)
 	}
+	bad := nameFlipped(data, prefix)
 	// A try that raft-wal drops tells where its last batch begins, so the
 	// next candidate is older than that batch: two tries at most, as a rule.
-	for try := range 4 {
-		kept, reached, err := walTry(base, filepath.Join(tmp, fmt.Sprint("try", try)), index, data, nameFlipped(data, prefix))
+	for range 4 {
+		kept, reached, err := walTry(base, filepath.Join(tmp, "try"), index, data, bad)
 		if err != nil {
 			return 0, "", err
 		}
@@ -225,9 +226,9 @@ func corruptWALEntry(dir, prefix string) (uint64, string, error) {
 		if d == nil {
 			break // every named entry is in the checked batch
 		}
-		index, data = i, d
+		index, data, bad = i, d, nameFlipped(d, prefix)
 	}
-	path, err := replaceInSegments(dir, data, nameFlipped(data, prefix))
+	path, err := replaceInSegments(dir, data, bad)
 	return index, path, err
 }
 

@@ -39,6 +39,20 @@ func openTestLog(t *testing.T, dataDir, store string) testLog {
 	return b
 }
 
+// writeTestLog writes batches to the log of dataDir in store, one
+// StoreLogs each (one batch per call, as raft writes a follower's
+// appends), and closes it.
+func writeTestLog(t *testing.T, dataDir, store string, batches ...[]*raft.Log) {
+	t.Helper()
+	log := openTestLog(t, dataDir, store)
+	defer log.Close()
+	for _, b := range batches {
+		if err := log.StoreLogs(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestCorruptCommandEntryChangesTheNewestNamedEntry: on a real raft.db
 // and a real raft-wal log, the newest command entry naming a workload
 // resource has one byte of the name changed (every copy, same length) in
@@ -54,14 +68,11 @@ func TestCorruptCommandEntryChangesTheNewestNamedEntry(t *testing.T) {
 				{Index: 3, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....renew lease-aaaa")},
 				{Index: 4, Term: 1, Type: raft.LogNoop},
 			}
-			log := openTestLog(t, dir, store)
-			// One batch each, as raft writes a follower's appends.
+			var batches [][]*raft.Log
 			for _, e := range entries {
-				if err := log.StoreLogs([]*raft.Log{e}); err != nil {
-					t.Fatal(err)
-				}
+				batches = append(batches, []*raft.Log{e})
 			}
-			log.Close()
+			writeTestLog(t, dir, store, batches...)
 			index, path, err := CorruptCommandEntry(dir, "jr/") // the workers' ResourcePrefix
 			if err != nil || index != 2 {
 				t.Fatalf("got %d, %v; want entry 2", index, err)
@@ -73,7 +84,7 @@ func TestCorruptCommandEntryChangesTheNewestNamedEntry(t *testing.T) {
 			if !strings.HasSuffix(path, wantFile) {
 				t.Fatalf("changed %s, want the %s file", path, wantFile)
 			}
-			log = openTestLog(t, dir, store)
+			log := openTestLog(t, dir, store)
 			defer log.Close()
 			for _, want := range entries {
 				var l raft.Log
@@ -110,18 +121,12 @@ func TestCorruptCommandEntrySkipsRaftWALsCheckedBatch(t *testing.T) {
 			{Index: 5, Term: 1, Type: raft.LogNoop},
 		},
 	}
-	log := openTestLog(t, dir, "wal")
-	for _, b := range batches {
-		if err := log.StoreLogs(b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	log.Close()
+	writeTestLog(t, dir, "wal", batches...)
 	index, _, err := CorruptCommandEntry(dir, "jr/")
 	if err != nil || index != 2 {
 		t.Fatalf("got %d, %v; want entry 2, the newest outside the last batch", index, err)
 	}
-	log = openTestLog(t, dir, "wal")
+	log := openTestLog(t, dir, "wal")
 	defer log.Close()
 	if last, _ := log.LastIndex(); last != 5 {
 		t.Fatalf("last index %d after the change, want 5 (nothing dropped)", last)
@@ -139,22 +144,14 @@ func TestCorruptCommandEntrySkipsRaftWALsCheckedBatch(t *testing.T) {
 // TestStorageNemesisChangeIsRefused with a real leased).
 func TestCorruptCommandEntryChangesRaftWALsLastBatchWhenNothingElse(t *testing.T) {
 	dir := t.TempDir()
-	entries := []*raft.Log{
-		{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....renew lease-aaaa")},
-		{Index: 2, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....acquire jr/2 lease-bbbb")},
-	}
-	log := openTestLog(t, dir, "wal")
-	for _, e := range entries {
-		if err := log.StoreLogs([]*raft.Log{e}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	log.Close()
+	writeTestLog(t, dir, "wal",
+		[]*raft.Log{{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....renew lease-aaaa")}},
+		[]*raft.Log{{Index: 2, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....acquire jr/2 lease-bbbb")}})
 	index, _, err := CorruptCommandEntry(dir, "jr/")
 	if err != nil || index != 2 {
 		t.Fatalf("got %d, %v; want entry 2, the only named one", index, err)
 	}
-	log = openTestLog(t, dir, "wal")
+	log := openTestLog(t, dir, "wal")
 	defer log.Close()
 	if last, _ := log.LastIndex(); last != 1 {
 		t.Fatalf("last index %d after the change, want 1 (raft-wal drops the batch)", last)
@@ -167,11 +164,7 @@ func TestCorruptCommandEntryNeedsANamedEntry(t *testing.T) {
 	for _, store := range []string{"boltdb", "wal"} {
 		t.Run(store, func(t *testing.T) {
 			dir := t.TempDir()
-			log := openTestLog(t, dir, store)
-			if err := log.StoreLogs([]*raft.Log{{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....renew lease-aaaa")}}); err != nil {
-				t.Fatal(err)
-			}
-			log.Close()
+			writeTestLog(t, dir, store, []*raft.Log{{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....renew lease-aaaa")}})
 			if index, path, err := CorruptCommandEntry(dir, "jr/"); err == nil {
 				t.Fatalf("changed entry %d in %s", index, path)
 			}
