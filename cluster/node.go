@@ -71,6 +71,7 @@ type Node struct {
 	httpSrv   *http.Server
 	httpAddr  string
 	lead      atomic.Pointer[leaderState]
+	acks      *peerAcks // what the peers accepted, for readIndex
 	proposeCh chan *proposal
 	// inflight holds a token while an entry of the group commit is in
 	// Raft (proposeLoop); batchFull says a full batch is waiting.
@@ -181,6 +182,7 @@ func start(ctx context.Context, cfg Config) (*Node, error) {
 	n.faultClock = fc
 	n.sm = newStateMachine(n.hub, cfg.Logger.Named("fsm"), n.onFatal, n.fsmOptions()...)
 	n.waiters = newWaitQueues()
+	n.acks = newPeerAcks()
 	n.watchers = newClientWatchers()
 	policy, err := cfg.loadPolicy()
 	if err != nil {
@@ -458,8 +460,11 @@ func (n *Node) buildServers() error {
 		DialOptions: dial,
 		PeerRoutes:  routes,
 		ClusterID:   n.peerClusterID(),
-		OnAppendEntries: func(peer raft.ServerID, rtt time.Duration) {
-			n.metrics.replication.WithLabelValues(string(peer)).Observe(rtt.Seconds())
+		OnAppendEntries: func(peer raft.ServerID, sent time.Time, req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) {
+			n.acks.record(peer, sent, req, resp)
+			if len(req.Entries) > 0 {
+				n.metrics.replication.WithLabelValues(string(peer)).Observe(time.Since(sent).Seconds())
+			}
 		},
 		CommitLimit: commitLimit,
 	})

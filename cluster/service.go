@@ -393,42 +393,6 @@ func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 	return out, nil
 }
 
-// readIndex makes a read linearizable: note the commit index, confirm
-// leadership with a quorum, then wait until that index has applied. A
-// leader serves nothing before its term's barrier has applied (lead is set
-// only after it).
-func (n *Node) readIndex(ctx context.Context) error {
-	if n.lead.Load() == nil {
-		return n.notLeader()
-	}
-	idx := n.raft.CommitIndex()
-	if err := n.await(ctx, n.raft.VerifyLeader()); err != nil {
-		if errors.Is(err, ErrStopped) || ctx.Err() != nil {
-			return err
-		}
-		return n.raftError(err)
-	}
-	return n.waitApplied(ctx, idx)
-}
-
-// waitApplied blocks until this node has applied index idx.
-func (n *Node) waitApplied(ctx context.Context, idx uint64) error {
-	for {
-		ch := n.sm.appliedChanged()
-		if n.sm.applied.Load() >= idx || n.raft.AppliedIndex() >= idx {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-time.After(5 * time.Millisecond): // a snapshot restore moves raft's index only
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-n.stopCh:
-			return ErrStopped
-		}
-	}
-}
-
 // Watch implements api.LeaseServiceServer: events from this node's applied
 // log, identical in content and position on every node. A watcher that
 // falls more than the buffer behind is cut with ResourceExhausted and

@@ -97,16 +97,19 @@ type Config struct {
 	ClusterID func() string
 
 	// OnAppendEntries, when set, is called by the client half once for
-	// every AppendEntries that carried at least one entry and was answered
-	// (pipelined or not, whatever the answer said), with the follower's id
-	// and the time from the request's send to its answer: the network
-	// both ways, the follower's log write and its hand-offs, and for a
-	// pipelined request under load also the wait for the leader to read
-	// the answer (the pipeline reads the next answer once raft took the
-	// previous one). It runs on the goroutine that receives the answer (the
-	// caller's, for a unary request) and must not block. Heartbeats and
-	// requests that failed in transit are not reported; refused ones are.
-	OnAppendEntries func(peer raft.ServerID, rtt time.Duration)
+	// every AppendEntries that was answered (pipelined or not, heartbeats
+	// too, whatever the answer said), with the follower's id, when the
+	// request was sent (taken before it was written: the follower
+	// received it later), the request and the decoded answer. It runs
+	// before raft is handed the answer, on the goroutine that receives it
+	// (the caller's, for a unary request), and must not block. The time
+	// from sent to the call is the network both ways, the follower's log
+	// write and its hand-offs, and for a pipelined request under load also
+	// the wait for the leader to read the answer (the pipeline reads the
+	// next answer once raft took the previous one). Requests that failed
+	// in transit and answers that did not decode are not reported; refused
+	// ones are.
+	OnAppendEntries func(peer raft.ServerID, sent time.Time, req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse)
 
 	// CommitLimit, when set, bounds the commit index the client half
 	// sends in AppendEntries: it returns how far the leader's own log is

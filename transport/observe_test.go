@@ -8,70 +8,75 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// TestOnAppendEntriesReportsAnsweredRequestsWithEntries: the hook sees each
-// answered AppendEntries that carried entries, unary or pipelined, with the
-// follower's id and a round trip that includes the follower's time to
-// answer; a heartbeat (no entries) is not reported.
-func TestOnAppendEntriesReportsAnsweredRequestsWithEntries(t *testing.T) {
+// TestOnAppendEntriesReportsEveryAnsweredRequest: the hook sees each
+// answered AppendEntries, heartbeat, unary or pipelined, with the
+// follower's id, the request, the decoded answer and a send time taken
+// before the request left (so at least the follower's time to answer
+// before the report), and it runs before raft is handed the answer.
+func TestOnAppendEntriesReportsEveryAnsweredRequest(t *testing.T) {
 	type report struct {
 		peer raft.ServerID
-		rtt  time.Duration
+		sent time.Time
+		at   time.Time
+		req  *raft.AppendEntriesRequest
+		resp raft.AppendEntriesResponse
 	}
 	var (
 		mu      sync.Mutex
 		reports []report
 	)
 	leader := startNode(t, "127.0.0.1:0", func(c *Config) {
-		c.OnAppendEntries = func(peer raft.ServerID, rtt time.Duration) {
+		c.OnAppendEntries = func(peer raft.ServerID, sent time.Time, req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) {
 			mu.Lock()
 			defer mu.Unlock()
-			reports = append(reports, report{peer, rtt})
+			reports = append(reports, report{peer, sent, time.Now(), req, *resp})
 		}
 	})
 	follower := startNode(t, "127.0.0.1:0", nil)
 	const delay = 30 * time.Millisecond
 	answerAfter(t, follower.tr, delay)
-	taken := func() []report {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]report(nil), reports...)
-	}
 
+	type call struct {
+		req        *raft.AppendEntriesRequest
+		start, end time.Time // around the call, up to raft's receipt of the answer
+	}
+	var calls []call
 	var resp raft.AppendEntriesResponse
-	if err := leader.tr.AppendEntries("f1", follower.addr, appendRequest(leader, 0, 0, 0), &resp); err != nil {
-		t.Fatalf("heartbeat: %v", err)
+	for _, req := range []*raft.AppendEntriesRequest{appendRequest(leader, 0, 0, 0), appendRequest(leader, 0, 1, 16)} {
+		start := time.Now()
+		if err := leader.tr.AppendEntries("f1", follower.addr, req, &resp); err != nil {
+			t.Fatalf("unary (%d entries): %v", len(req.Entries), err)
+		}
+		calls = append(calls, call{req, start, time.Now()})
 	}
-	if got := taken(); len(got) != 0 {
-		t.Fatalf("a heartbeat was reported: %v", got)
-	}
-	// Each round trip lies inside the call as the test saw it, and
-	// holds the follower's delay.
-	var took [2]time.Duration
-	start := time.Now()
-	if err := leader.tr.AppendEntries("f1", follower.addr, appendRequest(leader, 0, 1, 16), &resp); err != nil {
-		t.Fatalf("unary: %v", err)
-	}
-	took[0] = time.Since(start)
 	p, err := leader.tr.AppendEntriesPipeline("f1", follower.addr)
 	if err != nil {
 		t.Fatalf("pipeline: %v", err)
 	}
 	defer p.Close()
-	start = time.Now()
-	if _, err := p.AppendEntries(appendRequest(leader, 1, 2, 16), &resp); err != nil {
+	req := appendRequest(leader, 1, 2, 16)
+	start := time.Now()
+	if _, err := p.AppendEntries(req, &resp); err != nil {
 		t.Fatalf("pipelined send: %v", err)
 	}
 	if err := (<-p.Consumer()).Error(); err != nil {
 		t.Fatalf("pipelined answer: %v", err)
 	}
-	took[1] = time.Since(start)
-	got := taken()
-	if len(got) != 2 {
-		t.Fatalf("reports %v, want one for the unary and one for the pipelined request", got)
+	calls = append(calls, call{req, start, time.Now()})
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reports) != len(calls) {
+		t.Fatalf("%d reports, want one per answered request (heartbeat, unary, pipelined): %+v", len(reports), reports)
 	}
-	for i, r := range got {
-		if r.peer != "f1" || r.rtt < delay || r.rtt > took[i] {
-			t.Errorf("report %+v: want peer f1 and a round trip between the follower's %v and the call's %v", r, delay, took[i])
+	for i, r := range reports {
+		c := calls[i]
+		if r.peer != "f1" || r.req != c.req || !r.resp.Success || r.resp.Term != c.req.Term {
+			t.Errorf("report %d: peer %s, request %p (want %p), answer %+v: want f1, raft's request, a success in term %d", i, r.peer, r.req, c.req, r.resp, c.req.Term)
+		}
+		if r.sent.Before(c.start) || r.at.Sub(r.sent) < delay || r.at.After(c.end) {
+			t.Errorf("report %d: sent %v, reported %v after the call began; the call ended %v after it began: want sent within the call, at least the follower's %v before the report, and the report before raft got the answer",
+				i, r.sent.Sub(c.start), r.at.Sub(c.start), c.end.Sub(c.start), delay)
 		}
 	}
 }

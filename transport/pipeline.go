@@ -215,8 +215,8 @@ func (p *pipeline) receive() {
 			if err != nil {
 				f.respond(p.fail(p.t.callError("append-entries-pipeline", p.target, err)))
 			} else {
-				p.t.appended(p.id, f.args, monoBase.Add(time.Duration(f.sent.Load())))
 				rerr := appendEntriesResponseFromPB(msg, f.resp)
+				p.t.appended(p.id, monoBase.Add(time.Duration(f.sent.Load())), f.args, f.resp, rerr)
 				var remote *RemoteError
 				if rerr != nil && !errors.As(rerr, &remote) {
 					// Undecodable: the stream is out of step; stop using it.

@@ -245,8 +245,8 @@ func (t *Transport) AppendEntries(id raft.ServerID, target raft.ServerAddress, a
 	sent := time.Now()
 	out, err := c.AppendEntries(ctx, t.appendEntriesToPB(args))
 	if err == nil {
-		t.appended(id, args, sent)
 		err = appendEntriesResponseFromPB(out, resp)
+		t.appended(id, sent, args, resp, err)
 	}
 	if err != nil {
 		return t.callError("append-entries", target, err)
@@ -265,10 +265,12 @@ func (t *Transport) appendEntriesToPB(args *raft.AppendEntriesRequest) *transpor
 }
 
 // appended reports an answered AppendEntries sent at sent to
-// Config.OnAppendEntries, when it carried entries.
-func (t *Transport) appended(id raft.ServerID, args *raft.AppendEntriesRequest, sent time.Time) {
-	if t.cfg.OnAppendEntries != nil && len(args.Entries) > 0 {
-		t.cfg.OnAppendEntries(id, time.Since(sent))
+// Config.OnAppendEntries, unless its answer did not decode (err, the
+// decoder's, is other than a *RemoteError).
+func (t *Transport) appended(id raft.ServerID, sent time.Time, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, err error) {
+	var remote *RemoteError
+	if t.cfg.OnAppendEntries != nil && (err == nil || errors.As(err, &remote)) {
+		t.cfg.OnAppendEntries(id, sent, args, resp)
 	}
 }
 

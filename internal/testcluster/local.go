@@ -3,7 +3,6 @@ package testcluster
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"strings"
 	"sync"
@@ -138,6 +137,45 @@ func (lc *Local) Partition(side ...int) {
 	}
 }
 
+// HoldAnswers holds what node i's peers answer on the connections i
+// opened to them (Raft's answers to i's appends and heartbeats, answers to
+// calls i forwards): they arrive, late and in order, at Thaw. What i sends
+// still goes through.
+func (lc *Local) HoldAnswers(i int) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	for k, l := range lc.links {
+		if k[0] == i {
+			l.setHeld(1, true)
+		}
+	}
+}
+
+// Freeze holds every byte to and from node i on its links, both ways: to
+// its peers i is silent, as a paused process is, while it keeps running;
+// what was sent waits and arrives, in order, at Thaw. Test clients still
+// reach i directly.
+func (lc *Local) Freeze(i int) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	for k, l := range lc.links {
+		if k[0] == i || k[1] == i {
+			l.setHeld(0, true)
+			l.setHeld(1, true)
+		}
+	}
+}
+
+// Thaw ends every hold (HoldAnswers, Freeze): what waited is delivered.
+func (lc *Local) Thaw() {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	for _, l := range lc.links {
+		l.setHeld(0, false)
+		l.setHeld(1, false)
+	}
+}
+
 // Heal lets every link through again; nodes reconnect on their own
 // (raft's transport and the forwarder redial with their backoff).
 func (lc *Local) Heal() {
@@ -228,6 +266,8 @@ type link struct {
 
 	mu    sync.Mutex
 	cut   bool
+	held  [2]bool    // [what the dialer sends, what the target answers]
+	open  *sync.Cond // on mu: a hold ended or the link was cut
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
 }
@@ -238,6 +278,7 @@ func newLink(target string) (*link, error) {
 		return nil, err
 	}
 	l := &link{lis: lis, target: target, conns: map[net.Conn]struct{}{}}
+	l.open = sync.NewCond(&l.mu)
 	l.wg.Add(1)
 	go l.serve()
 	return l, nil
@@ -286,16 +327,40 @@ func (l *link) carry(c net.Conn) {
 	l.mu.Unlock()
 	defer l.forget(up)
 	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		io.Copy(dst, src)
+	pipe := func(dst, src net.Conn, dir int) {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				if !l.pass(dir) {
+					break
+				}
+				if _, err := dst.Write(buf[:n]); err != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
 		dst.Close()
 		src.Close()
 		done <- struct{}{}
 	}
-	go pipe(up, c)
-	go pipe(c, up)
+	go pipe(up, c, 0)
+	go pipe(c, up, 1)
 	<-done
 	<-done
+}
+
+// pass waits while direction dir is held; false once the link is cut.
+func (l *link) pass(dir int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.held[dir] && !l.cut {
+		l.open.Wait()
+	}
+	return !l.cut
 }
 
 func (l *link) forget(c net.Conn) {
@@ -305,10 +370,21 @@ func (l *link) forget(c net.Conn) {
 	c.Close()
 }
 
+// setHeld holds (or lets through again) one direction of the link:
+// bytes already read wait in the proxy, the rest in the kernel's buffers,
+// and all of them arrive, in order, once the hold ends.
+func (l *link) setHeld(dir int, held bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held[dir] = held
+	l.open.Broadcast()
+}
+
 func (l *link) setCut(cut bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.cut = cut
+	l.open.Broadcast()
 	if cut {
 		for c := range l.conns {
 			c.Close()

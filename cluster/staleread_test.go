@@ -1,0 +1,108 @@
+package cluster_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/cluster"
+	"github.com/leasefence/leasefence/internal/testcluster"
+	"github.com/leasefence/leasefence/transport"
+)
+
+// A leader that went silent (a paused process, a frozen VM) while its
+// followers' answers to its last heartbeats were on their way must not
+// take those answers, delivered after the followers elected a new leader,
+// as confirming a linearizable read that arrived after they were sent:
+// they say yes to a term the followers have left. The read must fail or
+// show what the new leader granted.
+//
+// The pause is played by the links (Freeze holds every byte to and from
+// the old leader, Thaw delivers them in order), and the old leader's
+// leader lease is long enough that it does not step down on its own in
+// the meantime, as a paused process does not. The new leader is elected
+// at once with raft's TimeoutNow, as a leadership transfer does.
+func TestLeaderConfirmsAReadOnlyWithAnswersSentAfterIt(t *testing.T) {
+	lc := testcluster.NewLocal(t, 3, func(_ int, c *cluster.Config) {
+		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 2*time.Second, 2*time.Second, 2*time.Second
+	})
+	old := lc.Leader()
+	var rest []int
+	for i := range lc.Nodes {
+		if i != old {
+			rest = append(rest, i)
+		}
+	}
+	first := mustAcquire(t, lc.Client(old), "r")
+	if _, err := lc.Client(old).Release(testcluster.WithTimeout(t, 5*time.Second), &api.ReleaseRequest{LeaseId: first.Lease.Id}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The followers answer a heartbeat (sent every [HT/10, HT/5)); the
+	// answers wait. Then the old leader goes silent both ways.
+	lc.HoldAnswers(old)
+	time.Sleep(500 * time.Millisecond)
+	lc.Freeze(old)
+
+	timeoutNow(t, lc.Nodes[rest[0]])
+	nl := lc.Leader(rest...)
+	second, err := lc.Client(nl).Acquire(testcluster.WithTimeout(t, 5*time.Second), &api.AcquireRequest{
+		Resource: "r", Holder: "test", Ttl: durationpb.New(time.Minute),
+	})
+	if err != nil {
+		t.Fatalf("acquire through the new leader: %v", err)
+	}
+	if !lc.Nodes[old].IsLeader() {
+		t.Fatal("the old leader stepped down on its own before the read; the test proves nothing")
+	}
+
+	// The read reaches the old leader while it is still silent to its
+	// peers; then everything held is delivered.
+	type answer struct {
+		resp *api.GetResponse
+		err  error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := lc.Client(old).Get(ctx, &api.GetRequest{Resource: "r"})
+		got <- answer{resp, err}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	lc.Thaw()
+	a := <-got
+	switch {
+	case a.err != nil:
+		t.Logf("the old leader refused the read: %v", a.err)
+	case a.resp.ScopeToken < second.Lease.Token:
+		t.Fatalf("the old leader %s answered a linearizable read with scope token %d (node %s); the new leader %s had granted token %d before the read was sent: a stale read",
+			lc.Nodes[old].ID(), a.resp.ScopeToken, a.resp.NodeId, lc.Nodes[nl].ID(), second.Lease.Token)
+	default:
+		t.Logf("the read saw token %d (node %s)", a.resp.ScopeToken, a.resp.NodeId)
+	}
+}
+
+// timeoutNow sends raft's TimeoutNow to n, which starts an election at
+// once, as the target of a leadership transfer does.
+func timeoutNow(t *testing.T, n *cluster.Node) {
+	t.Helper()
+	tr, err := transport.New(transport.Config{
+		LocalAddr:   "127.0.0.1:1",
+		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	var resp raft.TimeoutNowResponse
+	if err := tr.TimeoutNow(raft.ServerID(n.ID()), raft.ServerAddress(n.Addr()), &raft.TimeoutNowRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax}}, &resp); err != nil {
+		t.Fatalf("TimeoutNow to %s: %v", n.ID(), err)
+	}
+}
