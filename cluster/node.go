@@ -341,6 +341,9 @@ func (n *Node) openRaftStores(ctx context.Context, ident *Identity) (raftStores,
 	if err != nil {
 		return raftStores{}, fmt.Errorf("cluster: snapshot store: %w", err)
 	}
+	if d, ok := logStore.(*durableWAL); ok && !n.planted(BugWALEmptiedOnInstall) {
+		d.snaps = fileSnaps // what a whole-log deletion keeps (walstore.go)
+	}
 	// Integrity (corrupt.go, logstore.go): refuse to start on a corrupt
 	// entry or newest snapshot; stop when one is read later.
 	checked, snaps, err := n.checkStores(logStore, fileSnaps)

@@ -13,15 +13,16 @@ import (
 // tag can switch them on, per node, through Config.Testing (planted.go);
 // see jepsen/README.md, "Planted bugs".
 const (
-	BugLocalReads         = "local-reads"
-	BugWallClockTime      = "wall-clock-time"
-	BugLeaseIDByResource  = "lease-id-by-resource"
-	BugReleaseAckEarly    = "release-ack-before-commit"
-	BugRenewAckEarly      = "renew-ack-before-commit"
-	BugForwardNoTimeout   = "forward-no-timeout"
-	BugAddUnprobed        = "add-unprobed"
-	BugClusterIDUnchecked = "cluster-id-unchecked"
-	BugLeaderUnwritten    = "leader-applies-unwritten"
+	BugLocalReads          = "local-reads"
+	BugWallClockTime       = "wall-clock-time"
+	BugLeaseIDByResource   = "lease-id-by-resource"
+	BugReleaseAckEarly     = "release-ack-before-commit"
+	BugRenewAckEarly       = "renew-ack-before-commit"
+	BugForwardNoTimeout    = "forward-no-timeout"
+	BugAddUnprobed         = "add-unprobed"
+	BugClusterIDUnchecked  = "cluster-id-unchecked"
+	BugLeaderUnwritten     = "leader-applies-unwritten"
+	BugWALEmptiedOnInstall = "wal-emptied-on-install"
 )
 
 // plantedWriteDelay is how long the planted leader-applies-unwritten

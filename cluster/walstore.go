@@ -123,6 +123,9 @@ type durableWAL struct {
 	*raftwal.WAL
 	stable *raftboltdb.BoltStore
 	log    hclog.Logger
+	// snaps is the node's snapshot store, set before raft starts:
+	// DeleteRange reads the snapshot raft just installed from it.
+	snaps raft.SnapshotStore
 
 	mu       sync.Mutex // orders recording against tail deletions
 	recorded uint64
@@ -191,6 +194,20 @@ func (d *durableWAL) record(i uint64) error {
 // log's end (raft replacing a deposed leader's suffix; the whole log after
 // a snapshot is installed) it lowers the record, so that a stop between
 // the two does not make the shorter log look damaged.
+//
+// After installing a snapshot, hashicorp/raft deletes the whole of a
+// monotonic log (removeOldLogs), but keeps its cached last index and sets
+// its applied index back to the snapshot's. When the log held entries
+// past the snapshot (the leader sent the same snapshot twice, the second
+// after the follower had appended past it), raft then matched the
+// leader's next append against entries it no longer had, took it, and
+// panicked "log not found" re-applying the entries after the snapshot
+// (hashicorp/raft#697; TestFollowerOnWALInstallsASnapshotOlderThanItsLog).
+// So a deletion of the whole log keeps the entries from the newest
+// snapshot's index on when the log holds that entry in the snapshot's
+// term: they agree with the snapshot (raft's log matching), and raft
+// treats them as any log store's entries past a snapshot (a store that is
+// not monotonic keeps them too).
 func (d *durableWAL) DeleteRange(min, max uint64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -201,6 +218,15 @@ func (d *durableWAL) DeleteRange(min, max uint64) error {
 	last, err := d.WAL.LastIndex()
 	if err != nil {
 		return err
+	}
+	if min <= first && max >= last && last > 0 {
+		if keep := d.snapshotHeld(first, last); keep > 0 {
+			if keep == first {
+				return nil
+			}
+			d.log.Info("keeping the log from the installed snapshot on", "snapshot-index", keep, "last-index", last)
+			return d.WAL.DeleteRange(min, keep-1)
+		}
 	}
 	if max >= last {
 		to := min - 1
@@ -214,6 +240,27 @@ func (d *durableWAL) DeleteRange(min, max uint64) error {
 		}
 	}
 	return d.WAL.DeleteRange(min, max)
+}
+
+// snapshotHeld returns the index of the newest snapshot when the log,
+// from first to last, holds that entry in the snapshot's term; else 0.
+func (d *durableWAL) snapshotHeld(first, last uint64) uint64 {
+	if d.snaps == nil {
+		return 0
+	}
+	metas, err := d.snaps.List()
+	if err != nil || len(metas) == 0 {
+		return 0
+	}
+	s := metas[0]
+	if s.Index < first || s.Index > last {
+		return 0
+	}
+	var l raft.Log
+	if err := d.WAL.GetLog(s.Index, &l); err != nil || l.Term != s.Term {
+		return 0
+	}
+	return s.Index
 }
 
 // GetLog implements raft.LogStore: an entry below the log's first index is
