@@ -184,7 +184,10 @@ func (l *leaderLog) LastIndex() (uint64, error) {
 // queued waits for it to be written; one of older entries (the leader
 // compacting after a snapshot) does not. A deletion of the log's end
 // lowers the durable index below it: the entries written there next are
-// new ones.
+// new ones. Not below what the store kept: raft-wal keeps the entries
+// past an installed snapshot that raft asked it to delete (walstore.go),
+// and raft applies them again; an index lowered below them would hold
+// those applies until the next write, and a Close in between for ever.
 func (l *leaderLog) DeleteRange(min, max uint64) error {
 	l.mu.Lock()
 	first := l.queuedFirst()
@@ -204,9 +207,17 @@ func (l *leaderLog) DeleteRange(min, max uint64) error {
 		return err
 	}
 	if max >= last && min > 0 {
+		kept, err := l.LogStore.LastIndex()
+		if err != nil {
+			return err
+		}
+		to := min - 1
+		if kept > to {
+			to = kept
+		}
 		l.mu.Lock()
-		if l.durable.Load() >= min {
-			l.durable.Store(min - 1)
+		if l.durable.Load() > to {
+			l.durable.Store(to)
 			l.signal()
 		}
 		l.mu.Unlock()

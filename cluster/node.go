@@ -342,7 +342,9 @@ func (n *Node) openRaftStores(ctx context.Context, ident *Identity) (raftStores,
 		return raftStores{}, fmt.Errorf("cluster: snapshot store: %w", err)
 	}
 	if d, ok := logStore.(*durableWAL); ok && !n.planted(BugWALEmptiedOnInstall) {
-		d.snaps = fileSnaps // what a whole-log deletion keeps (walstore.go)
+		// What a whole-log deletion keeps (walstore.go); called by raft
+		// once it runs, after n.llog is set.
+		d.installed = func() (uint64, uint64, bool) { return installedSnapshot(n.llog.raft.Load(), fileSnaps) }
 	}
 	// Integrity (corrupt.go, logstore.go): refuse to start on a corrupt
 	// entry or newest snapshot; stop when one is read later.

@@ -123,9 +123,10 @@ type durableWAL struct {
 	*raftwal.WAL
 	stable *raftboltdb.BoltStore
 	log    hclog.Logger
-	// snaps is the node's snapshot store, set before raft starts:
-	// DeleteRange reads the snapshot raft just installed from it.
-	snaps raft.SnapshotStore
+	// installed, set before raft starts, returns the snapshot raft has
+	// just installed (installedSnapshot) when it deletes the whole log;
+	// ok is false when there is none.
+	installed func() (index, term uint64, ok bool)
 
 	mu       sync.Mutex // orders recording against tail deletions
 	recorded uint64
@@ -203,11 +204,12 @@ func (d *durableWAL) record(i uint64) error {
 // leader's next append against entries it no longer had, took it, and
 // panicked "log not found" re-applying the entries after the snapshot
 // (hashicorp/raft#697; TestFollowerOnWALInstallsASnapshotOlderThanItsLog).
-// So a deletion of the whole log keeps the entries from the newest
-// snapshot's index on when the log holds that entry in the snapshot's
-// term: they agree with the snapshot (raft's log matching), and raft
-// treats them as any log store's entries past a snapshot (a store that is
-// not monotonic keeps them too).
+// So a deletion of the whole log keeps the entries past the installed
+// snapshot when they continue it: the log holds the snapshot's entry in
+// the snapshot's term, or begins right after it. They agree with the
+// snapshot (raft's log matching; an index's committed term is unique),
+// and raft treats them as it treats any log store's entries past a
+// snapshot (a store that is not monotonic keeps them too).
 func (d *durableWAL) DeleteRange(min, max uint64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -220,12 +222,12 @@ func (d *durableWAL) DeleteRange(min, max uint64) error {
 		return err
 	}
 	if min <= first && max >= last && last > 0 {
-		if keep := d.snapshotHeld(first, last); keep > 0 {
-			if keep == first {
-				return nil
+		if from, ok := d.continuesSnapshot(first, last); ok {
+			d.log.Info("keeping the log entries past the installed snapshot", "from", from, "to", last)
+			if from > first {
+				return d.WAL.DeleteRange(min, from-1)
 			}
-			d.log.Info("keeping the log from the installed snapshot on", "snapshot-index", keep, "last-index", last)
-			return d.WAL.DeleteRange(min, keep-1)
+			return nil
 		}
 	}
 	if max >= last {
@@ -242,25 +244,49 @@ func (d *durableWAL) DeleteRange(min, max uint64) error {
 	return d.WAL.DeleteRange(min, max)
 }
 
-// snapshotHeld returns the index of the newest snapshot when the log,
-// from first to last, holds that entry in the snapshot's term; else 0.
-func (d *durableWAL) snapshotHeld(first, last uint64) uint64 {
-	if d.snaps == nil {
-		return 0
+// continuesSnapshot reports whether the log, from first to last,
+// continues the snapshot raft just installed (index S, term T): it holds
+// entry S in term T (from is S), or it begins at S+1 (from is first).
+func (d *durableWAL) continuesSnapshot(first, last uint64) (from uint64, ok bool) {
+	if d.installed == nil {
+		return 0, false
 	}
-	metas, err := d.snaps.List()
-	if err != nil || len(metas) == 0 {
-		return 0
-	}
-	s := metas[0]
-	if s.Index < first || s.Index > last {
-		return 0
+	s, term, ok := d.installed()
+	switch {
+	case !ok:
+		return 0, false
+	case s+1 == first:
+		return first, true
+	case s < first || s > last:
+		return 0, false
 	}
 	var l raft.Log
-	if err := d.WAL.GetLog(s.Index, &l); err != nil || l.Term != s.Term {
-		return 0
+	if err := d.WAL.GetLog(s, &l); err != nil || l.Term != term {
+		return 0, false
 	}
-	return s.Index
+	return s, true
+}
+
+// installedSnapshot returns the snapshot r has just installed, while it
+// deletes the log after the install: r sets its applied index to the
+// snapshot's before (this node's own newer snapshots may be in snaps too,
+// so the newest is not the one). ok is false when snaps holds none at
+// that index, or r is nil.
+func installedSnapshot(r *raft.Raft, snaps raft.SnapshotStore) (index, term uint64, ok bool) {
+	if r == nil {
+		return 0, 0, false
+	}
+	applied := r.AppliedIndex()
+	metas, err := snaps.List()
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, m := range metas {
+		if m.Index == applied {
+			return m.Index, m.Term, true
+		}
+	}
+	return 0, 0, false
 }
 
 // GetLog implements raft.LogStore: an entry below the log's first index is
