@@ -40,13 +40,14 @@ vet:
 fmt:
 	gofmt -l -w $$(git ls-files '*.go' | grep -v '\.pb\.go$$')
 
-# test: the whole suite with the race detector; then, in a plantedbugs build,
+# test: the whole suite with the race detector (scripts/gotest.sh repeats
+# what failed at the end of its output); then, in a plantedbugs build,
 # the tests that show a planted defect caught without the harness (named
 # *Planted*, *CheckCatches* or *PropertyCatches*); then every fuzz target
 # for 3 s.
 test: vet
-	$(GO) test -race -count=1 -timeout 14m ./...
-	cd $(HARNESS) && $(GO) test -race -count=1 -timeout 14m ./...
+	GO=$(GO) ./scripts/gotest.sh -race -count=1 -timeout 14m ./...
+	cd $(HARNESS) && GO=$(GO) $(abspath scripts/gotest.sh) -race -count=1 -timeout 14m ./...
 	$(GO) test -count=1 -tags plantedbugs -run 'Planted|CheckCatches|PropertyCatches' ./fsm/ ./client/ ./cluster/ ./internal/e2e/
 	./scripts/fuzz.sh 3s
 

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,6 +37,10 @@ func chromium(t *testing.T) string {
 }
 
 // runChromium runs headless Chromium with args and returns its stdout.
+// Chromium starts helper processes that inherit its output: on a timeout
+// the whole process group is killed, and Wait gives up on the output
+// after WaitDelay, so a helper left behind cannot hold the test (and the
+// package's run) for ever.
 func runChromium(t *testing.T, bin string, args ...string) []byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -45,7 +50,15 @@ func runChromium(t *testing.T, bin string, args ...string) []byte {
 	cmd := exec.CommandContext(ctx, bin, append(base, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
+	err := cmd.Start()
+	if err == nil {
+		defer syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // helpers still running
+		err = cmd.Wait()
+	}
+	if err != nil {
 		t.Fatalf("chromium %v: %v\n%s", args, err, stderr.String())
 	}
 	return stdout.Bytes()
