@@ -6,6 +6,8 @@ import (
 	"io"
 	"io/fs"
 	"path/filepath"
+	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -112,6 +114,29 @@ type checkedSnapshotStore struct {
 	node      string
 	log       hclog.Logger
 	onCorrupt corruptHandler
+
+	createMu   sync.Mutex
+	lastCreate int64 // unix milliseconds when the last Create returned
+}
+
+// Create implements raft.SnapshotStore. raft's file store names a
+// snapshot term-index-milliseconds: two created in one millisecond at one
+// index (raft snapshotting the state an installed snapshot gave it while
+// the leader sends that snapshot again, seen in the storage nemesis's
+// runs) got one name, wrote into one directory and corrupted each other,
+// and the node stopped on the CRC mismatch. Creates are serialized, and
+// each starts in a later millisecond than the last one returned (waiting
+// at most 5 ms, should the wall clock have stepped back).
+func (s *checkedSnapshotStore) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
+	configurationIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	for i := 0; i < 25 && time.Now().UnixMilli() <= s.lastCreate; i++ {
+		time.Sleep(200 * time.Microsecond)
+	}
+	sink, err := s.SnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
+	s.lastCreate = time.Now().UnixMilli()
+	return sink, err
 }
 
 // Open implements raft.SnapshotStore.

@@ -170,3 +170,33 @@ func TestCheckSnapshotsSetsACorruptOneAsideOnlyWhenTheLogCanRebuild(t *testing.T
 		t.Fatalf("both corrupt: %v", err)
 	}
 }
+
+// Two snapshots created at one index within one millisecond get their own
+// names: raft's file store names them term-index-milliseconds, and two
+// with one name wrote into one directory and corrupted each other (a node
+// stopped on the CRC mismatch in a storage-nemesis run: raft snapshotted
+// the state an installed snapshot gave it while the leader sent that
+// snapshot again).
+func TestSnapshotsCreatedTogetherGetTheirOwnNames(t *testing.T) {
+	files, err := raft.NewFileSnapshotStoreWithLogger(t.TempDir(), 2, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &checkedSnapshotStore{SnapshotStore: files, log: hclog.NewNullLogger()}
+	_, tr := raft.NewInmemTransport("n1")
+	for range 10 {
+		a, err := store.Create(raft.SnapshotVersionMax, 7, 1, raft.Configuration{}, 1, tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := store.Create(raft.SnapshotVersionMax, 7, 1, raft.Configuration{}, 1, tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Cancel()
+		b.Cancel()
+		if a.ID() == b.ID() {
+			t.Fatalf("two snapshots created together are both named %s", a.ID())
+		}
+	}
+}
