@@ -717,7 +717,7 @@ func (r *run) check(context.Context) error {
 	unavail, windows := checker.CheckUnavailabilityBounded(samples, faults, checker.UnavailabilityBound)
 	r.say("client-observed unavailability during faults that leave a quorum up (callers pinned to one node): %s", checker.WindowsString(windows))
 	sum.Results = append(checker.WithRestoreCheck(cfg.Nemeses, checker.CheckAll(h, r.audit, cfg.SkewMargin), h, faults), r.serves.Done("sentinel"), r.converge,
-		CheckMeaningful(cfg, h, faults), unavail)
+		CheckMeaningful(cfg, h, faults), unavail, checker.CheckNoPanics(readLogs(filepath.Join(r.dir, "logs"))))
 	if slices.Contains(cfg.Nemeses, history.NemStorage) {
 		sum.Results = append(sum.Results, checker.CheckStorageRefused(faults))
 	}
@@ -832,6 +832,19 @@ func sentinel(ctx context.Context, endpoints []string, wt *watcher) error {
 	return nil
 }
 
+// readLogs reads every process log of a run (logs/*.log), by file name;
+// one that cannot be read is left out.
+func readLogs(dir string) map[string][]byte {
+	paths, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	logs := map[string][]byte{}
+	for _, p := range paths {
+		if b, err := os.ReadFile(p); err == nil {
+			logs[filepath.Base(p)] = b
+		}
+	}
+	return logs
+}
+
 func mustRead(path string, flush *history.Writer) []byte {
 	_ = flush.Flush()
 	b, _ := os.ReadFile(path)
@@ -940,7 +953,7 @@ func Recheck(dir string, out io.Writer) ([]checker.Result, error) {
 	if err := json.Unmarshal(b, &audit); err != nil {
 		return nil, fmt.Errorf("audit.json: %w", err)
 	}
-	rs := checker.CheckAll(h, audit, cfg.SkewMargin)
+	rs := append(checker.CheckAll(h, audit, cfg.SkewMargin), checker.CheckNoPanics(readLogs(filepath.Join(dir, "logs"))))
 	if nf, err := os.ReadFile(filepath.Join(dir, "nemesis.jsonl")); err == nil {
 		faults, _ := history.ReadFaults(nf)
 		rs = checker.WithRestoreCheck(cfg.Nemeses, rs, h, faults)
