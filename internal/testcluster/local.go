@@ -32,7 +32,10 @@ import (
 // and refuses new connections on them; Heal lets them through again. A
 // cut is a refusal (the dialer sees the connection close), not a silent
 // drop: it is fast and deterministic, and leadership loss and elections
-// follow from raft's own timeouts as on a real network.
+// follow from raft's own timeouts as on a real network. HoldAnswers,
+// Freeze and Thaw hold bytes on the links instead of dropping them: a node
+// whose peers' answers, or all of whose traffic, arrive late and in order,
+// as for a paused process.
 //
 // Test clients (Client) dial nodes directly, not through links: a
 // partition separates nodes from each other, not from the test.
