@@ -44,6 +44,12 @@ func (n *Node) readIndex(ctx context.Context) error {
 		}
 		return err
 	}
+	// This node counted itself: it too must still be in the term, so
+	// that it had not voted in a newer one when the read arrived (lead is
+	// cleared only after raft has stepped down).
+	if n.raft.CurrentTerm() != ls.term {
+		return n.notLeader()
+	}
 	return n.waitApplied(ctx, idx)
 }
 
@@ -98,8 +104,8 @@ func (a *peerAcks) record(peer raft.ServerID, sent time.Time, req *raft.AppendEn
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if prev, ok := a.last[peer]; ok && prev.term == req.Term && !sent.After(prev.sent) {
-		return
+	if prev, ok := a.last[peer]; ok && (prev.term > req.Term || prev.term == req.Term && !sent.After(prev.sent)) {
+		return // a late answer does not replace a newer one
 	}
 	a.last[peer] = ack{term: req.Term, sent: sent}
 	if a.wake != nil {

@@ -2,12 +2,15 @@ package cluster_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasefence/leasefence/api"
@@ -26,11 +29,12 @@ import (
 // The pause is played by the links (Freeze holds every byte to and from
 // the old leader, Thaw delivers them in order), and the old leader's
 // leader lease is long enough that it does not step down on its own in
-// the meantime, as a paused process does not. The new leader is elected
-// at once with raft's TimeoutNow, as a leadership transfer does.
+// the meantime, as a paused process does not (the test fails if it did, or
+// if the read was answered before the thaw). The new leader is elected at
+// once with raft's TimeoutNow, as a leadership transfer does.
 func TestLeaderConfirmsAReadOnlyWithAnswersSentAfterIt(t *testing.T) {
 	lc := testcluster.NewLocal(t, 3, func(_ int, c *cluster.Config) {
-		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 2*time.Second, 2*time.Second, 2*time.Second
+		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 3*time.Second, 3*time.Second, 3*time.Second
 	})
 	old := lc.Leader()
 	var rest []int
@@ -76,11 +80,21 @@ func TestLeaderConfirmsAReadOnlyWithAnswersSentAfterIt(t *testing.T) {
 		got <- answer{resp, err}
 	}()
 	time.Sleep(200 * time.Millisecond)
+	select {
+	case a := <-got:
+		t.Fatalf("the read was answered before the old leader heard from its peers (%v, %v); the test proves nothing", a.resp, a.err)
+	default:
+	}
+	if !lc.Nodes[old].IsLeader() {
+		t.Fatal("the old leader stepped down on its own before the thaw; the test proves nothing")
+	}
 	lc.Thaw()
 	a := <-got
 	switch {
-	case a.err != nil:
+	case a.err != nil && status.Code(a.err) == codes.Unavailable && strings.Contains(a.err.Error(), "not the leader"):
 		t.Logf("the old leader refused the read: %v", a.err)
+	case a.err != nil:
+		t.Fatalf("the old leader failed the read with %v, want a not-leader refusal", a.err)
 	case a.resp.ScopeToken < second.Lease.Token:
 		t.Fatalf("the old leader %s answered a linearizable read with scope token %d (node %s); the new leader %s had granted token %d before the read was sent: a stale read",
 			lc.Nodes[old].ID(), a.resp.ScopeToken, a.resp.NodeId, lc.Nodes[nl].ID(), second.Lease.Token)
