@@ -33,8 +33,9 @@ import (
 // if the read was answered before the thaw). The new leader is elected at
 // once with raft's TimeoutNow, as a leadership transfer does.
 func TestLeaderConfirmsAReadOnlyWithAnswersSentAfterIt(t *testing.T) {
+	const timeout = 3 * time.Second // the old leader's lease outlasts the steps below
 	lc := testcluster.NewLocal(t, 3, func(_ int, c *cluster.Config) {
-		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 3*time.Second, 3*time.Second, 3*time.Second
+		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = timeout, timeout, timeout
 	})
 	old := lc.Leader()
 	var rest []int
@@ -48,10 +49,10 @@ func TestLeaderConfirmsAReadOnlyWithAnswersSentAfterIt(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The followers answer a heartbeat (sent every [HT/10, HT/5)); the
-	// answers wait. Then the old leader goes silent both ways.
+	// The followers answer a heartbeat (raft sends one every [HT/10,
+	// HT/5)); the answers wait. Then the old leader goes silent both ways.
 	lc.HoldAnswers(old)
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(timeout/5 + 200*time.Millisecond)
 	lc.Freeze(old)
 
 	timeoutNow(t, lc.Nodes[rest[0]])

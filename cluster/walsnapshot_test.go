@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -109,13 +110,9 @@ func TestFollowerOnWALInstallsASnapshotOlderThanItsLog(t *testing.T) {
 	}
 	applied := func(want uint64) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for fsm.count() != want || r.AppliedIndex() != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("the follower applied %d commands (raft's applied index %d), want %d", fsm.count(), r.AppliedIndex(), want)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		eventually(t, 10*time.Second, fmt.Sprintf("the follower to apply %d commands, its applied index %d", want, want), func() bool {
+			return fsm.count() == want && r.AppliedIndex() == want
+		})
 	}
 
 	appendEntries(0, 10)
@@ -190,40 +187,15 @@ func held(t *testing.T, logs raft.LogStore, from, to uint64) {
 // that index. Lowered below them, those applies waited for the next write,
 // and a Close in between for ever.
 func TestLeaderLogDurableIndexFollowsWhatTheWALKeeps(t *testing.T) {
-	dir := t.TempDir()
-	stable, logs, closeLog, _, err := openStores(dir, LogStoreWAL, dataDirLockWait, hclog.NewNullLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { closeLog.Close(); stable.Close() }()
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hclog.NewNullLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs.(*durableWAL).installed = func() (uint64, uint64, bool) {
-		ms, err := snaps.List()
-		if err != nil || len(ms) == 0 {
-			return 0, 0, false
-		}
-		return ms[0].Index, ms[0].Term, true
-	}
+	logs, closeAll, _ := walLog(t, t.TempDir())
+	defer closeAll()
+	logs.(*durableWAL).installed = func() (uint64, uint64, bool) { return 8, 1, true } // raft installed a snapshot at 8
 	l, err := newLeaderLog(logs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.close()
 	storeBatch(t, l, 1, 10)
-	_, tr := raft.NewInmemTransport("f")
-	sink, err := snaps.Create(raft.SnapshotVersionMax, 8, 1, raft.Configuration{}, 1, tr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sink.Write([]byte("state")); err != nil {
-		t.Fatal(err)
-	}
-	if err := sink.Close(); err != nil {
-		t.Fatal(err)
-	}
 
 	if err := l.DeleteRange(1, 10); err != nil { // raft's removeOldLogs after an install
 		t.Fatal(err)

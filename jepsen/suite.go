@@ -177,10 +177,7 @@ func notValid(results []checker.Result) string {
 			s += " (" + x.Anomaly + ")"
 		}
 		if w := strings.Join(strings.Fields(x.Witness), " "); w != "" {
-			if r := []rune(w); len(r) > witnessLen {
-				w = string(r[:witnessLen]) + "…"
-			}
-			s += ": " + w
+			s += ": " + checker.Shorten(w, witnessLen)
 		}
 		out = append(out, s)
 	}

@@ -217,8 +217,7 @@ func (p *pipeline) receive() {
 			} else {
 				rerr := appendEntriesResponseFromPB(msg, f.resp)
 				p.t.appended(p.id, monoBase.Add(time.Duration(f.sent.Load())), f.args, f.resp, rerr)
-				var remote *RemoteError
-				if rerr != nil && !errors.As(rerr, &remote) {
+				if undecoded(rerr) {
 					// Undecodable: the stream is out of step; stop using it.
 					rerr = p.fail(p.t.callError("append-entries-pipeline", p.target, rerr))
 					p.cancel()

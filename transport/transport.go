@@ -265,13 +265,19 @@ func (t *Transport) appendEntriesToPB(args *raft.AppendEntriesRequest) *transpor
 }
 
 // appended reports an answered AppendEntries sent at sent to
-// Config.OnAppendEntries, unless its answer did not decode (err, the
-// decoder's, is other than a *RemoteError).
+// Config.OnAppendEntries, unless its answer did not decode (err is the
+// decoder's).
 func (t *Transport) appended(id raft.ServerID, sent time.Time, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, err error) {
-	var remote *RemoteError
-	if t.cfg.OnAppendEntries != nil && (err == nil || errors.As(err, &remote)) {
+	if t.cfg.OnAppendEntries != nil && !undecoded(err) {
 		t.cfg.OnAppendEntries(id, sent, args, resp)
 	}
+}
+
+// undecoded reports whether err, from decoding an answer, says the answer
+// could not be read (not the peer's raft refusing: a *RemoteError).
+func undecoded(err error) bool {
+	var remote *RemoteError
+	return err != nil && !errors.As(err, &remote)
 }
 
 // RequestVote implements raft.Transport, with the error contract of

@@ -3,7 +3,6 @@ package checker
 import (
 	"bufio"
 	"bytes"
-	"fmt"
 	"sort"
 )
 
@@ -35,7 +34,7 @@ func CheckNoPanics(logs map[string][]byte) Result {
 		for line := 1; sc.Scan(); line++ {
 			l := sc.Bytes()
 			if bytes.HasPrefix(l, []byte("panic: ")) || bytes.HasPrefix(l, []byte("fatal error: ")) {
-				f.Invalid(AnomalyPanicked, "%s, line %d: %s", name, line, shorten(string(l), 160))
+				f.Invalid(AnomalyPanicked, "%s, line %d: %s", name, line, Shorten(string(l), 160))
 				break
 			}
 		}
@@ -46,11 +45,11 @@ func CheckNoPanics(logs map[string][]byte) Result {
 	return f.Done("process log")
 }
 
-// shorten cuts s to at most n runes, marking the cut.
-func shorten(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
+// Shorten cuts s to at most n runes, marking the cut with "…" (a
+// witness, a label: never inside a character).
+func Shorten(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
 	}
-	return fmt.Sprintf("%s…", string(r[:n]))
+	return s
 }

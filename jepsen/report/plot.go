@@ -56,9 +56,7 @@ func faultSpans(faults []history.Fault, end int64) []faultSpan {
 			if label == "" {
 				label, _, _ = strings.Cut(f.Detail, ";")
 				label, _, _ = strings.Cut(label, " | ")
-				if r := []rune(label); len(r) > 32 {
-					label = string(r[:32]) + "…"
-				}
+				label = checker.Shorten(label, 32)
 			}
 			out = append(out, faultSpan{kind: f.Kind, target: f.Target, detail: f.Detail, label: label, start: f.TimeNs, end: end})
 			continue
