@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leasefence/leasefence/fsm/fsmpb"
@@ -115,13 +116,52 @@ func checkedBody(data []byte, k *TestingKnobs) ([]byte, error) {
 // DecodeEntry parses log entry bytes without applying them, for tools that
 // read a log offline (leased dump-log). It returns (nil, nil) for an
 // unknown ignorable entry and the same errors Apply would.
-func DecodeEntry(data []byte) (*fsmpb.Batch, error) { return decodeEntry(data, nil) }
+func DecodeEntry(data []byte) (*fsmpb.Batch, error) {
+	v, err := decodeEntry(data, nil)
+	if v == nil || err != nil {
+		return nil, err
+	}
+	return v.batch(), nil
+}
+
+// batchView is an entry as Apply reads it: the header, and each command
+// either a renewal, whose lease id is a slice of the entry's own bytes, or
+// any other command decoded by protobuf. A renewal, most of a busy log's
+// commands, so costs no allocation to decode; the view must not outlive
+// the entry's bytes.
+type batchView struct {
+	now    int64
+	params batchParams // as written: refusalKeep 0 is not yet keep
+	cmds   []cmdView
+	whole  bool // decoded by protobuf as a whole
+}
+
+// cmdView is one command of a batchView: a renewal of renewID when renew
+// is set, else cmd.
+type cmdView struct {
+	renew   bool
+	renewID []byte
+	cmd     *fsmpb.Command
+}
+
+// batch returns v as the protobuf message it was decoded from.
+func (v *batchView) batch() *fsmpb.Batch {
+	b := &fsmpb.Batch{NowNs: v.now, SkewMarginNs: v.params.margin, DedupKeepNs: v.params.keep,
+		RefusalKeepNs: v.params.refusalKeep, MaxRefusals: v.params.maxRefusals, Commands: make([]*fsmpb.Command, len(v.cmds))}
+	for i, c := range v.cmds {
+		if c.renew {
+			c.cmd = &fsmpb.Command{Op: &fsmpb.Command_Renew{Renew: &fsmpb.Renew{LeaseId: append([]byte{}, c.renewID...)}}}
+		}
+		b.Commands[i] = c.cmd
+	}
+	return b
+}
 
 // decodeEntry parses entry bytes. It returns (nil, nil) for an unknown
 // ignorable entry, and ErrCorruptEntry (ErrChecksum included) or
 // ErrUnknownEntry (wrapped) for anything it cannot apply safely.
 // k is the caller's test switches (nil: none).
-func decodeEntry(data []byte, k *TestingKnobs) (*fsmpb.Batch, error) {
+func decodeEntry(data []byte, k *TestingKnobs) (*batchView, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty entry", ErrCorruptEntry)
 	}
@@ -141,17 +181,135 @@ func decodeEntry(data []byte, k *TestingKnobs) (*fsmpb.Batch, error) {
 		}
 		return nil, fmt.Errorf("%w: type %d", ErrUnknownEntry, t)
 	}
+	v, err := viewBatch(body)
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range v.cmds {
+		if !c.renew && c.cmd.GetOp() == nil {
+			return nil, fmt.Errorf("%w: batch command %d has no known op", ErrUnknownEntry, i)
+		}
+	}
+	if v.params.margin < 0 || v.params.keep < 0 || v.params.refusalKeep < 0 {
+		return nil, fmt.Errorf("%w: negative parameter in batch header", ErrCorruptEntry)
+	}
+	return v, nil
+}
+
+// Field numbers of fsmpb.Batch, Command and Renew that viewBatch reads.
+const (
+	batchNowNs         protowire.Number = 1
+	batchSkewMarginNs  protowire.Number = 2
+	batchDedupKeepNs   protowire.Number = 3
+	batchCommands      protowire.Number = 4
+	batchRefusalKeepNs protowire.Number = 5
+	batchMaxRefusals   protowire.Number = 6
+	commandRenew       protowire.Number = 2
+	renewLeaseID       protowire.Number = 1
+)
+
+// renewCommandLen is the encoded size of a Batch's command field holding a
+// renewal of a 16-byte lease id, to size the view's command slice.
+const renewCommandLen = 22
+
+// viewBatch decodes a Batch body. It reads the wire format itself only
+// where the result is certain to equal protobuf's: a header whose fields
+// are the known ones with their own wire types, and a command that is
+// nothing but a Renew holding nothing but lease ids (the last one counts,
+// as in protobuf). Any other command is decoded by protobuf, and a body
+// with anything else in its header, or bytes the loop cannot read, by
+// protobuf as a whole, which also gives the error. FuzzViewBatchMatchesProto
+// holds it to that.
+func viewBatch(body []byte) (*batchView, error) {
+	v := &batchView{cmds: make([]cmdView, 0, len(body)/renewCommandLen+1)}
+	for b := body; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return viewWhole(body)
+		}
+		b = b[n:]
+		switch {
+		case typ == protowire.VarintType && num != batchCommands:
+			x, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return viewWhole(body)
+			}
+			b = b[n:]
+			switch num {
+			case batchNowNs:
+				v.now = int64(x)
+			case batchSkewMarginNs:
+				v.params.margin = int64(x)
+			case batchDedupKeepNs:
+				v.params.keep = int64(x)
+			case batchRefusalKeepNs:
+				v.params.refusalKeep = int64(x)
+			case batchMaxRefusals:
+				v.params.maxRefusals = x
+			default:
+				return viewWhole(body)
+			}
+		case typ == protowire.BytesType && num == batchCommands:
+			cb, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return viewWhole(body)
+			}
+			b = b[n:]
+			if id, ok := renewOnly(cb); ok {
+				v.cmds = append(v.cmds, cmdView{renew: true, renewID: id})
+				continue
+			}
+			c := &fsmpb.Command{}
+			if err := proto.Unmarshal(cb, c); err != nil {
+				return nil, fmt.Errorf("%w: batch: %v", ErrCorruptEntry, err)
+			}
+			v.cmds = append(v.cmds, cmdView{cmd: c})
+		default:
+			return viewWhole(body)
+		}
+	}
+	return v, nil
+}
+
+// renewOnly returns the lease id of a Command's bytes that hold one
+// Command.renew field and nothing else, whose Renew holds lease_id fields
+// and nothing else.
+func renewOnly(cb []byte) ([]byte, bool) {
+	num, typ, n := protowire.ConsumeTag(cb)
+	if n < 0 || num != commandRenew || typ != protowire.BytesType {
+		return nil, false
+	}
+	rb, m := protowire.ConsumeBytes(cb[n:])
+	if m < 0 || n+m != len(cb) {
+		return nil, false
+	}
+	var id []byte
+	seen := false
+	for len(rb) > 0 {
+		num, typ, n := protowire.ConsumeTag(rb)
+		if n < 0 || num != renewLeaseID || typ != protowire.BytesType {
+			return nil, false
+		}
+		x, m := protowire.ConsumeBytes(rb[n:])
+		if m < 0 {
+			return nil, false
+		}
+		id, seen = x, true
+		rb = rb[n+m:]
+	}
+	return id, seen
+}
+
+// viewWhole decodes body with protobuf alone.
+func viewWhole(body []byte) (*batchView, error) {
 	var b fsmpb.Batch
 	if err := proto.Unmarshal(body, &b); err != nil {
 		return nil, fmt.Errorf("%w: batch: %v", ErrCorruptEntry, err)
 	}
+	v := &batchView{now: b.NowNs, params: batchParams{margin: b.SkewMarginNs, keep: b.DedupKeepNs,
+		refusalKeep: b.RefusalKeepNs, maxRefusals: b.MaxRefusals}, cmds: make([]cmdView, len(b.Commands)), whole: true}
 	for i, c := range b.Commands {
-		if c.GetOp() == nil {
-			return nil, fmt.Errorf("%w: batch command %d has no known op", ErrUnknownEntry, i)
-		}
+		v.cmds[i].cmd = c
 	}
-	if b.SkewMarginNs < 0 || b.DedupKeepNs < 0 || b.RefusalKeepNs < 0 {
-		return nil, fmt.Errorf("%w: negative parameter in batch header", ErrCorruptEntry)
-	}
-	return &b, nil
+	return v, nil
 }

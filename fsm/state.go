@@ -429,31 +429,35 @@ func (s *State) NextExpiry() (int64, bool) {
 // Results, not in the error. An unknown ignorable entry returns an empty
 // Applied.
 func (s *State) Apply(entry []byte) (*Applied, error) {
-	b, err := decodeEntry(entry, &s.knobs)
+	v, err := decodeEntry(entry, &s.knobs)
 	if err != nil {
 		return nil, err
 	}
-	if b == nil {
+	if v == nil {
 		return &Applied{Now: s.now}, nil
 	}
-	return s.applyBatch(b), nil
+	return s.applyBatch(v), nil
 }
 
-func (s *State) applyBatch(b *fsmpb.Batch) *Applied {
-	if b.NowNs > s.now {
-		s.now = b.NowNs
+func (s *State) applyBatch(v *batchView) *Applied {
+	if v.now > s.now {
+		s.now = v.now
 	}
-	p := batchParams{margin: b.SkewMarginNs, keep: b.DedupKeepNs, refusalKeep: b.RefusalKeepNs, maxRefusals: b.MaxRefusals}
+	p := v.params
 	if p.refusalKeep == 0 {
 		p.refusalKeep = p.keep
 	}
-	a := &Applied{Now: s.now, Results: make([]Result, len(b.Commands))}
-	for i, c := range b.Commands {
-		switch op := c.Op.(type) {
+	a := &Applied{Now: s.now, Results: make([]Result, len(v.cmds)), Events: make([]Event, 0, len(v.cmds))}
+	for i, c := range v.cmds {
+		if c.renew {
+			a.Results[i] = s.renew(a, c.renewID)
+			continue
+		}
+		switch op := c.cmd.Op.(type) {
 		case *fsmpb.Command_Acquire:
 			a.Results[i] = s.acquire(a, op.Acquire, p)
 		case *fsmpb.Command_Renew:
-			a.Results[i] = s.renew(a, op.Renew)
+			a.Results[i] = s.renew(a, op.Renew.GetLeaseId())
 		case *fsmpb.Command_Release:
 			a.Results[i] = s.release(a, op.Release)
 		case *fsmpb.Command_Tick:
@@ -593,12 +597,14 @@ func (s *State) acquire(a *Applied, c *fsmpb.Acquire, p batchParams) Result {
 	return Result{Lease: l.copy(), Remaining: s.remaining(l)}
 }
 
-func (s *State) renew(a *Applied, c *fsmpb.Renew) Result {
-	if err := ValidateLeaseID(c.LeaseId); err != nil {
+// renew renews the lease of leaseID, which may be a slice of the entry's
+// bytes: it is not kept.
+func (s *State) renew(a *Applied, leaseID []byte) Result {
+	if err := ValidateLeaseID(leaseID); err != nil {
 		return Result{Err: err}
 	}
 	var id [LeaseIDLen]byte
-	copy(id[:], c.LeaseId)
+	copy(id[:], leaseID)
 	sl, ok := s.byID[id]
 	if !ok || (s.now > sl.l.ExpiresAt && !s.knobs.planted(BugRenewAfterExpiry)) {
 		return Result{Err: ErrNotFound}
