@@ -133,7 +133,7 @@ type batchView struct {
 	now    int64
 	params batchParams // as written: refusalKeep 0 is not yet keep
 	cmds   []cmdView
-	whole  bool // decoded by protobuf as a whole
+	whole  *fsmpb.Batch // the message, when protobuf decoded it as a whole
 }
 
 // cmdView is one command of a batchView: a renewal of renewID when renew
@@ -146,6 +146,9 @@ type cmdView struct {
 
 // batch returns v as the protobuf message it was decoded from.
 func (v *batchView) batch() *fsmpb.Batch {
+	if v.whole != nil {
+		return v.whole // unknown fields and all
+	}
 	b := &fsmpb.Batch{NowNs: v.now, SkewMarginNs: v.params.margin, DedupKeepNs: v.params.keep,
 		RefusalKeepNs: v.params.refusalKeep, MaxRefusals: v.params.maxRefusals, Commands: make([]*fsmpb.Command, len(v.cmds))}
 	for i, c := range v.cmds {
@@ -307,7 +310,7 @@ func viewWhole(body []byte) (*batchView, error) {
 		return nil, fmt.Errorf("%w: batch: %v", ErrCorruptEntry, err)
 	}
 	v := &batchView{now: b.NowNs, params: batchParams{margin: b.SkewMarginNs, keep: b.DedupKeepNs,
-		refusalKeep: b.RefusalKeepNs, maxRefusals: b.MaxRefusals}, cmds: make([]cmdView, len(b.Commands)), whole: true}
+		refusalKeep: b.RefusalKeepNs, maxRefusals: b.MaxRefusals}, cmds: make([]cmdView, len(b.Commands)), whole: &b}
 	for i, c := range b.Commands {
 		v.cmds[i].cmd = c
 	}

@@ -55,7 +55,7 @@ func TestViewReadsEncodedRenewalsWithoutProtobuf(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := viewMatchesProto(t, body)
-	if v.whole {
+	if v.whole != nil {
 		t.Fatal("the leader's batch was decoded by protobuf as a whole")
 	}
 	for i, c := range v.cmds {
@@ -105,8 +105,8 @@ func TestViewFallsBackWhereItCannotBeSure(t *testing.T) {
 			if v == nil {
 				return
 			}
-			if v.whole != tc.wantWhole {
-				t.Fatalf("whole %v, want %v", v.whole, tc.wantWhole)
+			if (v.whole != nil) != tc.wantWhole {
+				t.Fatalf("decoded whole %v, want %v", v.whole != nil, tc.wantWhole)
 			}
 			if len(v.cmds) > 0 && v.cmds[0].renew != tc.wantRenew {
 				t.Fatalf("read as a renewal %v, want %v", v.cmds[0].renew, tc.wantRenew)
