@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -247,7 +246,7 @@ func TestMetricsAndHealthAreServed(t *testing.T) {
 	}
 	_, leader := tc.leader()
 	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + leader.MetricsAddr() + path)
+		resp, err := testHTTP.Get("http://" + leader.MetricsAddr() + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -301,7 +300,7 @@ func TestUnsafeFeaturesNeedTheirFlagAndAreReported(t *testing.T) {
 		if got := reportedUnsafe(ctx, t, n); got != want {
 			t.Fatalf("%s reports unsafe %q, want %q", n.ID(), got, want)
 		}
-		resp, err := http.Get("http://" + n.MetricsAddr() + "/debug/pprof/")
+		resp, err := testHTTP.Get("http://" + n.MetricsAddr() + "/debug/pprof/")
 		if err != nil {
 			t.Fatal(err)
 		}

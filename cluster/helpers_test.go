@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -198,3 +199,7 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// testHTTP is the tests' HTTP client: a node that stops answering fails
+// the test in 10 s instead of holding it until go test's timeout.
+var testHTTP = &http.Client{Timeout: 10 * time.Second}

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,7 +127,7 @@ func TestConnectionCapClosesExtraConnectionsAndServesAfterOthersClose(t *testing
 	if st := tc.nodes[0].server.port.Stats(); st.Refused < extra {
 		t.Errorf("refused counter %d, want at least %d", st.Refused, extra)
 	}
-	resp, err := http.Get("http://" + tc.nodes[0].MetricsAddr() + "/metrics")
+	resp, err := testHTTP.Get("http://" + tc.nodes[0].MetricsAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

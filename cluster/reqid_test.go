@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -204,7 +203,7 @@ func TestRefusedRequestIDsAreCappedAndCounted(t *testing.T) {
 		}
 	}
 	metrics := func() string {
-		resp, err := http.Get("http://" + leader.MetricsAddr() + "/metrics")
+		resp, err := testHTTP.Get("http://" + leader.MetricsAddr() + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
