@@ -121,6 +121,9 @@ func DecodeEntry(data []byte) (*fsmpb.Batch, error) {
 	if v == nil || err != nil {
 		return nil, err
 	}
+	if v.whole != nil {
+		return v.whole, nil // unknown fields and all
+	}
 	return v.batch(), nil
 }
 
@@ -136,23 +139,19 @@ type batchView struct {
 	whole  *fsmpb.Batch // the message, when protobuf decoded it as a whole
 }
 
-// cmdView is one command of a batchView: a renewal of renewID when renew
-// is set, else cmd.
+// cmdView is one command of a batchView: cmd, or when cmd is nil a renewal
+// of renewID.
 type cmdView struct {
-	renew   bool
 	renewID []byte
 	cmd     *fsmpb.Command
 }
 
-// batch returns v as the protobuf message it was decoded from.
+// batch returns what Apply reads of v as a protobuf message.
 func (v *batchView) batch() *fsmpb.Batch {
-	if v.whole != nil {
-		return v.whole // unknown fields and all
-	}
 	b := &fsmpb.Batch{NowNs: v.now, SkewMarginNs: v.params.margin, DedupKeepNs: v.params.keep,
 		RefusalKeepNs: v.params.refusalKeep, MaxRefusals: v.params.maxRefusals, Commands: make([]*fsmpb.Command, len(v.cmds))}
 	for i, c := range v.cmds {
-		if c.renew {
+		if c.cmd == nil {
 			c.cmd = &fsmpb.Command{Op: &fsmpb.Command_Renew{Renew: &fsmpb.Renew{LeaseId: append([]byte{}, c.renewID...)}}}
 		}
 		b.Commands[i] = c.cmd
@@ -189,7 +188,7 @@ func decodeEntry(data []byte, k *TestingKnobs) (*batchView, error) {
 		return nil, err
 	}
 	for i, c := range v.cmds {
-		if !c.renew && c.cmd.GetOp() == nil {
+		if c.cmd != nil && c.cmd.GetOp() == nil {
 			return nil, fmt.Errorf("%w: batch command %d has no known op", ErrUnknownEntry, i)
 		}
 	}
@@ -259,7 +258,7 @@ func viewBatch(body []byte) (*batchView, error) {
 			}
 			b = b[n:]
 			if id, ok := renewOnly(cb); ok {
-				v.cmds = append(v.cmds, cmdView{renew: true, renewID: id})
+				v.cmds = append(v.cmds, cmdView{renewID: id})
 				continue
 			}
 			c := &fsmpb.Command{}

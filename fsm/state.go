@@ -449,7 +449,7 @@ func (s *State) applyBatch(v *batchView) *Applied {
 	}
 	a := &Applied{Now: s.now, Results: make([]Result, len(v.cmds)), Events: make([]Event, 0, len(v.cmds))}
 	for i, c := range v.cmds {
-		if c.renew {
+		if c.cmd == nil {
 			a.Results[i] = s.renew(a, c.renewID)
 			continue
 		}
