@@ -33,8 +33,14 @@ func (n *Node) readIndex(ctx context.Context) error {
 	arrived := time.Now()
 	idx := n.raft.CommitIndex()
 	if err := n.await(ctx, n.raft.VerifyLeader()); err != nil {
-		if errors.Is(err, ErrStopped) || ctx.Err() != nil {
+		switch {
+		case errors.Is(err, ErrStopped) || ctx.Err() != nil:
 			return err
+		case errors.Is(err, raft.ErrLeadershipLost):
+			// raft answers a pending check so when it steps down. A
+			// read changed nothing, so its outcome is not unknown: the
+			// node is no longer the leader.
+			return n.notLeader()
 		}
 		return n.raftError(err)
 	}

@@ -121,3 +121,24 @@ func timeoutNow(t *testing.T, n *cluster.Node) {
 		t.Fatalf("TimeoutNow to %s: %v", n.ID(), err)
 	}
 }
+
+// A read has no outcome to be unknown: when the leader confirming it
+// loses its leadership first (here it hears from no peer until its leader
+// lease runs out and it steps down), the read is refused as sent to a node
+// that is not the leader, which a client may retry anywhere, not as an
+// indeterminate write (raft answers the pending check with
+// ErrLeadershipLost, "leadership lost while committing log").
+func TestAReadWhoseLeaderStepsDownIsRefusedAsNotLeader(t *testing.T) {
+	lc := testcluster.NewLocal(t, 3, nil)
+	old := lc.Leader()
+	mustAcquire(t, lc.Client(old), "r")
+	lc.Freeze(old)
+	defer lc.Thaw()
+	_, err := lc.Client(old).Get(testcluster.WithTimeout(t, 10*time.Second), &api.GetRequest{Resource: "r"})
+	if err == nil {
+		t.Fatal("a leader that heard from no peer answered a linearizable read")
+	}
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "not the leader") || strings.Contains(err.Error(), "outcome unknown") {
+		t.Fatalf("the read failed with %v, want a not-leader refusal", err)
+	}
+}
