@@ -32,7 +32,13 @@ const (
 
 	// EntryIgnorable is a flag bit: an entry type with it set that this
 	// version does not know is skipped instead of stopping the node. Use it
-	// only for entries whose loss cannot change lease state.
+	// only for entries whose loss cannot change lease state. Such an entry
+	// is checksummed as EntryBatchChecked is (type byte, CRC-32C of the
+	// type byte and the body, body), and skipped only when the checksum
+	// matches: one flipped bit must not turn a known entry (0x02 → 0x82)
+	// into one a node skips, as it did before the checksum was required —
+	// the grant in it silently missing from that replica. No version
+	// wrote an ignorable entry before the requirement.
 	EntryIgnorable EntryType = 0x80
 )
 
@@ -81,14 +87,14 @@ func EncodeBatch(b *fsmpb.Batch) ([]byte, error) {
 // VerifyEntry checks the checksum of entry bytes without decoding the
 // body, for a log store that verifies what it reads from disk. It returns
 // an error wrapping ErrChecksum (and so ErrCorruptEntry) for a checksummed
-// entry whose bytes do not match, or one too short to hold its checksum,
-// and nil for every other entry: an entry type without a checksum
-// (EntryBatch, an ignorable type) cannot be verified here, and an unknown
-// or empty one is Apply's to refuse. It never panics. opts are the node's
+// entry (EntryBatchChecked or any ignorable type) whose bytes do not
+// match, or one too short to hold its checksum, and nil for every other
+// entry: EntryBatch has no checksum to verify, and an unknown or empty
+// one is Apply's to refuse. It never panics. opts are the node's
 // (WithTestingKnobs), so that a planted skip-entry-checksum skips this
 // check as it skips Apply's.
 func VerifyEntry(data []byte, opts ...Option) error {
-	if len(data) == 0 || EntryType(data[0]) != EntryBatchChecked {
+	if len(data) == 0 || !checksummed(EntryType(data[0])) {
 		return nil
 	}
 	o := applyOptions(opts)
@@ -96,7 +102,10 @@ func VerifyEntry(data []byte, opts ...Option) error {
 	return err
 }
 
-// checkedBody returns the body of an EntryBatchChecked entry after
+// checksummed reports whether entries of type t carry a checksum.
+func checksummed(t EntryType) bool { return t == EntryBatchChecked || t&EntryIgnorable != 0 }
+
+// checkedBody returns the body of a checksummed entry after
 // verifying its checksum (unless k plants BugSkipEntryChecksum).
 func checkedBody(data []byte, k *TestingKnobs) ([]byte, error) {
 	if len(data) < 1+checksumLen {
@@ -179,6 +188,9 @@ func decodeEntry(data []byte, k *TestingKnobs) (*batchView, error) {
 		}
 	default:
 		if t&EntryIgnorable != 0 {
+			if _, err := checkedBody(data, k); err != nil {
+				return nil, err
+			}
 			return nil, nil
 		}
 		return nil, fmt.Errorf("%w: type %d", ErrUnknownEntry, t)

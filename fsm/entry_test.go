@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"testing"
 
@@ -49,15 +50,58 @@ func TestEntryWithFlippedByteIsRefusedBeforeApply(t *testing.T) {
 // every variant is refused and leaves the state as it was.
 func TestEveryByteOfAnEntryIsCovered(t *testing.T) {
 	good := entry(t, 1*sec, acquireCmd("db/39", 10*sec, 2, "req-39"), renewCmd(1), tickCmd())
+	// Every bit of every byte: the type byte's high bit (0x02 → 0x82, an
+	// "ignorable" type) was the one flip that passed, and the grant was
+	// skipped without a word.
 	for i := range good {
-		bad := bytes.Clone(good)
-		bad[i] ^= 0x01
-		s := New()
-		if a, err := s.Apply(bad); err == nil {
-			t.Fatalf("byte %d flipped: applied %+v", i, a)
+		for bit := range 8 {
+			bad := bytes.Clone(good)
+			bad[i] ^= 1 << bit
+			s := New()
+			if a, err := s.Apply(bad); err == nil {
+				t.Fatalf("byte %d bit %d flipped: applied %+v", i, bit, a)
+			}
+			if s.Len() != 0 {
+				t.Fatalf("byte %d bit %d flipped: state changed", i, bit)
+			}
+			// The log store's own check (VerifyEntry) must refuse every
+			// flip that leaves a type it checks (an unknown type it
+			// leaves to Apply, which refuses it above).
+			if typ := EntryType(bad[0]); typ == EntryBatchChecked || typ&EntryIgnorable != 0 {
+				if err := VerifyEntry(bad); !errors.Is(err, ErrChecksum) {
+					t.Fatalf("byte %d bit %d flipped: VerifyEntry says %v", i, bit, err)
+				}
+			}
 		}
-		if s.Len() != 0 {
-			t.Fatalf("byte %d flipped: state changed", i)
+	}
+}
+
+// An ignorable entry carries a checksum too: one whose bytes match is
+// skipped, one whose bytes do not is refused (a flipped bit must not turn
+// a known entry, or garbage, into one this node skips).
+func TestIgnorableEntriesAreChecksummed(t *testing.T) {
+	const typ = EntryIgnorable | 0x05
+	body := []byte{1, 2, 3}
+	ok := make([]byte, 1+checksumLen+len(body))
+	ok[0] = byte(typ)
+	binary.BigEndian.PutUint32(ok[1:], entryChecksum(typ, body))
+	copy(ok[1+checksumLen:], body)
+	if err := VerifyEntry(ok); err != nil {
+		t.Fatalf("VerifyEntry of a sound ignorable entry: %v", err)
+	}
+	if a, err := New().Apply(ok); err != nil || len(a.Results) != 0 {
+		t.Fatalf("a sound ignorable entry: %v %v, want skipped", a, err)
+	}
+	for _, bad := range [][]byte{
+		{byte(typ)},
+		{byte(typ), 1, 2},
+		append([]byte{byte(typ), 0, 0, 0, 0}, body...),
+	} {
+		if err := VerifyEntry(bad); !errors.Is(err, ErrChecksum) {
+			t.Errorf("VerifyEntry(% x): %v, want ErrChecksum", bad, err)
+		}
+		if _, err := New().Apply(bad); !errors.Is(err, ErrChecksum) {
+			t.Errorf("Apply(% x): %v, want ErrChecksum", bad, err)
 		}
 	}
 }

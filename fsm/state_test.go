@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"testing"
@@ -372,7 +373,10 @@ func TestCorruptEntriesAreRefusedWithoutPanicOrChange(t *testing.T) {
 		})
 	}
 	t.Run("unknown ignorable type is skipped", func(t *testing.T) {
-		a, err := s.Apply([]byte{byte(EntryIgnorable | 0x05), 1, 2, 3})
+		const typ = EntryIgnorable | 0x05
+		e := []byte{byte(typ), 0, 0, 0, 0, 1, 2, 3}
+		binary.BigEndian.PutUint32(e[1:], entryChecksum(typ, e[5:]))
+		a, err := s.Apply(e)
 		if err != nil || len(a.Results) != 0 {
 			t.Fatalf("got %v %v", a, err)
 		}
