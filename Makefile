@@ -154,8 +154,8 @@ jepsen: jepsen-bin
 # and one with restores from a backup that must pass every required
 # checker, the --unfenced control that must be caught, and one short run
 # per planted bug (a plantedbugs build), each of which must be caught by a
-# checker the README's table names, within three seeds. About 29 minutes
-# (33 scenarios).
+# checker the README's table names, within three seeds. About 30 minutes
+# (34 scenarios).
 jepsen-quick: jepsen-bin
 	$(BIN)/jepsen suite --bin-dir $(BIN) --seed $(JEPSEN_SEED) --nodes 3 --workers 6 --resources 3 $(JEPSEN_ARGS)
 

@@ -21,6 +21,7 @@ var PlantedBugs = map[string]string{
 	BugRestoreBumpsKnownScopes: "a restore raises only the counters of scopes the backup knows, not the token floor: a scope first used after the backup starts again at 1",
 	BugDedupResourceOnly:       "a request id's retry is compared by resource only, so it replays across scopes, holders, ttls and wait",
 	BugSkipEntryChecksum:       "log entry checksums are not verified: not by Apply, not by the node's log store",
+	BugIgnorableUnchecked:      "an entry of an unknown ignorable type is skipped without its checksum: a type byte's flipped high bit skips a committed entry",
 }
 
 // TestingKnobs are per-State test switches (WithTestingKnobs), compiled in

@@ -12,4 +12,8 @@ const (
 	// only the counters of scopes the backup knows and leaves the floor.
 	BugRestoreBumpsKnownScopes = "restore-bumps-known-scopes"
 	BugSkipEntryChecksum       = "skip-entry-checksum"
+	// BugIgnorableUnchecked is the code before ignorable entries carried
+	// a checksum: a flipped high bit of a type byte (0x02 → 0x82) made a
+	// committed entry one the node skips.
+	BugIgnorableUnchecked = "ignorable-unchecked"
 )

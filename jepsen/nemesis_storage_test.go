@@ -56,9 +56,14 @@ func TestCheckStorageRefusedCatchesANodeThatServedOn(t *testing.T) {
 // itself. Had the change missed the entry, or the node not noticed a
 // dropped batch, it would serve on and this would fail.
 //
-// The last case proves the change reaches the node's entry check itself:
-// a leased built with the planted skip-entry-checksum must serve on past
-// the changed entry, as the jepsen suite's planted run expects. Were the
+// Each change is made twice: in a resource name, and in the type byte's
+// high bit (0x02 → 0x82, an "ignorable" type, skipped without a word
+// before such entries had to carry a checksum).
+//
+// The planted cases prove the change reaches the node's entry check itself:
+// a leased built with the planted skip-entry-checksum (or, for the type
+// byte, ignorable-unchecked) must serve on past the changed entry, as the
+// jepsen suite's planted run expects. Were the
 // change in raft-wal's own checked batch (a torn write, refused through
 // raft.db's record), that node would refuse too and the planted bug would
 // go unseen.
@@ -75,12 +80,16 @@ func TestStorageNemesisChangeIsRefused(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, store, bin string
+		change           nm.EntryChange
 		env              []string
 		serves           bool
 	}{
-		{"boltdb", "boltdb", bin, nil, false},
-		{"wal", "wal", bin, nil, false},
-		{"wal/planted_skip-entry-checksum_serves_on", "wal", plantedBin, plantedEnv([]string{"skip-entry-checksum"}, "leased"), true},
+		{"boltdb", "boltdb", bin, nm.ChangeName, nil, false},
+		{"wal", "wal", bin, nm.ChangeName, nil, false},
+		{"wal/planted_skip-entry-checksum_serves_on", "wal", plantedBin, nm.ChangeName, plantedEnv([]string{"skip-entry-checksum"}, "leased"), true},
+		{"boltdb/type_byte", "boltdb", bin, nm.ChangeType, nil, false},
+		{"wal/type_byte", "wal", bin, nm.ChangeType, nil, false},
+		{"wal/type_byte/planted_ignorable-unchecked_serves_on", "wal", plantedBin, nm.ChangeType, plantedEnv([]string{"ignorable-unchecked"}, "leased"), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -129,7 +138,7 @@ func TestStorageNemesisChangeIsRefused(t *testing.T) {
 			}
 			p := c.Proc(follower)
 			p.Kill(syscall.SIGTERM, 15*time.Second)
-			index, path, err := nm.CorruptCommandEntry(c.DataDir(follower), "jr/")
+			index, path, err := nm.CorruptCommandEntry(c.DataDir(follower), "jr/", tc.change)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -61,6 +61,8 @@ var PlantedBugs = []PlantedBug{
 		Nemeses: []string{history.NemRestoreMismatch}, Time: 30 * time.Second, Catch: []string{checker.NameRestore, checker.NameTokens}},
 	{Name: "skip-entry-checksum", In: "leased", What: "log entry checksums are not verified, so a node applies an entry its disk changed",
 		Nemeses: []string{history.NemStorage}, Time: 60 * time.Second, Catch: []string{checker.NameStorage}},
+	{Name: "ignorable-unchecked", In: "leased", What: "an entry of an unknown ignorable type is skipped without its checksum, so a flipped high bit of a type byte skips a committed entry",
+		Nemeses: []string{history.NemStorage}, Time: 60 * time.Second, Catch: []string{checker.NameStorage}},
 	{Name: "wal-emptied-on-install", In: "leased", What: "a snapshot install empties the raft-wal log although it holds entries past the snapshot (hashicorp/raft#697)",
 		Nemeses: []string{history.NemStorage}, Time: 60 * time.Second, Catch: []string{checker.NameNoPanics}},
 	{Name: "forward-no-timeout", In: "leased", What: "a follower forwarding to a silent leader waits out the caller's deadline (no hop timeout, no re-route)",

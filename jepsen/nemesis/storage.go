@@ -49,8 +49,12 @@ func (n *Nemesis) storage(ctx context.Context, hold time.Duration) {
 		detail = fmt.Sprintf("SIGTERM; one byte of snapshot %s (index %d) changed", out.Snapshot, index)
 	} else {
 		var path string
-		index, path, err = CorruptCommandEntry(cl.DataDir(id), n.resourcePrefix)
-		detail = fmt.Sprintf("SIGTERM; entry %d's resource name changed in %s", index, path)
+		change := ChangeName
+		if n.rng.IntN(2) == 0 {
+			change = ChangeType
+		}
+		index, path, err = CorruptCommandEntry(cl.DataDir(id), n.resourcePrefix, change)
+		detail = fmt.Sprintf("SIGTERM; entry %d's %s changed in %s", index, change, path)
 	}
 	if err != nil {
 		index = 0
@@ -132,27 +136,48 @@ func observeStorage(ctx context.Context, o *history.StorageOutcome, cl Cluster, 
 	}
 }
 
-// CorruptCommandEntry changes one byte of the resource name in a
-// committed command entry of the log of the stopped node whose data dir
-// is dataDir, in every copy of that entry's bytes, keeping the length: a
-// bad disk under the log, which the node's own entry check must catch.
-// The log is where the data dir keeps it: raft-wal segments when
-// DATA_DIR/wal/wal-meta.db exists (--log-store wal), raft.db otherwise.
-// It returns the entry's index and the file it changed.
-func CorruptCommandEntry(dataDir, prefix string) (index uint64, path string, err error) {
+// EntryChange is which bit of a command entry CorruptCommandEntry flips.
+type EntryChange int
+
+const (
+	// ChangeName flips the low bit of the resource name's last prefix
+	// byte: the body changes, as a bad disk under a name or token would.
+	ChangeName EntryChange = iota
+	// ChangeType flips the high bit of the entry's type byte (0x02 →
+	// 0x82): a known entry turns into an unknown "ignorable" one, which a
+	// node that does not check such entries skips without a word (the
+	// planted ignorable-unchecked).
+	ChangeType
+)
+
+func (c EntryChange) String() string {
+	if c == ChangeType {
+		return "type byte"
+	}
+	return "resource name"
+}
+
+// CorruptCommandEntry flips one bit (change says which) of a committed
+// command entry naming a resource starting with prefix in the log of the
+// stopped node whose data dir is dataDir, in every copy of that entry's
+// bytes, keeping the length: a bad disk under the log, which the node's own
+// entry check must catch. The log is where the data dir keeps it: raft-wal
+// segments when DATA_DIR/wal/wal-meta.db exists (--log-store wal), raft.db
+// otherwise. It returns the entry's index and the file it changed.
+func CorruptCommandEntry(dataDir, prefix string, change EntryChange) (index uint64, path string, err error) {
 	walDir := filepath.Join(dataDir, "wal")
 	if _, err := os.Stat(filepath.Join(walDir, metadb.FileName)); err == nil {
-		return corruptWALEntry(walDir, prefix)
+		return corruptWALEntry(walDir, prefix, change)
 	}
 	path = filepath.Join(dataDir, "raft.db")
-	index, err = corruptBoltEntry(path, prefix)
+	index, err = corruptBoltEntry(path, prefix, change)
 	return index, path, err
 }
 
 // corruptBoltEntry changes the newest command entry naming a resource
 // starting with prefix in the raft.db at path, in every copy of its bytes
 // in the file (bbolt's free pages may hold older copies).
-func corruptBoltEntry(path, prefix string) (uint64, error) {
+func corruptBoltEntry(path, prefix string, change EntryChange) (uint64, error) {
 	store, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{ReadOnly: true, Timeout: time.Second}})
 	if err != nil {
 		return 0, fmt.Errorf("open %s: %w", path, err)
@@ -169,7 +194,7 @@ func corruptBoltEntry(path, prefix string) (uint64, error) {
 	if bytes.Count(file, data) == 0 {
 		return 0, fmt.Errorf("entry %d's bytes not found in %s", index, path)
 	}
-	if err := os.WriteFile(path, bytes.ReplaceAll(file, data, nameFlipped(data, prefix)), 0o600); err != nil {
+	if err := os.WriteFile(path, bytes.ReplaceAll(file, data, flipped(data, prefix, change)), 0o600); err != nil {
 		return 0, err
 	}
 	return index, nil
@@ -192,7 +217,7 @@ func corruptBoltEntry(path, prefix string) (uint64, error) {
 // raft-wal has no read-only open (Open recovers the tail segment and
 // writes wal-meta.db), so entries are looked up, and each change tried,
 // in copies of dir.
-func corruptWALEntry(dir, prefix string) (uint64, string, error) {
+func corruptWALEntry(dir, prefix string, change EntryChange) (uint64, string, error) {
 	tmp, err := os.MkdirTemp("", "jepsen-wal-")
 	if err != nil {
 		return 0, "", err
@@ -211,7 +236,7 @@ func corruptWALEntry(dir, prefix string) (uint64, string, error) {
 	if data == nil {
 		return 0, "", fmt.Errorf("no command entry naming a resource in %s", dir)
 	}
-	bad := nameFlipped(data, prefix)
+	bad := flipped(data, prefix, change)
 	// A try that raft-wal drops tells where its last batch begins, so the
 	// next candidate is older than that batch: two tries at most, as a rule.
 	for range 4 {
@@ -226,7 +251,7 @@ func corruptWALEntry(dir, prefix string) (uint64, string, error) {
 		if d == nil {
 			break // every named entry is in the checked batch
 		}
-		index, data, bad = i, d, nameFlipped(d, prefix)
+		index, data, bad = i, d, flipped(d, prefix, change)
 	}
 	path, err := replaceInSegments(dir, data, bad)
 	return index, path, err
@@ -267,10 +292,15 @@ func newestNamedEntry(store raft.LogStore, below uint64, prefix string) (uint64,
 	return 0, nil
 }
 
-// nameFlipped is data with one bit of the prefix's last byte flipped: the
-// resource name changes, the length does not.
-func nameFlipped(data []byte, prefix string) []byte {
+// flipped is data with one bit flipped, the length kept: with ChangeName
+// the low bit of the prefix's last byte (the resource name changes), with
+// ChangeType the high bit of the type byte.
+func flipped(data []byte, prefix string, change EntryChange) []byte {
 	bad := bytes.Clone(data)
+	if change == ChangeType {
+		bad[0] ^= 0x80
+		return bad
+	}
 	bad[bytes.Index(data, []byte(prefix))+len(prefix)-1] ^= 0x01
 	return bad
 }

@@ -73,7 +73,7 @@ func TestCorruptCommandEntryChangesTheNewestNamedEntry(t *testing.T) {
 				batches = append(batches, []*raft.Log{e})
 			}
 			writeTestLog(t, dir, store, batches...)
-			index, path, err := CorruptCommandEntry(dir, "jr/") // the workers' ResourcePrefix
+			index, path, err := CorruptCommandEntry(dir, "jr/", ChangeName) // the workers' ResourcePrefix
 			if err != nil || index != 2 {
 				t.Fatalf("got %d, %v; want entry 2", index, err)
 			}
@@ -103,6 +103,35 @@ func TestCorruptCommandEntryChangesTheNewestNamedEntry(t *testing.T) {
 	}
 }
 
+// TestCorruptCommandEntryCanFlipTheTypeByte: with ChangeType the newest
+// named entry keeps its body and gets the type byte's high bit flipped
+// (0x02 → 0x82), in every copy, on either store.
+func TestCorruptCommandEntryCanFlipTheTypeByte(t *testing.T) {
+	for _, store := range []string{"boltdb", "wal"} {
+		t.Run(store, func(t *testing.T) {
+			dir := t.TempDir()
+			want := []byte("\x02....acquire jr/2 lease-bbbb")
+			writeTestLog(t, dir, store,
+				[]*raft.Log{{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....acquire jr/1 lease-aaaa")}},
+				[]*raft.Log{{Index: 2, Term: 1, Type: raft.LogCommand, Data: want}},
+				[]*raft.Log{{Index: 3, Term: 1, Type: raft.LogNoop}})
+			index, path, err := CorruptCommandEntry(dir, "jr/", ChangeType)
+			if err != nil || index != 2 {
+				t.Fatalf("got %d, %v; want entry 2", index, err)
+			}
+			log := openTestLog(t, dir, store)
+			defer log.Close()
+			var l raft.Log
+			if err := log.GetLog(2, &l); err != nil || l.Data[0] != 0x82 || !bytes.Equal(l.Data[1:], want[1:]) {
+				t.Fatalf("entry 2 reads %q, %v; want type 0x82 and the same body", l.Data, err)
+			}
+			if data, _ := os.ReadFile(path); bytes.Contains(data, want) {
+				t.Fatal("a copy of the entry kept its type byte")
+			}
+		})
+	}
+}
+
 // TestCorruptCommandEntrySkipsRaftWALsCheckedBatch: when the newest named
 // entries are in the last batch of raft-wal's open segment, whose CRC
 // raft-wal checks at open, the entry changed is the newest one before
@@ -122,7 +151,7 @@ func TestCorruptCommandEntrySkipsRaftWALsCheckedBatch(t *testing.T) {
 		},
 	}
 	writeTestLog(t, dir, "wal", batches...)
-	index, _, err := CorruptCommandEntry(dir, "jr/")
+	index, _, err := CorruptCommandEntry(dir, "jr/", ChangeName)
 	if err != nil || index != 2 {
 		t.Fatalf("got %d, %v; want entry 2, the newest outside the last batch", index, err)
 	}
@@ -147,7 +176,7 @@ func TestCorruptCommandEntryChangesRaftWALsLastBatchWhenNothingElse(t *testing.T
 	writeTestLog(t, dir, "wal",
 		[]*raft.Log{{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....renew lease-aaaa")}},
 		[]*raft.Log{{Index: 2, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....acquire jr/2 lease-bbbb")}})
-	index, _, err := CorruptCommandEntry(dir, "jr/")
+	index, _, err := CorruptCommandEntry(dir, "jr/", ChangeName)
 	if err != nil || index != 2 {
 		t.Fatalf("got %d, %v; want entry 2, the only named one", index, err)
 	}
@@ -165,7 +194,7 @@ func TestCorruptCommandEntryNeedsANamedEntry(t *testing.T) {
 		t.Run(store, func(t *testing.T) {
 			dir := t.TempDir()
 			writeTestLog(t, dir, store, []*raft.Log{{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("\x02....renew lease-aaaa")}})
-			if index, path, err := CorruptCommandEntry(dir, "jr/"); err == nil {
+			if index, path, err := CorruptCommandEntry(dir, "jr/", ChangeName); err == nil {
 				t.Fatalf("changed entry %d in %s", index, path)
 			}
 		})
