@@ -466,6 +466,15 @@ func (c *Client) do(ctx context.Context, spec callSpec, op func(context.Context,
 			continue
 		}
 		if !retryable(err) {
+			if spec.requestID != "" && mayHaveTakenEffect(err) {
+				// Not worth another node, and not a definite answer
+				// either: the caller's cancel while the attempt was out,
+				// or a node that failed after it may have proposed.
+				if ctx.Err() != nil {
+					err = fmt.Errorf("%w (an attempt was out: %v)", ctx.Err(), err)
+				}
+				return &IndeterminateError{RequestID: spec.requestID, Err: err}
+			}
 			return fromStatus(err)
 		}
 		seen.add(err, silent || ctx.Err() != nil)

@@ -57,8 +57,9 @@ var (
 	ErrNoLeader = errors.New("client: no leader")
 	// ErrIndeterminate: a call that changes state may have reached the
 	// leader, and no answer says whether it took effect (the node went
-	// silent, the connection broke after sending, or a node answered that
-	// the outcome is unknown). An *IndeterminateError carries the request
+	// silent, the connection broke after sending, the caller's context
+	// was canceled while an attempt was out, a node failed with Internal
+	// or Unknown, or a node answered that the outcome is unknown). An *IndeterminateError carries the request
 	// id: an Acquire is safe to retry with it (WithRequestID), and yields
 	// the same lease if the first attempt was granted.
 	ErrIndeterminate = errors.New("client: outcome unknown")
@@ -199,6 +200,19 @@ const minOverloadWait = 50 * time.Millisecond
 func retryable(err error) bool {
 	switch status.Code(err) {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
+		return true
+	}
+	return false
+}
+
+// mayHaveTakenEffect reports whether a failed attempt that is not worth
+// sending elsewhere (not retryable) still leaves its outcome unknown: it
+// was canceled (by the caller, or the node) after it may have been sent,
+// or the node failed in a way that names no outcome (Internal: it could
+// not apply an entry it may have proposed; Unknown: a handler failed).
+func mayHaveTakenEffect(err error) bool {
+	switch status.Code(err) {
+	case codes.Canceled, codes.Internal, codes.Unknown:
 		return true
 	}
 	return false

@@ -212,7 +212,9 @@ func (l *Lease) endLocked(err error) {
 // Acquire never returns a lease whose safe window has already closed: when
 // the answer comes too late (a slow network, a paused process) it releases
 // that lease and fails with ErrSafeDeadline; acquire again, under a new
-// request id.
+// request id. A waiting Acquire (WithWait) confirms its grant with one
+// renewal; when that fails, it releases the grant and fails with
+// ErrLeaseLost (and ErrSafeDeadline when the renewal came too late).
 func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lease, error) {
 	o := acquireOptions{ttl: DefaultTTL}
 	for _, f := range opts {
@@ -243,12 +245,23 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 	if resp.Replayed && resp.TtlRemaining.AsDuration() <= 0 {
 		return nil, fmt.Errorf("%w: request id %q replayed a lease that has ended", ErrLeaseLost, o.requestID)
 	}
+	if resp.Lease == nil || len(resp.Lease.Id) != len(ID{}) {
+		// No node sends this; the network is not trusted. The grant may
+		// stand: its request id replays it.
+		return nil, &IndeterminateError{RequestID: o.requestID, Err: fmt.Errorf("acquire %q: an answer without a lease of a %d-byte id", resource, len(ID{}))}
+	}
 	l := c.newLease(resp.Lease)
 	if o.wait {
 		// The send time of a waiting Acquire may lie long before the grant,
 		// so the grant's safe window (measured from it) may already be
 		// spent. Renew once: its send time is fresh.
 		if err := c.renewOnce(ctx, l); err != nil {
+			if !errors.Is(err, ErrSafeDeadline) && !errors.Is(err, ErrLeaseLost) {
+				// Ended before the renewal (NotFound), or the renewal
+				// went unanswered: either way this grant is not handed
+				// out, and its request id can only replay it.
+				err = fmt.Errorf("%w: acquire %q: granted (token %d), but its confirming renewal failed: %w", ErrLeaseLost, resource, l.token, err)
+			}
 			return nil, c.abandon(ctx, l, err)
 		}
 	} else if !l.confirm(sentAt, resp.TtlRemaining.AsDuration()) {

@@ -1,0 +1,151 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/client"
+)
+
+// scripted answers Acquire and Renew as the test says, and every Release
+// with success: a node whose answers a real cluster gives only under
+// faults (or never), to pin down what the client makes of each.
+type scripted struct {
+	api.UnimplementedLeaseServiceServer
+	acquire func(context.Context, *api.AcquireRequest) (*api.AcquireResponse, error)
+	renew   func(context.Context, *api.RenewRequest) (*api.RenewResponse, error)
+}
+
+func (s *scripted) Acquire(ctx context.Context, r *api.AcquireRequest) (*api.AcquireResponse, error) {
+	return s.acquire(ctx, r)
+}
+
+func (s *scripted) Renew(ctx context.Context, r *api.RenewRequest) (*api.RenewResponse, error) {
+	return s.renew(ctx, r)
+}
+
+func (s *scripted) Release(context.Context, *api.ReleaseRequest) (*api.ReleaseResponse, error) {
+	return &api.ReleaseResponse{Released: true}, nil
+}
+
+func scriptedClient(t *testing.T, s *scripted) *client.Client {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	api.RegisterLeaseServiceServer(srv, s)
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	c, err := client.New(client.Config{Endpoints: []string{ln.Addr().String()}, RequestTimeout: 2 * time.Second, RetryFor: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func grant(r *api.AcquireRequest) *api.AcquireResponse {
+	return &api.AcquireResponse{
+		Lease: &api.Lease{Id: make([]byte, 16), Resource: r.Resource, Scope: r.Resource, Holder: r.Holder, Token: 7,
+			Ttl: r.Ttl},
+		TtlRemaining: r.Ttl,
+	}
+}
+
+// An Acquire whose outcome is unknown fails with ErrIndeterminate and its
+// request id, however the attempt ended: the caller cancelling while it
+// was at the node (a waiting Acquire is stopped so, and the grant may land
+// at that moment), or the node answering Internal or Unknown (a node that
+// failed applying the committed entry, a handler that panicked). They
+// came back as bare statuses, which say neither.
+func TestAcquireWithAnUnknownOutcomeIsIndeterminate(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer func(context.Context) error
+		cancel bool
+	}{
+		{"canceled by the caller", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, true},
+		{"internal", func(context.Context) error {
+			return status.Error(codes.Internal, "cluster: node failed: log entry 9: corrupt")
+		}, false},
+		{"unknown", func(context.Context) error { return status.Error(codes.Unknown, "panic in handler") }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := scriptedClient(t, &scripted{acquire: func(ctx context.Context, _ *api.AcquireRequest) (*api.AcquireResponse, error) {
+				return nil, tc.answer(ctx)
+			}})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if tc.cancel {
+				time.AfterFunc(200*time.Millisecond, cancel)
+			}
+			_, err := c.Acquire(ctx, "r", client.WithWait(), client.WithRequestID("req-1"))
+			var ie *client.IndeterminateError
+			if !errors.As(err, &ie) || ie.RequestID != "req-1" {
+				t.Fatalf("got %v, want an *IndeterminateError with request id req-1", err)
+			}
+			if tc.cancel && !errors.Is(err, context.Canceled) {
+				t.Fatalf("got %v, want it to say the caller canceled", err)
+			}
+		})
+	}
+}
+
+// An OK answer without a lease (no node sends one, but the network is
+// not trusted) is an error, not a panic; the request id may be retried.
+func TestAcquireAnswerWithoutALeaseIsAnError(t *testing.T) {
+	for _, resp := range []*api.AcquireResponse{
+		{TtlRemaining: durationpb.New(5 * time.Second)},
+		{Lease: &api.Lease{Id: []byte{1, 2}, Ttl: durationpb.New(5 * time.Second)}, TtlRemaining: durationpb.New(5 * time.Second)},
+	} {
+		c := scriptedClient(t, &scripted{acquire: func(context.Context, *api.AcquireRequest) (*api.AcquireResponse, error) {
+			return resp, nil
+		}})
+		l, err := c.Acquire(context.Background(), "r", client.WithRequestID("req-2"))
+		var ie *client.IndeterminateError
+		if l != nil || !errors.As(err, &ie) || ie.RequestID != "req-2" {
+			t.Fatalf("answer %v: got %v, %v; want no lease and an *IndeterminateError with its request id", resp, l, err)
+		}
+	}
+}
+
+// A waiting Acquire whose grant ends before its confirming renewal (the
+// answer, or the renewal, was slower than the ttl) fails with
+// ErrLeaseLost, as an ended grant does everywhere else: Campaign then
+// tries again under a new id instead of giving up with ErrNotFound. When
+// the renewal goes unanswered the grant may still stand, but Acquire will
+// not hand it out either: ErrLeaseLost, not ErrUnavailable's "nothing was
+// done".
+func TestWaitingAcquireWhoseConfirmingRenewalFailsIsLeaseLost(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		renew error
+	}{
+		{"ended", status.Error(codes.NotFound, "fsm: lease not found or expired")},
+		{"unanswered", status.Error(codes.Unavailable, "connection reset")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := scriptedClient(t, &scripted{
+				acquire: func(_ context.Context, r *api.AcquireRequest) (*api.AcquireResponse, error) { return grant(r), nil },
+				renew:   func(context.Context, *api.RenewRequest) (*api.RenewResponse, error) { return nil, tc.renew },
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			l, err := c.Acquire(ctx, "r", client.WithWait(), client.WithTTL(5*time.Second))
+			if l != nil || !errors.Is(err, client.ErrLeaseLost) {
+				t.Fatalf("got %v, %v; want no lease and ErrLeaseLost", l, err)
+			}
+		})
+	}
+}
