@@ -262,8 +262,14 @@ type fwdOpts struct {
 // deadline. A call that may not be resent answers an *IndeterminateError:
 // the cut hop may yet take effect.
 func forward[T any](ctx context.Context, n *Node, o fwdOpts, call func(context.Context, grpc.ClientConnInterface) (T, error)) (resp T, local bool, err error) {
+	var cut error // the last hop cut unanswered: that copy may yet take effect
 	for {
 		plain, addr, err := n.routeTo(ctx)
+		if err != nil && cut != nil && o.requestID != "" {
+			// No leader to send it to again, but a copy was sent: its
+			// outcome is unknown, not "nothing was sent".
+			return resp, false, &IndeterminateError{RequestID: o.requestID, Err: fmt.Errorf("%w, then: %v", cut, err)}
+		}
 		if err != nil || plain == nil {
 			return resp, plain == nil && err == nil, err
 		}
@@ -295,6 +301,7 @@ func forward[T any](ctx context.Context, n *Node, o fwdOpts, call func(context.C
 			return resp, false, &IndeterminateError{RequestID: o.requestID, Err: fmt.Errorf("forwarded to %s: %w", addr, why)}
 		}
 		n.log.Info("forwarded call unanswered; sending it to the leader raft knows now", "leader-addr", addr, "reason", why)
+		cut = fmt.Errorf("forwarded to %s: %w", addr, why)
 	}
 }
 
