@@ -149,3 +149,42 @@ func TestWaitingAcquireWhoseConfirmingRenewalFailsIsLeaseLost(t *testing.T) {
 		})
 	}
 }
+
+// A request id names one request: Acquire called again with the id of a
+// lease this client still holds replays that grant, and gets the same
+// *Lease, not a second one for the same lease id (which the keep-alive
+// kept renewing after both had ended: the schedule held the first).
+func TestAcquireAgainWithAHeldLeasesRequestIDReturnsThatLease(t *testing.T) {
+	c := scriptedClient(t, &scripted{
+		acquire: func(_ context.Context, r *api.AcquireRequest) (*api.AcquireResponse, error) { return grant(r), nil },
+		renew: func(context.Context, *api.RenewRequest) (*api.RenewResponse, error) {
+			return &api.RenewResponse{TtlRemaining: durationpb.New(5 * time.Second)}, nil
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l1, err := c.Acquire(ctx, "r", client.WithRequestID("req-3"), client.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := c.Acquire(ctx, "r", client.WithRequestID("req-3"), client.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l1 != l2 {
+		t.Fatalf("two *Lease for one lease id (%v)", l1.ID())
+	}
+	if err := l1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		byID, due := client.KeptLeases(c)
+		if byID == 0 && due == 0 {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("after the release the keep-alive still holds %d by id, %d scheduled", byID, due)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -13,3 +13,11 @@ func SafeUntilOnClock(l *Lease) time.Duration {
 	defer l.mu.Unlock()
 	return l.safeUntil
 }
+
+// KeptLeases returns how many leases c's keep-alive holds: by id, and in
+// its renewal schedule.
+func KeptLeases(c *Client) (byID, due int) {
+	c.keeper.mu.Lock()
+	defer c.keeper.mu.Unlock()
+	return len(c.keeper.leases), len(c.keeper.due)
+}

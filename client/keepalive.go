@@ -98,8 +98,16 @@ func (k *keeper) interval(l *Lease) time.Duration {
 	return l.ttl / 3
 }
 
-func (k *keeper) add(l *Lease, sentAt time.Duration) {
+func (k *keeper) add(l *Lease, sentAt time.Duration) *Lease {
 	k.mu.Lock()
+	if kept := k.leases[l.id]; kept != nil && kept.ctx.Err() == nil {
+		// The same lease id, acquired again under its request id: the
+		// one kept alive stays the only one (two would share one entry
+		// here, and the schedule would keep renewing the other's after
+		// both ended).
+		k.mu.Unlock()
+		return kept
+	}
 	l.nextRenew = sentAt + k.interval(l)
 	k.leases[l.id] = l
 	heap.Push(&k.due, dueEntry{at: l.nextRenew, l: l})
@@ -110,6 +118,7 @@ func (k *keeper) add(l *Lease, sentAt time.Duration) {
 		<-l.Done()
 		k.remove(l)
 	}()
+	return l
 }
 
 func (k *keeper) remove(l *Lease) {

@@ -270,8 +270,9 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		// it. Never hand out a dead lease.
 		return nil, c.abandon(ctx, l, fmt.Errorf("%w: acquire %q: the grant (token %d) was answered after its safe window closed", ErrSafeDeadline, resource, l.token))
 	}
-	c.keeper.add(l, l.lastSent)
-	return l, nil
+	// When the request id replayed a grant this client still holds, that
+	// lease: kept alive as it is, never a second *Lease for one lease id.
+	return c.keeper.add(l, l.lastSent), nil
 }
 
 // abandon ends a lease that Acquire will not hand out, releases it (best
