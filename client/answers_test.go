@@ -102,6 +102,26 @@ func TestAcquireWithAnUnknownOutcomeIsIndeterminate(t *testing.T) {
 	}
 }
 
+// Failures that ran nothing stay definite: gRPC refusing to send a
+// request it cannot marshal (Internal "grpc: ..."), and a caller whose
+// context had ended before the attempt.
+func TestAcquireThatRanNothingIsNotIndeterminate(t *testing.T) {
+	c := scriptedClient(t, &scripted{acquire: func(context.Context, *api.AcquireRequest) (*api.AcquireResponse, error) {
+		t.Error("the server was called")
+		return nil, status.Error(codes.Internal, "unreachable")
+	}})
+	_, err := c.Acquire(context.Background(), "bad\xffname", client.WithRequestID("req-4"))
+	if err == nil || errors.Is(err, client.ErrIndeterminate) {
+		t.Fatalf("a request gRPC could not marshal: %v; want a definite error", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = c.Acquire(ctx, "r", client.WithRequestID("req-5"))
+	if err == nil || errors.Is(err, client.ErrIndeterminate) || status.Code(err) != codes.Canceled && !errors.Is(err, context.Canceled) {
+		t.Fatalf("a caller canceled before the call: %v; want a definite cancel", err)
+	}
+}
+
 // An OK answer without a lease (no node sends one, but the network is
 // not trusted) is an error, not a panic; the request id may be retried.
 func TestAcquireAnswerWithoutALeaseIsAnError(t *testing.T) {
@@ -145,6 +165,9 @@ func TestWaitingAcquireWhoseConfirmingRenewalFailsIsLeaseLost(t *testing.T) {
 			l, err := c.Acquire(ctx, "r", client.WithWait(), client.WithTTL(5*time.Second))
 			if l != nil || !errors.Is(err, client.ErrLeaseLost) {
 				t.Fatalf("got %v, %v; want no lease and ErrLeaseLost", l, err)
+			}
+			if errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrNotFound) {
+				t.Fatalf("got %v: it must not say nothing was done, nor that the call's lease was unknown", err)
 			}
 		})
 	}

@@ -439,6 +439,7 @@ func (c *Client) do(ctx context.Context, spec callSpec, op func(context.Context,
 		if !spec.wait {
 			actx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
 		}
+		live := ctx.Err() == nil // a canceled attempt of a live caller may have been sent
 		err = op(actx, conn)
 		silent := err != nil && actx.Err() != nil && ctx.Err() == nil // the attempt's own timeout, not the caller's
 		cancel()
@@ -466,7 +467,7 @@ func (c *Client) do(ctx context.Context, spec callSpec, op func(context.Context,
 			continue
 		}
 		if !retryable(err) {
-			if spec.requestID != "" && mayHaveTakenEffect(err) {
+			if spec.requestID != "" && mayHaveTakenEffect(err, live) {
 				// Not worth another node, and not a definite answer
 				// either: the caller's cancel while the attempt was out,
 				// or a node that failed after it may have proposed.

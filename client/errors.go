@@ -27,7 +27,9 @@ var (
 	// ErrLeaseLost ends a lease whose renewal the service refused: it
 	// expired or was released elsewhere. Acquire again for a new token.
 	// Acquire returns it too (with ErrNotFound) when its request id
-	// replays a grant that has since ended.
+	// replays a grant that has since ended, and for a waiting Acquire
+	// whose grant it could not confirm with a renewal (refused or
+	// unanswered; the grant is released, best effort).
 	ErrLeaseLost = errors.New("client: lease lost")
 	// ErrSafeDeadline ends a lease whose safe deadline passed without a
 	// confirmed renewal. The cluster may still count it as held for a
@@ -207,13 +209,18 @@ func retryable(err error) bool {
 
 // mayHaveTakenEffect reports whether a failed attempt that is not worth
 // sending elsewhere (not retryable) still leaves its outcome unknown: it
-// was canceled (by the caller, or the node) after it may have been sent,
-// or the node failed in a way that names no outcome (Internal: it could
-// not apply an entry it may have proposed; Unknown: a handler failed).
-func mayHaveTakenEffect(err error) bool {
-	switch status.Code(err) {
-	case codes.Canceled, codes.Internal, codes.Unknown:
-		return true
+// was canceled after it began with the caller's context live (sent, or
+// about to be), or a node failed in a way that names no outcome
+// (Internal: it could not apply an entry it may have proposed; Unknown: a
+// handler failed). gRPC's own failures ("grpc: ..."), such as a request
+// it could not marshal here or unmarshal there, ran nothing.
+func mayHaveTakenEffect(err error, live bool) bool {
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.Canceled:
+		return live
+	case codes.Internal, codes.Unknown:
+		return !strings.HasPrefix(st.Message(), "grpc:")
 	}
 	return false
 }

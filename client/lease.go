@@ -213,8 +213,9 @@ func (l *Lease) endLocked(err error) {
 // the answer comes too late (a slow network, a paused process) it releases
 // that lease and fails with ErrSafeDeadline; acquire again, under a new
 // request id. A waiting Acquire (WithWait) confirms its grant with one
-// renewal; when that fails, it releases the grant and fails with
-// ErrLeaseLost (and ErrSafeDeadline when the renewal came too late).
+// renewal; when that is refused or unanswered, it releases the grant and
+// fails with ErrLeaseLost; when it is answered too late, with
+// ErrSafeDeadline.
 func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lease, error) {
 	o := acquireOptions{ttl: DefaultTTL}
 	for _, f := range opts {
@@ -260,7 +261,9 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 				// Ended before the renewal (NotFound), or the renewal
 				// went unanswered: either way this grant is not handed
 				// out, and its request id can only replay it.
-				err = fmt.Errorf("%w: acquire %q: granted (token %d), but its confirming renewal failed: %w", ErrLeaseLost, resource, l.token, err)
+				// %v: the renewal's own error (ErrUnavailable's "nothing
+				// was done") is not this call's outcome.
+				err = fmt.Errorf("%w: acquire %q: granted (token %d), but its confirming renewal failed: %v", ErrLeaseLost, resource, l.token, err)
 			}
 			return nil, c.abandon(ctx, l, err)
 		}
