@@ -9,7 +9,9 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/leasefence/leasefence/transport"
 )
@@ -265,18 +267,13 @@ func forward[T any](ctx context.Context, n *Node, o fwdOpts, call func(context.C
 	var cut error // the last hop cut unanswered: that copy may yet take effect
 	for {
 		plain, addr, err := n.routeTo(ctx)
-		if err != nil && cut != nil && o.requestID != "" {
-			// No leader to send it to again, but a copy was sent: its
-			// outcome is unknown, not "nothing was sent".
-			return resp, false, &IndeterminateError{RequestID: o.requestID, Err: fmt.Errorf("%w, then: %v", cut, err)}
-		}
 		if err != nil || plain == nil {
-			return resp, plain == nil && err == nil, err
+			return resp, plain == nil && err == nil, o.afterCut(cut, err)
 		}
 		var conn grpc.ClientConnInterface = plain
 		if !o.long {
 			if conn, err = n.fwd.batched(addr); err != nil {
-				return resp, false, err
+				return resp, false, o.afterCut(cut, err)
 			}
 		}
 		if n.planted(BugForwardNoTimeout) {
@@ -293,7 +290,7 @@ func forward[T any](ctx context.Context, n *Node, o fwdOpts, call func(context.C
 		resp, err = call(markForwarded(hctx), conn)
 		why := end()
 		if err == nil || why == nil {
-			return resp, false, err
+			return resp, false, o.afterCut(cut, err)
 		}
 		n.metrics.forwardCut.Inc()
 		if !o.resend || why == errAnswerBy {
@@ -303,6 +300,23 @@ func forward[T any](ctx context.Context, n *Node, o fwdOpts, call func(context.C
 		n.log.Info("forwarded call unanswered; sending it to the leader raft knows now", "leader-addr", addr, "reason", why)
 		cut = fmt.Errorf("forwarded to %s: %w", addr, why)
 	}
+}
+
+// afterCut is err, the failure of a call with a request id after an
+// earlier hop of it was cut unanswered (cut), as the caller must see it:
+// unless it is the leader's definite answer about the call itself, the
+// cut copy may yet take effect, so the outcome is unknown — no leader
+// found, a refused connection, an overload refusal ("nothing was
+// proposed" is true of this copy only) all say nothing of it.
+func (o fwdOpts) afterCut(cut, err error) error {
+	if cut == nil || err == nil || o.requestID == "" {
+		return err
+	}
+	switch status.Code(toStatus(err)) {
+	case codes.FailedPrecondition, codes.InvalidArgument, codes.NotFound, codes.PermissionDenied, codes.AlreadyExists:
+		return err // the leader answered the request (a replay of the cut copy's outcome, if it took effect)
+	}
+	return &IndeterminateError{RequestID: o.requestID, Err: fmt.Errorf("%w, then: %v", cut, err)}
 }
 
 // route decides where a call that needs the leader runs. It returns

@@ -25,7 +25,9 @@ func TestACutHopThenNoLeaderIsIndeterminate(t *testing.T) {
 	lc := testcluster.NewLocal(t, 3, func(_ int, c *cluster.Config) {
 		// Slow enough that the follower still forwards to the leader it
 		// knows when the call arrives.
-		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
+		// (2 s: room for a stalled test machine between Freeze and the
+		// call.)
+		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 2*time.Second, 2*time.Second, 500*time.Millisecond
 	})
 	leader := lc.Leader()
 	var rest []int
@@ -41,7 +43,7 @@ func TestACutHopThenNoLeaderIsIndeterminate(t *testing.T) {
 	lc.Partition(other)
 	lc.Freeze(leader)
 	defer lc.Thaw()
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second)
 	defer cancel()
 	_, err := lc.Client(f).Acquire(ctx, &api.AcquireRequest{
 		Resource: "r", Holder: "test", Ttl: durationpb.New(time.Minute), RequestId: "req-cut",
