@@ -64,6 +64,29 @@ func TestPlantedSkipEntryChecksumIsPerStateAndCheck(t *testing.T) {
 	}
 }
 
+// A planted ignorable-unchecked skips an ignorable entry whose checksum
+// does not match (a type byte's flipped high bit) in VerifyEntry and Apply
+// given it, and in no other.
+func TestPlantedIgnorableUncheckedIsPerStateAndCheck(t *testing.T) {
+	good := entry(t, 1*sec, acquireCmd("db/40", 10*sec, 2, ""))
+	bad := bytes.Clone(good)
+	bad[0] ^= byte(EntryIgnorable)
+	bug := planting(t, BugIgnorableUnchecked)
+	if err := VerifyEntry(bad, bug); err != nil {
+		t.Errorf("planted VerifyEntry: %v", err)
+	}
+	if err := VerifyEntry(bad); !errors.Is(err, ErrChecksum) {
+		t.Errorf("VerifyEntry without knobs: want ErrChecksum, got %v", err)
+	}
+	s := New(bug)
+	if a, err := s.Apply(bad); err != nil || len(a.Results) != 0 || s.Len() != 0 {
+		t.Errorf("planted Apply: %v, %v, %d leases; want the entry skipped", a, err, s.Len())
+	}
+	if _, err := New().Apply(bad); !errors.Is(err, ErrChecksum) {
+		t.Errorf("Apply without knobs: want ErrChecksum, got %v", err)
+	}
+}
+
 // The restore property must catch issue 13's restore: with only the
 // backup's scopes raised, some random disaster has a scope first used after
 // the backup grant a token it had already granted before the loss.
