@@ -218,7 +218,15 @@ func (k *keeper) session(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer k.streamEnded()
+	// Opening waits for the connection, which gRPC bounds only by its
+	// connect timeout (20 s): a silent node gets RequestTimeout, as a
+	// unary attempt does, and the client moves to whichever node leads.
+	silent := time.AfterFunc(k.c.cfg.RequestTimeout, cancel)
 	stream, err := api.NewLeaseServiceClient(conn).KeepAlive(sctx)
+	if !silent.Stop() && ctx.Err() == nil {
+		k.c.relocate(ctx, addr)
+		return status.Errorf(codes.Unavailable, "keep-alive: %s opened no stream within %v", addr, k.c.cfg.RequestTimeout)
+	}
 	if err != nil {
 		k.c.failover(addr, err)
 		return err
