@@ -58,7 +58,7 @@ var typeBytes = func() (b [256]byte) {
 
 // entryChecksum is the CRC-32C of the type byte followed by body.
 func entryChecksum(t EntryType, body []byte) uint32 {
-	c := crc32.Update(0, castagnoli, typeBytes[t:t+1])
+	c := crc32.Update(0, castagnoli, typeBytes[int(t):int(t)+1]) // int: t+1 of 0xff is 0 in a byte
 	return crc32.Update(c, castagnoli, body)
 }
 

@@ -124,3 +124,16 @@ func TestUnchecksummedBatchStillApplies(t *testing.T) {
 		t.Fatalf("type 1 entry: %v %+v", err, a)
 	}
 }
+
+// No type byte makes VerifyEntry or Apply panic: the checksum of type
+// 0xff once sliced typeBytes[255:0] (t+1 wrapped around in a byte), which
+// FuzzApply found in CI.
+func TestEveryTypeByteIsRefusedOrAppliedWithoutPanic(t *testing.T) {
+	for typ := range 256 {
+		for _, body := range [][]byte{nil, {0}, []byte("0000"), []byte("00000000")} {
+			data := append([]byte{byte(typ)}, body...)
+			_ = VerifyEntry(data)
+			_, _ = New().Apply(data)
+		}
+	}
+}
