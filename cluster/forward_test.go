@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -17,41 +16,18 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/internal/loopback"
 )
 
-// blackHole accepts TCP connections and never answers on them: a silent
-// peer, as a frozen host or a link that drops everything looks to a
-// sender whose connection is already up.
+// blackHole is a silent peer's address (loopback.Silent), closed with t.
 func blackHole(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, stop, err := loopback.Silent()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return l.Addr().String()
+	t.Cleanup(stop)
+	return addr
 }
 
 // indeterminate returns the request id of an Unavailable INDETERMINATE

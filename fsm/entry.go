@@ -94,19 +94,20 @@ func EncodeBatch(b *fsmpb.Batch) ([]byte, error) {
 // (WithTestingKnobs), so that a planted skip-entry-checksum skips this
 // check as it skips Apply's.
 func VerifyEntry(data []byte, opts ...Option) error {
-	if len(data) == 0 || !checksummed(EntryType(data[0])) {
-		return nil
-	}
 	o := applyOptions(opts)
-	if EntryType(data[0]) != EntryBatchChecked && o.knobs.planted(BugIgnorableUnchecked) {
+	if len(data) == 0 || !checksummed(EntryType(data[0]), &o.knobs) {
 		return nil
 	}
 	_, err := checkedBody(data, &o.knobs)
 	return err
 }
 
-// checksummed reports whether entries of type t carry a checksum.
-func checksummed(t EntryType) bool { return t == EntryBatchChecked || t&EntryIgnorable != 0 }
+// checksummed reports whether entries of type t carry a checksum to
+// verify: EntryBatchChecked and every ignorable type (not the latter when
+// k plants BugIgnorableUnchecked).
+func checksummed(t EntryType, k *TestingKnobs) bool {
+	return t == EntryBatchChecked || t&EntryIgnorable != 0 && !k.planted(BugIgnorableUnchecked)
+}
 
 // checkedBody returns the body of a checksummed entry after
 // verifying its checksum (unless k plants BugSkipEntryChecksum).
@@ -181,24 +182,19 @@ func decodeEntry(data []byte, k *TestingKnobs) (*batchView, error) {
 	}
 	t := EntryType(data[0])
 	var body []byte
-	switch t {
-	case EntryBatch:
-		body = data[1:]
-	case EntryBatchChecked:
+	if checksummed(t, k) {
 		var err error
 		if body, err = checkedBody(data, k); err != nil {
 			return nil, err
 		}
+	}
+	switch {
+	case t == EntryBatch:
+		body = data[1:]
+	case t == EntryBatchChecked:
+	case t&EntryIgnorable != 0:
+		return nil, nil // unknown to this version; its checksum matched
 	default:
-		if t&EntryIgnorable != 0 {
-			if k.planted(BugIgnorableUnchecked) {
-				return nil, nil
-			}
-			if _, err := checkedBody(data, k); err != nil {
-				return nil, err
-			}
-			return nil, nil
-		}
 		return nil, fmt.Errorf("%w: type %d", ErrUnknownEntry, t)
 	}
 	v, err := viewBatch(body)
