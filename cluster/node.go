@@ -533,6 +533,15 @@ func (n *Node) startRaft(ctx context.Context, rs raftStores) (existing bool, err
 		slow := func() { time.Sleep(plantedWriteDelay) }
 		rs.logs.testBeforeWrite.Store(&slow)
 	}
+	if n.planted(BugReadRaftApplied) {
+		applied := 0 // raft's FSM goroutine only
+		hold := func(*raft.Log) {
+			if applied++; applied%plantedApplyEvery == 0 && n.lead.Load() != nil {
+				time.Sleep(plantedApplyHold)
+			}
+		}
+		n.sm.testBeforeApply.Store(&hold)
+	}
 	if err := guardDisk(cfg.DataDir, func() (err error) {
 		n.raft, err = raft.NewRaft(rc, n.sm, rs.logs, store, snaps, n.tr)
 		return err

@@ -27,6 +27,7 @@ var PlantedBugs = map[string]string{
 	BugAddUnprobed:         "the leader adds a member as a voter without probing it and without the quorum rule, so unreachable voters can cost the cluster its quorum",
 	BugClusterIDUnchecked:  "Raft RPCs carry and check no cluster id, so a founding node restored with another backup or bump votes, replicates and can lead",
 	BugLeaderUnwritten:     "the leader applies and answers an entry, and tells followers it is committed, before its own log write (held 100 ms, a slow disk) is done: a power cut can lose what it answered",
+	BugReadRaftApplied:     "a linearizable read waits for raft's applied index, which raft moves before the state machine applied the entry; the leader's apply stalls 200 ms at every 16th entry (a GC, CPU starvation), so its reads miss entries the followers have applied and published",
 	BugWALEmptiedOnInstall: "a snapshot install empties the raft-wal log although it holds entries past the snapshot (hashicorp/raft#697): the follower takes appends over the hole and panics re-applying them",
 }
 

@@ -23,12 +23,24 @@ const (
 	BugClusterIDUnchecked  = "cluster-id-unchecked"
 	BugLeaderUnwritten     = "leader-applies-unwritten"
 	BugWALEmptiedOnInstall = "wal-emptied-on-install"
+	BugReadRaftApplied     = "read-raft-applied"
 )
 
 // plantedWriteDelay is how long the planted leader-applies-unwritten
 // defect holds each write of the leader's log: a slow disk, so that what
 // the leader answers early is often still unwritten when it dies.
 const plantedWriteDelay = 100 * time.Millisecond
+
+// The planted read-raft-applied defect stalls the leader's apply for
+// plantedApplyHold at every plantedApplyEvery-th command entry: an apply
+// goroutine that stalls (a GC, CPU starvation) while raft goes on
+// committing what other clients propose, so that the followers apply and
+// publish entries the leader's state does not have yet, and a read that
+// takes raft's word answers without them.
+const (
+	plantedApplyHold  = 200 * time.Millisecond
+	plantedApplyEvery = 16
+)
 
 // planted reports whether this node's knobs (Config.Testing) switch the
 // defect name on: never in a release build.

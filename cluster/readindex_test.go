@@ -1,12 +1,17 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/leasefence/leasefence/api"
 )
 
 // peerAcks counts a voter only for an acceptance, in the leader's term, of
@@ -66,4 +71,96 @@ func TestPeerAcksConfirmOnlyWithFreshAcceptances(t *testing.T) {
 	if err := <-done; !errors.Is(err, errLeadershipEnded) {
 		t.Fatalf("after the term ended: %v, want errLeadershipEnded", err)
 	}
+}
+
+// A linearizable read must reflect every entry committed before it
+// arrived. raft counts an entry in its applied index when it hands it to
+// the state machine's goroutine, before the state machine applied it (and
+// a leader that writes while it replicates applies only once its own log
+// holds the entry): a read that accepted raft's index answered from state
+// without the entry. A watcher on a follower that had applied the grant
+// then read "no lease" from the leader. The hook holds the leader's apply
+// of a committed grant; the read must wait for it.
+func TestAReadWaitsForTheStateMachineNotRaftsAppliedIndex(t *testing.T) {
+	early, idx := readWhileApplyHeld(t, nil)
+	if early != nil && (early.Lease == nil || early.AppliedIndex < idx) {
+		t.Fatalf("a linearizable read answered from state at index %d (lease %v), without entry %d committed before it arrived", early.AppliedIndex, early.Lease, idx)
+	}
+}
+
+// readWhileApplyHeld holds the leader's apply of a committed grant (raft
+// has counted it as applied) and reads the resource linearizably at the
+// leader. It returns the read's answer if it came while the apply was
+// held (nil when it waited; then it must show the grant once released),
+// and the held entry's index.
+func readWhileApplyHeld(t *testing.T, tweak func(*Config)) (early *api.GetResponse, idx uint64) {
+	t.Helper()
+	tc := newTestCluster(t, 3, tweak)
+	li, n := tc.leader()
+	cl := tc.client(li)
+	ctx := ctxT(t)
+
+	reached := make(chan uint64, 1)
+	resume := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(resume) }) }
+	t.Cleanup(release) // before the nodes close: raft waits for its FSM goroutine
+	armed := true
+	hook := func(l *raft.Log) {
+		if !armed || !bytes.Contains(l.Data, []byte("ri/held")) { // armed: raft's FSM goroutine only
+			return
+		}
+		armed = false
+		reached <- l.Index
+		<-resume
+	}
+	n.sm.testBeforeApply.Store(&hook)
+	t.Cleanup(func() { n.sm.testBeforeApply.Store(nil) })
+	acquired := make(chan error, 1)
+	go func() {
+		_, err := cl.Acquire(ctx, &api.AcquireRequest{Resource: "ri/held", Holder: "a", Ttl: durationpb.New(10 * time.Second), RequestId: "ri-1"})
+		acquired <- err
+	}()
+	select {
+	case idx = <-reached:
+	case <-ctx.Done():
+		t.Fatal("the apply hook was never reached")
+	}
+	eventually(t, 5*time.Second, "raft counts the held entry as applied", func() bool { return n.raft.AppliedIndex() >= idx })
+
+	type got struct {
+		r   *api.GetResponse
+		err error
+	}
+	read := make(chan got, 1)
+	go func() {
+		r, err := cl.Get(ctx, &api.GetRequest{Resource: "ri/held"})
+		read <- got{r, err}
+	}()
+	select {
+	case g := <-read:
+		if g.err != nil {
+			t.Fatal(g.err)
+		}
+		early = g.r
+	case <-time.After(300 * time.Millisecond):
+	}
+	release()
+	if early == nil {
+		select {
+		case g := <-read:
+			if g.err != nil {
+				t.Fatal(g.err)
+			}
+			if g.r.Lease == nil || g.r.AppliedIndex < idx {
+				t.Fatalf("the read answered from state at index %d (lease %v) after entry %d applied", g.r.AppliedIndex, g.r.Lease, idx)
+			}
+		case <-ctx.Done():
+			t.Fatal("the read never answered after the entry applied")
+		}
+	}
+	if err := <-acquired; err != nil {
+		t.Fatal(err)
+	}
+	return early, idx
 }

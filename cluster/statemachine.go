@@ -33,6 +33,9 @@ type stateMachine struct {
 	// index select on it.
 	appliedMu sync.Mutex
 	appliedCh chan struct{}
+	// noCommands is the last run of committed entries found to hold no
+	// command (appliedThrough).
+	noCommands atomic.Pointer[indexRun]
 
 	// hash caches stateHash for one index; hashMu is taken under mu's read
 	// lock, never the other way round.
@@ -50,6 +53,11 @@ type stateMachine struct {
 	// the window in which a reader sees the entry's content but not yet
 	// its index in applied.
 	testAfterPublish atomic.Pointer[func(index uint64)]
+	// testBeforeApply, when set (tests and the planted
+	// read-raft-applied), runs as a command entry reaches Apply, before
+	// anything of it is applied: raft has already counted it in its
+	// applied index.
+	testBeforeApply atomic.Pointer[func(l *raft.Log)]
 	// checks takes the state checkpoints replicas compare (statecheck.go);
 	// set before raft starts.
 	checks *stateCheckpoints
@@ -85,6 +93,9 @@ func (m *stateMachine) Apply(l *raft.Log) interface{} {
 	}
 	if l.Type != raft.LogCommand {
 		return nil
+	}
+	if f := m.testBeforeApply.Load(); f != nil {
+		(*f)(l)
 	}
 	start := time.Now()
 	if m.durable != nil && !m.applyEarly {
@@ -146,6 +157,43 @@ func (m *stateMachine) setApplied(index uint64) {
 	m.appliedCh = make(chan struct{})
 	m.appliedMu.Unlock()
 }
+
+// appliedThrough reports whether the state reflects every entry up to idx,
+// given raft's applied index: the last command in the state is at or past idx,
+// or raft counted idx and every entry after that command up to idx is one
+// raft does not hand to Apply (a no-op, barrier or configuration). It reads
+// those entries' types from the log, only while applied is behind idx, and
+// remembers the last run of entries found to be none of Apply's, which in
+// an idle cluster every read asks about again (the term's no-op and
+// barrier).
+func (m *stateMachine) appliedThrough(idx, raftApplied uint64) bool {
+	m.mu.RLock()
+	applied := m.index // the content's, which applied may lag (Apply)
+	m.mu.RUnlock()
+	if applied >= idx {
+		return true
+	}
+	if raftApplied < idx || m.logs == nil {
+		return false
+	}
+	if r := m.noCommands.Load(); r != nil && r.from <= applied+1 && idx <= r.to {
+		return true
+	}
+	var l raft.Log
+	for i := applied + 1; i <= idx; i++ {
+		if err := m.logs.GetLog(i, &l); err != nil || l.Type == raft.LogCommand {
+			// A command Apply has not finished, or an entry the log no
+			// longer holds (a snapshot is being restored): wait for the
+			// state machine.
+			return false
+		}
+	}
+	m.noCommands.Store(&indexRun{from: applied + 1, to: idx})
+	return true
+}
+
+// indexRun is the log entries from..to (committed: they never change).
+type indexRun struct{ from, to uint64 }
 
 // appliedChanged returns a channel closed at the next apply.
 func (m *stateMachine) appliedChanged() <-chan struct{} {
