@@ -45,7 +45,7 @@ func TestOutOfSpecClockRateMakesOnlyExclusionCheckersNotRequired(t *testing.T) {
 	rs := check([]string{history.NemClockBump, history.NemClockStrobe}, checkertest.ValidAudit())
 	expect(t, byName(rs, checker.NameSafeWindows), checker.Invalid, checker.AnomalyOverlappingSafeWindow)
 	expect(t, byName(rs, checker.NameGrantIntervals), checker.Invalid, checker.AnomalyAckedGrantMissing)
-	if p, f := checker.Tally(rs); p != 6 || f != 2 || checker.NotCounted(rs) != 0 {
+	if p, f := checker.Tally(rs); p != 7 || f != 2 || checker.NotCounted(rs) != 0 {
 		t.Fatalf("in spec: %d passed, %d failed, %d not counted", p, f, checker.NotCounted(rs))
 	}
 	sum := &Summary{Results: rs}
@@ -55,7 +55,7 @@ func TestOutOfSpecClockRateMakesOnlyExclusionCheckersNotRequired(t *testing.T) {
 
 	// Out of spec: the same verdicts, printed and recorded, not counted.
 	rs = check([]string{history.NemKill, history.NemClockRate}, checkertest.ValidAudit())
-	if p, f := checker.Tally(rs); p != 6 || f != 0 || checker.NotCounted(rs) != 2 {
+	if p, f := checker.Tally(rs); p != 7 || f != 0 || checker.NotCounted(rs) != 2 {
 		t.Fatalf("out of spec: %d passed, %d failed, %d not counted", p, f, checker.NotCounted(rs))
 	}
 	for _, name := range []string{checker.NameSafeWindows, checker.NameGrantIntervals} {
@@ -83,7 +83,7 @@ func TestOutOfSpecClockRateMakesOnlyExclusionCheckersNotRequired(t *testing.T) {
 	audit := append(checkertest.ValidAudit(), fencekv.AuditRecord{Seq: 7, Op: "put", Key: "r", Scope: "r", Token: 1, Outcome: fencekv.OutcomeAccepted})
 	rs = check([]string{history.NemClockRate}, audit)
 	expect(t, byName(rs, checker.NameFencedTokens), checker.Invalid, checker.AnomalyStaleWriteAccepted)
-	if p, f := checker.Tally(rs); p != 5 || f != 1 || !byName(rs, checker.NameFencedTokens).Required() {
+	if p, f := checker.Tally(rs); p != 6 || f != 1 || !byName(rs, checker.NameFencedTokens).Required() {
 		t.Fatalf("out of spec with a stale write: %d passed, %d failed", p, f)
 	}
 	if sum := (&Summary{Results: rs}); !sum.Anomalous() {

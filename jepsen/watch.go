@@ -2,6 +2,7 @@ package jepsen
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -70,7 +71,8 @@ func (w *watcher) run(ctx context.Context, ready chan<- struct{}) {
 	}
 	var last *api.Position
 	node := 0
-	refused := 0 // consecutive nodes that no longer retain our position
+	refused := 0  // consecutive nodes that no longer retain our position
+	onLeader := 0 // consecutive nodes passed over because they led
 	signalled := false
 	signal := func() {
 		if !signalled {
@@ -85,10 +87,15 @@ func (w *watcher) run(ctx context.Context, ready chan<- struct{}) {
 		if conn == nil {
 			continue
 		}
-		err := w.once(ctx, conn, &last, signal)
+		err := w.once(ctx, conn, &last, signal, onLeader < len(conns)-1)
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, errWatchOnLeader) {
+			onLeader++
+			continue
+		}
+		onLeader = 0
 		if w.replaced.Swap(false) {
 			w.gaps++
 			_ = w.hist.Write(history.Record{Kind: history.Observe, Worker: "watch", Op: fmt.Sprintf("gap-%d", w.gaps), Type: history.OpWatchGap, TimeNs: history.Now(),
@@ -115,17 +122,31 @@ func (w *watcher) run(ctx context.Context, ready chan<- struct{}) {
 	}
 }
 
-func (w *watcher) once(ctx context.Context, conn *grpc.ClientConn, last **api.Position, signal func()) error {
+// errWatchOnLeader: the node asked to watch leads, and another may not.
+var errWatchOnLeader = errors.New("the node leads: watch a follower")
+
+// once follows one node's stream until it breaks. When avoidLeader is set
+// it declines a node that leads (errWatchOnLeader): a follower sends an
+// entry's events as soon as the cluster commits it, the leader only once
+// its own apply reached it, and reads-see-watched-entries checks the
+// leader's reads against what the watcher was sent.
+func (w *watcher) once(ctx context.Context, conn *grpc.ClientConn, last **api.Position, signal func(), avoidLeader bool) error {
 	lc := api.NewLeaseServiceClient(conn)
+	gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	self, err := lc.Get(gctx, &api.GetRequest{Resource: w.prefix + "-", Stale: true})
+	if err == nil && avoidLeader {
+		// A linearizable Get is answered by the leader, and names it.
+		if lead, lerr := lc.Get(gctx, &api.GetRequest{Resource: w.prefix + "-"}); lerr == nil && lead.NodeId == self.NodeId {
+			err = errWatchOnLeader
+		}
+	}
+	cancel()
+	if err != nil {
+		return err
+	}
 	if *last == nil {
 		// Pin the start: everything applied after this read is delivered.
-		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		g, err := lc.Get(gctx, &api.GetRequest{Resource: w.prefix + "-", Stale: true})
-		cancel()
-		if err != nil {
-			return err
-		}
-		*last = &api.Position{Index: g.AppliedIndex, Seq: ^uint32(0)}
+		*last = &api.Position{Index: self.AppliedIndex, Seq: ^uint32(0)}
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()

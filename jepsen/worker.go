@@ -471,7 +471,7 @@ func acquireError(err error) string {
 }
 
 // linCycle is one round of the linearizability workload: acquire (no
-// wait), sometimes read, release, read. Leases live longer than the run,
+// wait), sometimes read, release, read; refused, read up to three times. Leases live longer than the run,
 // so expiry never enters the model.
 func (w *workerState) linCycle() {
 	res := w.cfg.Resources[w.rng.IntN(len(w.cfg.Resources))]
@@ -483,7 +483,16 @@ func (w *workerState) linCycle() {
 		if old, ok := w.released[res]; ok && errors.Is(err, client.ErrHeld) && w.rng.IntN(3) == 0 {
 			w.rawRelease(base+"-s", res, old.id, old.token)
 		}
-		w.linRead(base+"-g", res)
+		// Then look who holds it, as a waiter polls: one to three reads,
+		// the later ones while others' writes may be under way (a read
+		// right after a write of its own reaches a leader that has just
+		// applied it, and so shows little of how reads keep up).
+		for i := range 1 + w.rng.IntN(3) {
+			if i > 0 {
+				w.sleep(5*time.Millisecond, 20*time.Millisecond)
+			}
+			w.linRead(fmt.Sprintf("%s-g%d", base, i), res)
+		}
 		w.sleep(5*time.Millisecond, 40*time.Millisecond)
 		return
 	}
@@ -581,13 +590,10 @@ func (w *workerState) linRead(op, res string) {
 	// Each read goes to a node picked at random (followers answer through
 	// the leader), so a node that answered from its own state without
 	// confirming it is current would be seen.
-	// Each read goes to a node picked at random (followers answer through
-	// the leader), so a node that answered from its own state without
-	// confirming it is current would be seen.
 	err := w.callNodes(func(ctx context.Context, c api.LeaseServiceClient) (bool, error) {
 		g, err := c.Get(ctx, &api.GetRequest{Resource: res})
 		if err == nil {
-			done.Result, done.Token = history.OK, g.ScopeToken
+			done.Result, done.Token, done.AppliedIndex = history.OK, g.ScopeToken, g.AppliedIndex
 			if g.Lease != nil {
 				done.Lease = api.FormatLeaseID(g.Lease.Id)
 			}

@@ -591,6 +591,7 @@ func CheckAll(h []history.Record, audit []fencekv.AuditRecord, skewMargin time.D
 		CheckAcknowledgedDurable(h),
 		CheckLinearizable(h, 60*time.Second),
 		CheckRequestIDs(h),
+		CheckReadsSeeWatched(h),
 	}
 }
 

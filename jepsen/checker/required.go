@@ -10,8 +10,8 @@ import "github.com/leasefence/leasefence/jepsen/history"
 const ReasonDriftEdgeNoLin = "clock-drift-edge runs no linearizability workload (its ttls would exceed the max ttl)"
 
 // driftEdgeRequired marks, in a run with NemClockDriftEdge, the verdicts
-// of lease-linearizable and acknowledged-ops-durable not required when
-// they are unknown: they check the linearizability workload's operations
+// of lease-linearizable, acknowledged-ops-durable and
+// reads-see-watched-entries not required when they are unknown: they check the linearizability workload's operations
 // (durable also the API renewals and releases that a stalling worker makes
 // inside its lease, which may be none), and DriftEdgeFor leaves that
 // workload out. An anomaly they find still fails the run.
@@ -24,7 +24,7 @@ func driftEdgeRequired(nemeses []string, rs []Result) {
 		return
 	}
 	for i := range rs {
-		if (rs[i].Checker == NameLinearizable || rs[i].Checker == NameDurable) && rs[i].Verdict == history.Unknown {
+		if (rs[i].Checker == NameLinearizable || rs[i].Checker == NameDurable || rs[i].Checker == NameReadsSeeWatched) && rs[i].Verdict == history.Unknown {
 			rs[i].NotRequired = ReasonDriftEdgeNoLin
 		}
 	}
@@ -37,7 +37,8 @@ const ReasonRestore = "a restore from a backup loses acknowledged state"
 // exclusion checkers (a holder of a lease granted after the backup keeps
 // its safe window while the restored cluster grants the resource again),
 // acknowledged durability and linearizability (the lost cluster's
-// acknowledged operations are gone by design), and request-id identity (the
+// acknowledged operations are gone by design; the restored cluster's log
+// indexes start again below those the watcher saw), and request-id identity (the
 // request ids the lost cluster answered after the backup are unknown to the
 // new one, so a reuse with changed parameters is rightly a new request).
 func restoreRequired(nemeses []string, rs []Result) {
@@ -50,7 +51,7 @@ func restoreRequired(nemeses []string, rs []Result) {
 	}
 	for i := range rs {
 		switch rs[i].Checker {
-		case NameGrantIntervals, NameSafeWindows, NameDurable, NameLinearizable, NameRequestIDs:
+		case NameGrantIntervals, NameSafeWindows, NameDurable, NameLinearizable, NameRequestIDs, NameReadsSeeWatched:
 			rs[i].NotRequired = ReasonRestore
 		}
 	}

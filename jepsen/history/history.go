@@ -92,6 +92,9 @@ type Record struct {
 	SafeUntilNs int64 `json:"safe_until_ns,omitempty"`
 	// Value is what a read returned.
 	Value string `json:"value,omitempty"`
+	// AppliedIndex is, for a linearizable lease read, the index of the
+	// last log entry the answering state reflects (GetResponse.applied_index).
+	AppliedIndex uint64 `json:"applied_index,omitempty"`
 	// ResolvedFrom is set on a completion of resolved.jsonl whose outcome
 	// was unknown in history.jsonl and was decided afterwards ("raft-log":
 	// from the nodes' Raft logs; see Resolve). Its TimeNs is still when

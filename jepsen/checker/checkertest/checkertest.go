@@ -108,18 +108,26 @@ func (l *Lin) Read(w, op string, call, ret int64, holder string, scopeToken uint
 	return l.Op(w, op, history.OpRead, call, ret, history.OK, scopeToken, holder, "", "")
 }
 
+// ReadAt is Read answered from state at applied index idx.
+func (l *Lin) ReadAt(w, op string, call, ret int64, holder string, scopeToken, idx uint64) *Lin {
+	l.Read(w, op, call, ret, holder, scopeToken)
+	l.Recs[len(l.Recs)-1].AppliedIndex = idx
+	return l
+}
+
 // LinValid: l1 holds token 1, l2 is refused meanwhile, l1 releases, l2
-// gets token 2 and a read sees it.
+// gets token 2 and a read sees it. The reads' applied indexes cover the
+// events Valid has the watcher record before them.
 func LinValid() []history.Record {
 	l := &Lin{}
 	l.Acquire("l1", "l1-a", 0, 10*ms, 1, "K1").
 		Held("l2", "l2-a", 20*ms, 30*ms).
-		Read("l2", "l2-g", 31*ms, 40*ms, "K1", 1).
+		ReadAt("l2", "l2-g", 31*ms, 40*ms, "K1", 1, 10).
 		Renew("l1", "l1-n", 41*ms, 45*ms, "K1", history.OK).
 		Release("l1", "l1-r", 50*ms, 60*ms, "K1", history.OK).
 		Renew("l1", "l1-m", 61*ms, 65*ms, "K1", history.Fail).
 		Acquire("l2", "l2-b", 70*ms, 80*ms, 2, "K2").
-		Read("l1", "l1-g", 90*ms, 100*ms, "K2", 2).
+		ReadAt("l1", "l1-g", 90*ms, 100*ms, "K2", 2, 12).
 		Release("l2", "l2-r", 110*ms, 120*ms, "K2", history.OK)
 	return l.Recs
 }
