@@ -69,9 +69,10 @@ func (n *Node) readIndex(ctx context.Context) error {
 // configuration through Apply: after the state machine's last command,
 // entries up to idx that are none count as applied once raft counts them.
 func (n *Node) waitApplied(ctx context.Context, idx uint64) error {
+	var cmd uint64 // appliedThrough's
 	for {
 		ch := n.sm.appliedChanged()
-		if n.sm.appliedThrough(idx, n.raft.AppliedIndex()) {
+		if n.sm.appliedThrough(idx, n.raft.AppliedIndex(), &cmd) {
 			return nil
 		}
 		if n.planted(BugReadRaftApplied) && n.raft.AppliedIndex() >= idx {

@@ -25,8 +25,11 @@ type stateMachine struct {
 	// index is the last log entry applied to st (a command, or the
 	// snapshot restored), guarded by mu: st and index change together.
 	index uint64
-	hub   *hub
-	log   hclog.Logger
+	// content is index, stored under mu with it: a reader that sees it
+	// at or past an entry and then takes mu finds the entry in st.
+	content atomic.Uint64
+	hub     *hub
+	log     hclog.Logger
 
 	applied atomic.Uint64
 	// appliedCh is closed and replaced after every apply: waiters for an
@@ -117,6 +120,7 @@ func (m *stateMachine) Apply(l *raft.Log) interface{} {
 			m.checks.offer(l.Index, m.st.Snapshot())
 		}
 		m.index = l.Index
+		m.content.Store(l.Index)
 	}
 	m.mu.Unlock()
 	if err != nil {
@@ -162,18 +166,24 @@ func (m *stateMachine) setApplied(index uint64) {
 // given raft's applied index: the last command in the state is at or past idx,
 // or raft counted idx and every entry after that command up to idx is one
 // raft does not hand to Apply (a no-op, barrier or configuration). It reads
-// those entries' types from the log, only while applied is behind idx, and
-// remembers the last run of entries found to be none of Apply's, which in
-// an idle cluster every read asks about again (the term's no-op and
-// barrier).
-func (m *stateMachine) appliedThrough(idx, raftApplied uint64) bool {
-	m.mu.RLock()
-	applied := m.index // the content's, which applied may lag (Apply)
-	m.mu.RUnlock()
+// those entries' types from the log, only while the state is behind idx,
+// and remembers the last run of entries found to be none of Apply's, which
+// in an idle cluster every read asks about again (the term's no-op and
+// barrier). *cmd is the caller's: the first command found not yet applied,
+// so that its next calls read no log until the state has passed it (every
+// apply wakes every waiting read).
+//
+// An entry the log no longer holds answers "not yet": on a node that
+// installed a snapshot the state's index is the snapshot's last command,
+// and the entries after it up to the snapshot's index are gone. The wait
+// then ends at the next command applied, which the leader's tick proposes
+// within Config.Tick.
+func (m *stateMachine) appliedThrough(idx, raftApplied uint64, cmd *uint64) bool {
+	applied := m.content.Load() // the content's, which applied may lag (Apply)
 	if applied >= idx {
 		return true
 	}
-	if raftApplied < idx || m.logs == nil {
+	if raftApplied < idx || m.logs == nil || applied < *cmd {
 		return false
 	}
 	if r := m.noCommands.Load(); r != nil && r.from <= applied+1 && idx <= r.to {
@@ -181,10 +191,12 @@ func (m *stateMachine) appliedThrough(idx, raftApplied uint64) bool {
 	}
 	var l raft.Log
 	for i := applied + 1; i <= idx; i++ {
-		if err := m.logs.GetLog(i, &l); err != nil || l.Type == raft.LogCommand {
-			// A command Apply has not finished, or an entry the log no
-			// longer holds (a snapshot is being restored): wait for the
-			// state machine.
+		err := m.logs.GetLog(i, &l)
+		if err != nil {
+			return false // a snapshot is being restored, or was (above)
+		}
+		if l.Type == raft.LogCommand {
+			*cmd = i // committed, Apply not done with it yet
 			return false
 		}
 	}
@@ -299,6 +311,7 @@ func (m *stateMachine) Restore(rc io.ReadCloser) error {
 	}
 	m.mu.Lock()
 	m.st, m.index = st, index
+	m.content.Store(index)
 	m.mu.Unlock()
 	// Watchers connected now have missed everything up to index: cut them
 	// and refuse resumes from before it.

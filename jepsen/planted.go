@@ -66,7 +66,7 @@ var PlantedBugs = []PlantedBug{
 	{Name: "wal-emptied-on-install", In: "leased", What: "a snapshot install empties the raft-wal log although it holds entries past the snapshot (hashicorp/raft#697)",
 		Nemeses: []string{history.NemStorage}, Time: 60 * time.Second, Catch: []string{checker.NameNoPanics}},
 	{Name: "read-raft-applied", In: "leased", What: "a linearizable read waits for raft's applied index, which moves before the state machine applies; the leader's apply stalls 200 ms at every 16th entry",
-		Nemeses: nil, Time: 25 * time.Second, Catch: []string{checker.NameReadsSeeWatched}},
+		Nemeses: nil, Time: 40 * time.Second, Catch: []string{checker.NameReadsSeeWatched}},
 	{Name: "forward-no-timeout", In: "leased", What: "a follower forwarding to a silent leader waits out the caller's deadline (no hop timeout, no re-route)",
 		Nemeses: []string{history.NemPauseLeader}, Time: 30 * time.Second, Catch: []string{checker.NameUnavailability}},
 	{Name: "leader-applies-unwritten", In: "leased", What: "the leader applies and answers an entry, and tells followers it is committed, before its own log write (held 100 ms) is done",

@@ -87,7 +87,9 @@ func (w *watcher) run(ctx context.Context, ready chan<- struct{}) {
 		if conn == nil {
 			continue
 		}
-		err := w.once(ctx, conn, &last, signal, onLeader < len(conns)-1)
+		// Decline a leader only while no node has refused our position:
+		// once one has, the leader may be the one that still holds it.
+		err := w.once(ctx, conn, &last, signal, onLeader < len(conns)-1 && refused == 0)
 		if ctx.Err() != nil {
 			return
 		}
