@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"sync"
 	"testing"
 	"time"
 
@@ -23,11 +22,7 @@ func TestGetAndBackupReportTheirContentsPosition(t *testing.T) {
 	cl := tc.client(0)
 	ctx := ctxT(t)
 
-	reached := make(chan uint64, 1)
-	resume := make(chan struct{})
-	var once sync.Once
-	release := func() { once.Do(func() { close(resume) }) }
-	t.Cleanup(release) // before the nodes close: raft waits for its FSM goroutine
+	held := newHeldApply(t)
 	armed := true
 	hook := func(index uint64) {
 		if !armed { // armed is only touched on raft's FSM goroutine
@@ -39,8 +34,7 @@ func TestGetAndBackupReportTheirContentsPosition(t *testing.T) {
 			return // a tick: not the grant's entry
 		}
 		armed = false
-		reached <- index
-		<-resume
+		held.hold(index)
 	}
 	type acq struct {
 		r   *api.AcquireResponse
@@ -54,7 +48,7 @@ func TestGetAndBackupReportTheirContentsPosition(t *testing.T) {
 	}()
 	var idx uint64
 	select {
-	case idx = <-reached:
+	case idx = <-held.reached:
 	case <-ctx.Done():
 		t.Fatal("the apply hook was never reached")
 	}
@@ -76,7 +70,7 @@ func TestGetAndBackupReportTheirContentsPosition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	release()
+	held.release()
 	n.sm.testAfterPublish.Store(nil)
 	if backupIdx != idx {
 		t.Errorf("backup holds entry %d but reports index %d", idx, backupIdx)

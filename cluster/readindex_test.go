@@ -88,6 +88,28 @@ func TestAReadWaitsForTheStateMachineNotRaftsAppliedIndex(t *testing.T) {
 	}
 }
 
+// heldApply stops raft's FSM goroutine once, where a test's apply hook
+// calls hold: reached gets the index held, release lets it go on (also
+// at cleanup, before the nodes close: raft waits for its FSM goroutine).
+type heldApply struct {
+	reached chan uint64
+	resume  chan struct{}
+	once    sync.Once
+}
+
+func newHeldApply(t *testing.T) *heldApply {
+	h := &heldApply{reached: make(chan uint64, 1), resume: make(chan struct{})}
+	t.Cleanup(h.release)
+	return h
+}
+
+func (h *heldApply) hold(index uint64) {
+	h.reached <- index
+	<-h.resume
+}
+
+func (h *heldApply) release() { h.once.Do(func() { close(h.resume) }) }
+
 // readWhileApplyHeld holds the leader's apply of a committed grant (raft
 // has counted it as applied) and reads the resource linearizably at the
 // leader. It returns the read's answer if it came while the apply was
@@ -100,19 +122,14 @@ func readWhileApplyHeld(t *testing.T, tweak func(*Config)) (early *api.GetRespon
 	cl := tc.client(li)
 	ctx := ctxT(t)
 
-	reached := make(chan uint64, 1)
-	resume := make(chan struct{})
-	var once sync.Once
-	release := func() { once.Do(func() { close(resume) }) }
-	t.Cleanup(release) // before the nodes close: raft waits for its FSM goroutine
+	held := newHeldApply(t)
 	armed := true
 	hook := func(l *raft.Log) {
 		if !armed || !bytes.Contains(l.Data, []byte("ri/held")) { // armed: raft's FSM goroutine only
 			return
 		}
 		armed = false
-		reached <- l.Index
-		<-resume
+		held.hold(l.Index)
 	}
 	n.sm.testBeforeApply.Store(&hook)
 	t.Cleanup(func() { n.sm.testBeforeApply.Store(nil) })
@@ -122,7 +139,7 @@ func readWhileApplyHeld(t *testing.T, tweak func(*Config)) (early *api.GetRespon
 		acquired <- err
 	}()
 	select {
-	case idx = <-reached:
+	case idx = <-held.reached:
 	case <-ctx.Done():
 		t.Fatal("the apply hook was never reached")
 	}
@@ -145,7 +162,7 @@ func readWhileApplyHeld(t *testing.T, tweak func(*Config)) (early *api.GetRespon
 		early = g.r
 	case <-time.After(300 * time.Millisecond):
 	}
-	release()
+	held.release()
 	if early == nil {
 		select {
 		case g := <-read:
