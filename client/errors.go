@@ -211,8 +211,8 @@ func retryable(err error) bool {
 // sending elsewhere (not retryable) still leaves its outcome unknown: it
 // was canceled after it began with the caller's context live (sent, or
 // about to be), or a node failed in a way that names no outcome
-// (Internal: it could not apply an entry it may have proposed; Unknown: a
-// handler failed). gRPC's own failures ("grpc: ..."), such as a request
+// (Internal: a handler panicked, or a node older than 2026-12-04 could
+// not apply an entry it had committed; Unknown: a handler failed). gRPC's own failures ("grpc: ..."), such as a request
 // it could not marshal here or unmarshal there, ran nothing.
 func mayHaveTakenEffect(err error, live bool) bool {
 	st := status.Convert(err)

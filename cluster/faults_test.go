@@ -335,3 +335,22 @@ func TestLaggingNodeCatchesUpThroughSnapshotAndTokensContinue(t *testing.T) {
 
 var _ = io.EOF
 var _ sync.Mutex
+
+// A command the leader committed but could not apply (its state machine
+// stopped at an earlier entry) may still take effect on a replica that
+// applies it: its outcome is unknown, not a definite failure, and the
+// answer carries the request id to resolve it with. It was Internal
+// ("node failed"), which a caller could read as nothing done.
+func TestACommittedEntryTheLeaderCannotApplyIsIndeterminate(t *testing.T) {
+	tc := newTestCluster(t, 1, nil)
+	n := tc.nodes[0]
+	ctx := ctxT(t)
+	stopped := errors.New("an earlier entry could not be applied")
+	n.sm.failed.Store(&stopped)
+	req := acquireReq("fail/r", 10*time.Second)
+	req.RequestId = "fail-1"
+	_, err := tc.client(0).Acquire(ctx, req)
+	if id, ok := indeterminate(err); !ok || id != "fail-1" {
+		t.Fatalf("acquire committed but not applied: %v, want INDETERMINATE with request id fail-1", err)
+	}
+}

@@ -487,7 +487,9 @@ func (n *Node) proposeBatch(batch []*proposal, slot bool) (handed bool) {
 				fail(r) // committed, not applied here (stateMachine.Apply)
 				return
 			}
-			fail(fmt.Errorf("%w: %v", ErrFailed, r))
+			// Committed, so a replica that can apply it may still do
+			// so: its outcome is unknown, not a failure.
+			fail(fmt.Errorf("%w: log entry committed, but this node could not apply it (%w: %v)", ErrIndeterminate, ErrFailed, r))
 		default:
 			fail(fmt.Errorf("%w: unexpected apply response %T", ErrFailed, r))
 		}
