@@ -128,7 +128,8 @@ func (w *watcher) run(ctx context.Context, ready chan<- struct{}) {
 var errWatchOnLeader = errors.New("the node leads: watch a follower")
 
 // once follows one node's stream until it breaks. When avoidLeader is set
-// it declines a node that leads (errWatchOnLeader): a follower sends an
+// it declines a node that leads (errWatchOnLeader), also one that comes
+// to lead while followed (checked every 2 s): a follower sends an
 // entry's events as soon as the cluster commits it, the leader only once
 // its own apply reached it, and reads-see-watched-entries checks the
 // leader's reads against what the watcher was sent.
@@ -168,9 +169,36 @@ func (w *watcher) once(ctx context.Context, conn *grpc.ClientConn, last **api.Po
 		return err
 	}
 	signal()
+	var led atomic.Bool
+	if avoidLeader {
+		// A follower that becomes the leader keeps the stream: leave it
+		// when a check finds it leading.
+		go func() {
+			tick := time.NewTicker(2 * time.Second)
+			defer tick.Stop()
+			for {
+				select {
+				case <-sctx.Done():
+					return
+				case <-tick.C:
+				}
+				gctx, gcancel := context.WithTimeout(sctx, time.Second)
+				lead, err := lc.Get(gctx, &api.GetRequest{Resource: w.prefix + "-"})
+				gcancel()
+				if err == nil && lead.NodeId == self.NodeId {
+					led.Store(true)
+					cancel()
+					return
+				}
+			}
+		}()
+	}
 	for {
 		ev, err := stream.Recv()
 		if err != nil {
+			if led.Load() {
+				return errWatchOnLeader
+			}
 			return err
 		}
 		if ev.Position == nil || ev.Lease == nil {
