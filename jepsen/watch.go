@@ -72,7 +72,7 @@ func (w *watcher) run(ctx context.Context, ready chan<- struct{}) {
 	var last *api.Position
 	node := 0
 	refused := 0  // consecutive nodes that no longer retain our position
-	onLeader := 0 // consecutive nodes passed over because they led
+	onLeader := 0 // nodes passed over because they led, since a stream last ran
 	signalled := false
 	signal := func() {
 		if !signalled {
@@ -89,15 +89,19 @@ func (w *watcher) run(ctx context.Context, ready chan<- struct{}) {
 		}
 		// Decline a leader only while no node has refused our position:
 		// once one has, the leader may be the one that still holds it.
-		err := w.once(ctx, conn, &last, signal, onLeader < len(conns)-1 && refused == 0)
+		streamed, err := w.once(ctx, conn, &last, signal, onLeader < len(conns)-1 && refused == 0)
 		if ctx.Err() != nil {
 			return
 		}
+		if streamed {
+			onLeader = 0
+		}
 		if errors.Is(err, errWatchOnLeader) {
+			// At most len(conns)-1 in a row (other nodes failing in
+			// between count on): then the leader is watched too.
 			onLeader++
 			continue
 		}
-		onLeader = 0
 		if w.replaced.Swap(false) {
 			w.gaps++
 			_ = w.hist.Write(history.Record{Kind: history.Observe, Worker: "watch", Op: fmt.Sprintf("gap-%d", w.gaps), Type: history.OpWatchGap, TimeNs: history.Now(),
@@ -133,7 +137,7 @@ var errWatchOnLeader = errors.New("the node leads: watch a follower")
 // entry's events as soon as the cluster commits it, the leader only once
 // its own apply reached it, and reads-see-watched-entries checks the
 // leader's reads against what the watcher was sent.
-func (w *watcher) once(ctx context.Context, conn *grpc.ClientConn, last **api.Position, signal func(), avoidLeader bool) error {
+func (w *watcher) once(ctx context.Context, conn *grpc.ClientConn, last **api.Position, signal func(), avoidLeader bool) (streamed bool, _ error) {
 	lc := api.NewLeaseServiceClient(conn)
 	gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	self, err := lc.Get(gctx, &api.GetRequest{Resource: w.prefix + "-", Stale: true})
@@ -145,7 +149,7 @@ func (w *watcher) once(ctx context.Context, conn *grpc.ClientConn, last **api.Po
 	}
 	cancel()
 	if err != nil {
-		return err
+		return false, err
 	}
 	if *last == nil {
 		// Pin the start: everything applied after this read is delivered.
@@ -162,11 +166,11 @@ func (w *watcher) once(ctx context.Context, conn *grpc.ClientConn, last **api.Po
 		w.mu.Unlock()
 	}()
 	if w.replaced.Load() {
-		return context.Canceled // replaced meanwhile: start afresh
+		return false, context.Canceled // replaced meanwhile: start afresh
 	}
 	stream, err := lc.Watch(sctx, &api.WatchRequest{Key: w.prefix, Prefix: true, After: *last})
 	if err != nil {
-		return err
+		return false, err
 	}
 	signal()
 	var led atomic.Bool
@@ -197,9 +201,9 @@ func (w *watcher) once(ctx context.Context, conn *grpc.ClientConn, last **api.Po
 		ev, err := stream.Recv()
 		if err != nil {
 			if led.Load() {
-				return errWatchOnLeader
+				return true, errWatchOnLeader
 			}
-			return err
+			return true, err
 		}
 		if ev.Position == nil || ev.Lease == nil {
 			continue
