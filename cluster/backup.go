@@ -65,7 +65,7 @@ func (s *clusterService) Snapshot(_ *api.SnapshotRequest, stream grpc.ServerStre
 		index uint64
 	)
 	s.n.sm.read(func(st *fsm.State) {
-		sn, index = st.Snapshot(), s.n.sm.index // the content's index
+		sn, index = st.Snapshot(), s.n.sm.index.Load() // the content's index
 	})
 	var buf bytes.Buffer
 	if err := writeBackup(&buf, index, sn); err != nil {

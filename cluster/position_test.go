@@ -111,7 +111,7 @@ func TestStaleGetSaysItIsStaleWithNodeAndIndex(t *testing.T) {
 	}
 	index := func(n *Node) uint64 {
 		var i uint64
-		n.sm.read(func(*fsm.State) { i = n.sm.index })
+		n.sm.read(func(*fsm.State) { i = n.sm.index.Load() })
 		return i
 	}
 	before := index(follower)

@@ -369,7 +369,7 @@ func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 		// The content's own index (changed with st under the lock), not
 		// the applied counter, which is recorded after the events are
 		// published and so may lag the content by one entry.
-		out.AppliedIndex = s.n.sm.index
+		out.AppliedIndex = s.n.sm.index.Load()
 		out.ScopeToken = st.ScopeToken(req.Resource)
 		l, ok := st.Lease(req.Resource)
 		if !ok || st.Now() > l.ExpiresAt {

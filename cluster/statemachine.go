@@ -23,13 +23,12 @@ type stateMachine struct {
 	mu sync.RWMutex
 	st *fsm.State
 	// index is the last log entry applied to st (a command, or the
-	// snapshot restored), guarded by mu: st and index change together.
-	index uint64
-	// content is index, stored under mu with it: a reader that sees it
-	// at or past an entry and then takes mu finds the entry in st.
-	content atomic.Uint64
-	hub     *hub
-	log     hclog.Logger
+	// snapshot restored), stored only under mu: st and index change
+	// together, and a reader that sees it at or past an entry and then
+	// takes mu finds the entry in st.
+	index atomic.Uint64
+	hub   *hub
+	log   hclog.Logger
 
 	applied atomic.Uint64
 	// appliedCh is closed and replaced after every apply: waiters for an
@@ -115,12 +114,11 @@ func (m *stateMachine) Apply(l *raft.Log) interface{} {
 	m.mu.Lock()
 	a, err := m.st.Apply(l.Data)
 	if err == nil {
-		if m.checks.due(m.index, l.Index, m.st.Len()) && m.checks.idle() {
+		if m.checks.due(m.index.Load(), l.Index, m.st.Len()) && m.checks.idle() {
 			// Apply is the only sender: a copy made now will be taken.
 			m.checks.offer(l.Index, m.st.Snapshot())
 		}
-		m.index = l.Index
-		m.content.Store(l.Index)
+		m.index.Store(l.Index)
 	}
 	m.mu.Unlock()
 	if err != nil {
@@ -179,7 +177,7 @@ func (m *stateMachine) setApplied(index uint64) {
 // then ends at the next command applied, which the leader's tick proposes
 // within Config.Tick.
 func (m *stateMachine) appliedThrough(idx, raftApplied uint64, cmd *uint64) bool {
-	applied := m.content.Load() // the content's, which applied may lag (Apply)
+	applied := m.index.Load() // the content's, which applied may lag (Apply)
 	if applied >= idx {
 		return true
 	}
@@ -228,7 +226,7 @@ func (m *stateMachine) read(f func(st *fsm.State)) {
 // index: repeated calls at the same index return the cached hash.
 func (m *stateMachine) stateHash() ([]byte, uint64, error) {
 	m.mu.RLock()
-	idx := m.index
+	idx := m.index.Load()
 	m.hashMu.Lock()
 	if m.hash != nil && m.hashIndex == idx {
 		h := m.hash
@@ -270,7 +268,7 @@ func (m *stateMachine) Snapshot() (raft.FSMSnapshot, error) {
 	defer m.mu.RUnlock()
 	// index changes with st under mu: exactly the last entry this
 	// snapshot contains (raft calls Snapshot between applies anyway).
-	return &fsmSnapshot{index: m.index, sn: m.st.Snapshot(), log: m.log}, nil
+	return &fsmSnapshot{index: m.index.Load(), sn: m.st.Snapshot(), log: m.log}, nil
 }
 
 // Restore implements raft.FSM: builds fresh state from the snapshot and
@@ -297,7 +295,7 @@ func (m *stateMachine) Restore(rc io.ReadCloser) error {
 	}
 	index := binary.BigEndian.Uint64(hdr[:])
 	m.mu.RLock()
-	have := m.index
+	have := m.index.Load()
 	m.mu.RUnlock()
 	if index < have && !m.logHolds(index+1, have) {
 		err := fmt.Errorf("%w: snapshot at index %d, state applied to %d, entries %d-%d no longer in the log", errStaleSnapshot, index, have, index+1, have)
@@ -310,8 +308,8 @@ func (m *stateMachine) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	m.mu.Lock()
-	m.st, m.index = st, index
-	m.content.Store(index)
+	m.st = st
+	m.index.Store(index)
 	m.mu.Unlock()
 	// Watchers connected now have missed everything up to index: cut them
 	// and refuse resumes from before it.

@@ -74,8 +74,8 @@ func TestRestoreRefusesASnapshotOlderThanTheAppliedState(t *testing.T) {
 	if err := m.Restore(io.NopCloser(bytes.NewReader(old))); err == nil {
 		t.Fatal("a snapshot at index 10 was restored over the state applied to 20, entries 11-15 gone from the log")
 	}
-	if m.applied.Load() != 20 || m.index != 20 {
-		t.Fatalf("after the refused restore: applied %d, index %d, want 20", m.applied.Load(), m.index)
+	if m.applied.Load() != 20 || m.index.Load() != 20 {
+		t.Fatalf("after the refused restore: applied %d, index %d, want 20", m.applied.Load(), m.index.Load())
 	}
 	// One at the applied index (a retried install) or later is restored.
 	if err := m.Restore(io.NopCloser(bytes.NewReader(current))); err != nil {
@@ -91,7 +91,8 @@ func TestRestoreRefusesASnapshotOlderThanTheAppliedState(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	other.logs, other.index = full, 12
+	other.logs = full
+	other.index.Store(12)
 	if err := other.Restore(io.NopCloser(bytes.NewReader(old))); err != nil || other.applied.Load() != 10 {
 		t.Fatalf("a snapshot at 10 under a state at 12 whose log holds 11-21: applied %d, %v", other.applied.Load(), err)
 	}
