@@ -82,7 +82,7 @@ func TestPeerAcksConfirmOnlyWithFreshAcceptances(t *testing.T) {
 // then read "no lease" from the leader. The hook holds the leader's apply
 // of a committed grant; the read must wait for it.
 func TestAReadWaitsForTheStateMachineNotRaftsAppliedIndex(t *testing.T) {
-	early, idx := readWhileApplyHeld(t, nil)
+	early, idx := readWhileApplyHeld(t, nil, 300*time.Millisecond)
 	if early != nil && (early.Lease == nil || early.AppliedIndex < idx) {
 		t.Fatalf("a linearizable read answered from state at index %d (lease %v), without entry %d committed before it arrived", early.AppliedIndex, early.Lease, idx)
 	}
@@ -112,10 +112,10 @@ func (h *heldApply) release() { h.once.Do(func() { close(h.resume) }) }
 
 // readWhileApplyHeld holds the leader's apply of a committed grant (raft
 // has counted it as applied) and reads the resource linearizably at the
-// leader. It returns the read's answer if it came while the apply was
-// held (nil when it waited; then it must show the grant once released),
-// and the held entry's index.
-func readWhileApplyHeld(t *testing.T, tweak func(*Config)) (early *api.GetResponse, idx uint64) {
+// leader. It returns the read's answer if it came within window while the
+// apply was held (nil when it waited; then it must show the grant once
+// released), and the held entry's index.
+func readWhileApplyHeld(t *testing.T, tweak func(*Config), window time.Duration) (early *api.GetResponse, idx uint64) {
 	t.Helper()
 	tc := newTestCluster(t, 3, tweak)
 	li, n := tc.leader()
@@ -160,7 +160,7 @@ func readWhileApplyHeld(t *testing.T, tweak func(*Config)) (early *api.GetRespon
 			t.Fatal(g.err)
 		}
 		early = g.r
-	case <-time.After(300 * time.Millisecond):
+	case <-time.After(window):
 	}
 	held.release()
 	if early == nil {

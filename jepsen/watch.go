@@ -141,11 +141,8 @@ func (w *watcher) once(ctx context.Context, conn *grpc.ClientConn, last **api.Po
 	lc := api.NewLeaseServiceClient(conn)
 	gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	self, err := lc.Get(gctx, &api.GetRequest{Resource: w.prefix + "-", Stale: true})
-	if err == nil && avoidLeader {
-		// A linearizable Get is answered by the leader, and names it.
-		if lead, lerr := lc.Get(gctx, &api.GetRequest{Resource: w.prefix + "-"}); lerr == nil && lead.NodeId == self.NodeId {
-			err = errWatchOnLeader
-		}
+	if err == nil && avoidLeader && w.leads(gctx, lc, self.NodeId) {
+		err = errWatchOnLeader
 	}
 	cancel()
 	if err != nil {
@@ -187,9 +184,9 @@ func (w *watcher) once(ctx context.Context, conn *grpc.ClientConn, last **api.Po
 				case <-tick.C:
 				}
 				gctx, gcancel := context.WithTimeout(sctx, time.Second)
-				lead, err := lc.Get(gctx, &api.GetRequest{Resource: w.prefix + "-"})
+				now := w.leads(gctx, lc, self.NodeId)
 				gcancel()
-				if err == nil && lead.NodeId == self.NodeId {
+				if now {
 					led.Store(true)
 					cancel()
 					return
@@ -226,6 +223,13 @@ func (w *watcher) once(ctx context.Context, conn *grpc.ClientConn, last **api.Po
 			Position: posString(p), ClusterNow: ev.NowNs, GrantedAt: l.GrantedAtNs, ExpiresAt: l.ExpiresAtNs, EventHolder: l.Holder,
 		})
 	}
+}
+
+// leads reports whether node leads: a linearizable Get is answered by the
+// leader, and names it. An error (no leader, timeout) says no.
+func (w *watcher) leads(ctx context.Context, lc api.LeaseServiceClient, node string) bool {
+	lead, err := lc.Get(ctx, &api.GetRequest{Resource: w.prefix + "-"})
+	return err == nil && lead.NodeId == node
 }
 
 func posString(p *api.Position) string {

@@ -471,8 +471,8 @@ func acquireError(err error) string {
 }
 
 // linCycle is one round of the linearizability workload: acquire (no
-// wait), sometimes read, release, read; refused, read up to three times. Leases live longer than the run,
-// so expiry never enters the model.
+// wait), sometimes read, release, read; refused, read up to three times.
+// Leases live longer than the run, so expiry never enters the model.
 func (w *workerState) linCycle() {
 	res := w.cfg.Resources[w.rng.IntN(len(w.cfg.Resources))]
 	base := fmt.Sprintf("%s-%d", w.cfg.ID, w.n)
