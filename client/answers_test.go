@@ -16,13 +16,14 @@ import (
 	"github.com/leasefence/leasefence/client"
 )
 
-// scripted answers Acquire and Renew as the test says, and every Release
-// with success: a node whose answers a real cluster gives only under
+// scripted answers Acquire, Renew and Release as the test says (Release
+// with success when it says nothing): a node whose answers a real cluster gives only under
 // faults (or never), to pin down what the client makes of each.
 type scripted struct {
 	api.UnimplementedLeaseServiceServer
 	acquire func(context.Context, *api.AcquireRequest) (*api.AcquireResponse, error)
 	renew   func(context.Context, *api.RenewRequest) (*api.RenewResponse, error)
+	release func(context.Context, *api.ReleaseRequest) (*api.ReleaseResponse, error) // nil: released
 }
 
 func (s *scripted) Acquire(ctx context.Context, r *api.AcquireRequest) (*api.AcquireResponse, error) {
@@ -33,7 +34,10 @@ func (s *scripted) Renew(ctx context.Context, r *api.RenewRequest) (*api.RenewRe
 	return s.renew(ctx, r)
 }
 
-func (s *scripted) Release(context.Context, *api.ReleaseRequest) (*api.ReleaseResponse, error) {
+func (s *scripted) Release(ctx context.Context, r *api.ReleaseRequest) (*api.ReleaseResponse, error) {
+	if s.release != nil {
+		return s.release(ctx, r)
+	}
 	return &api.ReleaseResponse{Released: true}, nil
 }
 
@@ -209,5 +213,62 @@ func TestAcquireAgainWithAHeldLeasesRequestIDReturnsThatLease(t *testing.T) {
 			t.Fatalf("after the release the keep-alive still holds %d by id, %d scheduled", byID, due)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A Release whose attempt may have reached the leader and that then finds
+// no leader until it gives up has an unknown outcome: ErrIndeterminate
+// (Release is idempotent, so sending it again is the retry). It came back
+// as ErrNoLeader, whose doc says nothing was done. A Release every node
+// refused before anything could be sent stays ErrNoLeader.
+func TestReleaseThatMayHaveArrivedIsIndeterminate(t *testing.T) {
+	noLeader := func() error {
+		st, err := status.New(codes.Unavailable, "cluster: not the leader, leader unknown").WithDetails(&api.NotLeader{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Err()
+	}
+	for _, tc := range []struct {
+		name   string
+		silent bool // the first attempt gets no answer
+		want   error
+	}{
+		{"first attempt unanswered", true, client.ErrIndeterminate},
+		{"refused throughout", false, client.ErrNoLeader},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			c := scriptedClient(t, &scripted{
+				acquire: func(_ context.Context, r *api.AcquireRequest) (*api.AcquireResponse, error) { return grant(r), nil },
+				renew: func(context.Context, *api.RenewRequest) (*api.RenewResponse, error) {
+					return &api.RenewResponse{TtlRemaining: durationpb.New(5 * time.Second)}, nil
+				},
+				release: func(ctx context.Context, _ *api.ReleaseRequest) (*api.ReleaseResponse, error) {
+					calls++ // the call loop never runs two attempts at once
+					if tc.silent && calls == 1 {
+						<-ctx.Done()
+						return nil, ctx.Err()
+					}
+					return nil, noLeader()
+				},
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			l, err := c.Acquire(ctx, "r", client.WithTTL(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = l.Release(ctx)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			if tc.want == client.ErrIndeterminate && (errors.Is(err, client.ErrNoLeader) || errors.Is(err, client.ErrUnavailable)) {
+				t.Fatalf("got %v: it must not also say that nothing was done", err)
+			}
+			if tc.want == client.ErrNoLeader && errors.Is(err, client.ErrIndeterminate) {
+				t.Fatalf("got %v: nothing was sent, the outcome is known", err)
+			}
+		})
 	}
 }

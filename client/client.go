@@ -15,8 +15,9 @@
 // that says it leads, inside the caller's deadline; a follower that
 // forwards to a silent leader re-routes by itself. A silent leader costs a
 // call about one election. A call that gives up says what it saw:
-// ErrIndeterminate (an *IndeterminateError with the request id to retry
-// with) when it changes state and may have arrived, ErrNoLeader when nodes
+// ErrIndeterminate (an *IndeterminateError, with the request id to retry
+// with for an Acquire) when it changes state (an Acquire, a Renew, a
+// Release) and may have arrived, ErrNoLeader when nodes
 // answered but none could reach a leader, ErrUnavailable when no node
 // answered at all.
 package client
@@ -400,9 +401,17 @@ func (c *Client) relocate(ctx context.Context, addr string) {
 // on retryable errors until it succeeds, fails for good, RetryFor passes or
 // ctx ends. With perAttempt, each attempt is bounded by RequestTimeout;
 // without, op may take until ctx ends (a waiting Acquire). It is do for a
-// call that changes nothing, or whose outcome does not matter when unknown.
+// call that changes nothing.
 func (c *Client) call(ctx context.Context, perAttempt bool, op func(context.Context, *grpc.ClientConn) error) error {
 	return c.do(ctx, callSpec{wait: !perAttempt}, op)
+}
+
+// change is call for a call that changes state without a request id (a
+// Renew, a Release): one that may have reached the leader and got no
+// definite answer fails with an *IndeterminateError, not with the
+// ErrNoLeader or ErrUnavailable that say nothing was done.
+func (c *Client) change(ctx context.Context, op func(context.Context, *grpc.ClientConn) error) error {
+	return c.do(ctx, callSpec{changes: true}, op)
 }
 
 // callSpec says how do may treat a call.
@@ -410,12 +419,17 @@ type callSpec struct {
 	// wait: the call may rightly take until ctx ends (a waiting Acquire),
 	// so its attempts are not bounded by RequestTimeout.
 	wait bool
+	// changes marks a call that changes state: when no attempt gave a
+	// definite answer and one may have taken effect, it fails with an
+	// *IndeterminateError.
+	changes bool
 	// requestID, when set, marks a call that changes state and may be sent
-	// again with that id. When no attempt gave a definite answer and one
-	// may have taken effect, it fails with an *IndeterminateError carrying
-	// the id.
+	// again with that id, which its *IndeterminateError carries.
 	requestID string
 }
+
+// mayChange reports whether the call changes state (see changes).
+func (s callSpec) mayChange() bool { return s.changes || s.requestID != "" }
 
 // do runs op against the current endpoint; on a retryable error, or when
 // the node does not answer within RequestTimeout, it moves to the next node
@@ -467,7 +481,7 @@ func (c *Client) do(ctx context.Context, spec callSpec, op func(context.Context,
 			continue
 		}
 		if !retryable(err) {
-			if spec.requestID != "" && mayHaveTakenEffect(err, live) {
+			if spec.mayChange() && mayHaveTakenEffect(err, live) {
 				// Not worth another node, and not a definite answer
 				// either: the caller's cancel while the attempt was out,
 				// or a node that failed after it may have proposed.
@@ -543,7 +557,7 @@ func (a *attempts) giveUp(spec callSpec, cause error) error {
 	if a.answered {
 		why = ErrNoLeader
 	}
-	if spec.requestID != "" && a.maybeSent {
+	if spec.mayChange() && a.maybeSent {
 		return &IndeterminateError{RequestID: spec.requestID, Err: fmt.Errorf("%s: %w", whatAnswered(why), a.errFor(cause))}
 	}
 	return fmt.Errorf("%w: %w", why, a.errFor(cause))
@@ -554,7 +568,7 @@ func (a *attempts) giveUp(spec callSpec, cause error) error {
 // of a call that changes state may have taken effect.
 func (a *attempts) overloaded(spec callSpec, last error) error {
 	err := fromStatus(last)
-	if spec.requestID != "" && a.maybeSent {
+	if spec.mayChange() && a.maybeSent {
 		return &IndeterminateError{RequestID: spec.requestID, Err: fmt.Errorf("%w (an earlier attempt may have arrived)", err)}
 	}
 	return err

@@ -61,9 +61,11 @@ var (
 	// leader, and no answer says whether it took effect (the node went
 	// silent, the connection broke after sending, the caller's context
 	// was canceled while an attempt was out, a node failed with Internal
-	// or Unknown, or a node answered that the outcome is unknown). An *IndeterminateError carries the request
-	// id: an Acquire is safe to retry with it (WithRequestID), and yields
-	// the same lease if the first attempt was granted.
+	// or Unknown, or a node answered that the outcome is unknown). An
+	// Acquire's *IndeterminateError carries its request id: it is safe to
+	// retry with it (WithRequestID), and yields the same lease if the first
+	// attempt was granted. A Release's has none: Release is idempotent,
+	// calling it again is the retry.
 	ErrIndeterminate = errors.New("client: outcome unknown")
 	// ErrOverloaded: the leader refused the call for want of admission
 	// budget (ResourceExhausted, reason OVERLOADED) on every attempt

@@ -109,11 +109,14 @@ func (l *Lease) Err() error {
 }
 
 // Release frees the resource at once and ends the lease. It is idempotent;
-// releasing a lease that already ended only tells the cluster.
+// releasing a lease that already ended only tells the cluster. When an
+// attempt may have reached the leader and no answer said whether it
+// released, it fails with ErrIndeterminate: the lease has ended here
+// either way, and calling Release again is the retry.
 func (l *Lease) Release(ctx context.Context) error {
 	l.c.keeper.remove(l)
 	l.end(ErrReleased)
-	return l.c.call(ctx, true, func(ctx context.Context, conn *grpc.ClientConn) error {
+	return l.c.change(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
 		_, err := api.NewLeaseServiceClient(conn).Release(ctx, &api.ReleaseRequest{LeaseId: l.id[:]})
 		return err
 	})
@@ -290,7 +293,7 @@ func (c *Client) abandon(ctx context.Context, l *Lease, err error) error {
 	l.end(cause)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.RequestTimeout)
 	defer cancel()
-	rerr := c.call(rctx, true, func(ctx context.Context, conn *grpc.ClientConn) error {
+	rerr := c.change(rctx, func(ctx context.Context, conn *grpc.ClientConn) error {
 		_, err := api.NewLeaseServiceClient(conn).Release(ctx, &api.ReleaseRequest{LeaseId: l.id[:]})
 		return err
 	})
@@ -308,7 +311,7 @@ func (c *Client) renewOnce(ctx context.Context, l *Lease) error {
 		resp   *api.RenewResponse
 		sentAt time.Duration
 	)
-	err := c.call(ctx, true, func(ctx context.Context, conn *grpc.ClientConn) error {
+	err := c.change(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
 		sentAt = c.clock.Now()
 		var err error
 		resp, err = api.NewLeaseServiceClient(conn).Renew(ctx, &api.RenewRequest{LeaseId: l.id[:]})

@@ -59,7 +59,7 @@ func (c *Client) Invoke(ctx context.Context, op func(ctx context.Context, conn *
 	}
 	ce := &CallError{}
 	// call runs op sequentially, so ce needs no lock.
-	err := c.call(ctx, !o.unbounded, func(ctx context.Context, conn *grpc.ClientConn) error {
+	err := c.do(ctx, callSpec{wait: o.unbounded, changes: o.mutation}, func(ctx context.Context, conn *grpc.ClientConn) error {
 		if addr := conn.Target(); !slices.Contains(ce.Tried, addr) {
 			ce.Tried = append(ce.Tried, addr)
 		}
