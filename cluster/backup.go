@@ -57,16 +57,19 @@ func (s *clusterService) Snapshot(_ *api.SnapshotRequest, stream grpc.ServerStre
 	if !local {
 		return err
 	}
-	if err := s.n.readIndex(ctx); err != nil {
+	need, err := s.n.readIndex(ctx)
+	if err != nil {
 		return toStatus(err)
 	}
 	var (
 		sn    *fsm.Snapshot
 		index uint64
 	)
-	s.n.sm.read(func(st *fsm.State) {
-		sn, index = st.Snapshot(), s.n.sm.index.Load() // the content's index
-	})
+	if !s.n.sm.readAt(need, func(st *fsm.State, at uint64) { sn, index = st.Snapshot(), at }) {
+		// The state went back behind the read's index (an older snapshot
+		// installed, as only a follower does).
+		return toStatus(s.n.notLeader())
+	}
 	var buf bytes.Buffer
 	if err := writeBackup(&buf, index, sn); err != nil {
 		return toStatus(err)

@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/fsm"
 )
@@ -19,12 +16,7 @@ import (
 // saveBackup streams a backup from node i into a file, as leasectl does.
 func saveBackup(t *testing.T, tc *testCluster, i int) string {
 	t.Helper()
-	conn, err := grpc.NewClient(tc.cfgs[i].Listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	s, err := api.NewClusterServiceClient(conn).Snapshot(ctxT(t), &api.SnapshotRequest{})
+	s, err := tc.admin(i).Snapshot(ctxT(t), &api.SnapshotRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -144,15 +144,26 @@ func (tc *testCluster) follower() (int, *Node) {
 	return -1, nil
 }
 
-// client dials node i over real gRPC.
+// client dials node i's lease service over real gRPC.
 func (tc *testCluster) client(i int) api.LeaseServiceClient {
+	tc.t.Helper()
+	return api.NewLeaseServiceClient(tc.dial(i))
+}
+
+// admin dials node i's cluster service over real gRPC.
+func (tc *testCluster) admin(i int) api.ClusterServiceClient {
+	tc.t.Helper()
+	return api.NewClusterServiceClient(tc.dial(i))
+}
+
+func (tc *testCluster) dial(i int) *grpc.ClientConn {
 	tc.t.Helper()
 	conn, err := grpc.NewClient(tc.cfgs[i].Listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		tc.t.Fatal(err)
 	}
 	tc.t.Cleanup(func() { conn.Close() })
-	return api.NewLeaseServiceClient(conn)
+	return conn
 }
 
 func ctxT(t testing.TB) context.Context {

@@ -11,8 +11,9 @@ import (
 
 // readIndex makes a read linearizable: note the commit index, confirm that
 // no newer leader existed when the read arrived, then wait until that index
-// has applied. A leader serves nothing before its term's barrier has
-// applied (lead is set only after it).
+// has applied. It returns that index: the read must answer from state
+// holding it (stateMachine.readAt). A leader serves nothing before its
+// term's barrier has applied (lead is set only after it).
 //
 // Confirming takes a quorum of voters that accepted, in this term, an
 // append or heartbeat this node sent after the read arrived: a voter that
@@ -25,38 +26,38 @@ import (
 // resumes, sent by followers that have since elected someone else, and
 // VerifyLeader succeeded on them (TestLeaderConfirmsAReadOnlyWithAnswersSentAfterIt).
 // VerifyLeader still runs: it sends the heartbeats whose answers confirm.
-func (n *Node) readIndex(ctx context.Context) error {
+func (n *Node) readIndex(ctx context.Context) (uint64, error) {
 	ls := n.lead.Load()
 	if ls == nil {
-		return n.notLeader()
+		return 0, n.notLeader()
 	}
 	arrived := time.Now()
 	idx := n.raft.CommitIndex()
 	if err := n.await(ctx, n.raft.VerifyLeader()); err != nil {
 		switch {
 		case errors.Is(err, ErrStopped) || ctx.Err() != nil:
-			return err
+			return 0, err
 		case errors.Is(err, raft.ErrLeadershipLost):
 			// raft answers a pending check so when it steps down. A
 			// read changed nothing, so its outcome is not unknown: the
 			// node is no longer the leader.
-			return n.notLeader()
+			return 0, n.notLeader()
 		}
-		return n.raftError(err)
+		return 0, n.raftError(err)
 	}
 	if err := n.acks.confirm(ctx, ls, arrived, n.raft.GetConfiguration().Configuration(), n.cfg.ID, n.stopCh); err != nil {
 		if errors.Is(err, errLeadershipEnded) {
-			return n.notLeader()
+			return 0, n.notLeader()
 		}
-		return err
+		return 0, err
 	}
 	// This node counted itself: it too must still be in the term, so
 	// that it had not voted in a newer one when the read arrived (lead is
 	// cleared only after raft has stepped down).
 	if n.raft.CurrentTerm() != ls.term {
-		return n.notLeader()
+		return 0, n.notLeader()
 	}
-	return n.waitApplied(ctx, idx)
+	return idx, n.waitApplied(ctx, idx)
 }
 
 // waitApplied blocks until this node's state machine has applied every

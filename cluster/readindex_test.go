@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasefence/leasefence/api"
@@ -85,6 +88,55 @@ func TestAReadWaitsForTheStateMachineNotRaftsAppliedIndex(t *testing.T) {
 	early, idx := readWhileApplyHeld(t, nil, 300*time.Millisecond)
 	if early != nil && (early.Lease == nil || early.AppliedIndex < idx) {
 		t.Fatalf("a linearizable read answered from state at index %d (lease %v), without entry %d committed before it arrived", early.AppliedIndex, early.Lease, idx)
+	}
+}
+
+// A read's state can go back after the read waited for its index: a node
+// that stepped down may install an older snapshot whose later entries its
+// log still holds (Restore takes it, raft applies them again). The read
+// must not answer from that state; it answered "no lease" for a grant
+// committed before it arrived. Here the rewind is forced on the leader
+// (where it cannot happen by itself) between the wait and the copy; the
+// read, and the backup, must refuse.
+func TestAReadDoesNotAnswerFromAStateRewoundAfterItWaited(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	li, n := tc.leader()
+	cl := tc.client(li)
+	ctx := ctxT(t)
+
+	snap, err := n.sm.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old bufSink
+	if err := snap.Persist(&old); err != nil {
+		t.Fatal(err)
+	}
+	g, err := cl.Acquire(ctx, &api.AcquireRequest{Resource: "ri/rewound", Holder: "a", Ttl: durationpb.New(10 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rewind := func() {
+		if err := n.sm.Restore(io.NopCloser(bytes.NewReader(old.Bytes()))); err != nil {
+			t.Error(err)
+		}
+	}
+	n.sm.testBeforeRead.Store(&rewind)
+	t.Cleanup(func() { n.sm.testBeforeRead.Store(nil) })
+
+	r, err := cl.Get(ctx, &api.GetRequest{Resource: "ri/rewound"})
+	if err == nil {
+		t.Fatalf("a linearizable read answered from state at index %d (lease %v) after it waited for the grant at token %d", r.AppliedIndex, r.Lease, g.Lease.Token)
+	}
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("the read failed with %v, want a not-leader refusal", err)
+	}
+	up, err := tc.admin(li).Snapshot(ctx, &api.SnapshotRequest{})
+	if err == nil {
+		_, err = up.Recv()
+	}
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("a backup over the rewound state: %v, want a not-leader refusal", err)
 	}
 }
 

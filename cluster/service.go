@@ -349,6 +349,7 @@ func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	var need uint64 // the index a linearizable answer's state must hold
 	if !req.Stale && !s.n.planted(BugLocalReads) {
 		resp, local, err := leaseAtLeader(ctx, s.n, fwdOpts{resend: true}, func(ctx context.Context, c api.LeaseServiceClient) (*api.GetResponse, error) {
 			return c.Get(ctx, req)
@@ -356,7 +357,7 @@ func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 		if !local {
 			return resp, err
 		}
-		if err := s.n.readIndex(ctx); err != nil {
+		if need, err = s.n.readIndex(ctx); err != nil {
 			return nil, toStatus(err)
 		}
 	}
@@ -365,11 +366,11 @@ func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 	if !req.Stale {
 		out.Waiters = uint32(s.n.waiters.waiting(req.Resource))
 	}
-	s.n.sm.read(func(st *fsm.State) {
+	read := s.n.sm.readAt(need, func(st *fsm.State, index uint64) {
 		// The content's own index (changed with st under the lock), not
 		// the applied counter, which is recorded after the events are
 		// published and so may lag the content by one entry.
-		out.AppliedIndex = s.n.sm.index.Load()
+		out.AppliedIndex = index
 		out.ScopeToken = st.ScopeToken(req.Resource)
 		l, ok := st.Lease(req.Resource)
 		if !ok || st.Now() > l.ExpiresAt {
@@ -390,6 +391,11 @@ func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 		out.ScopeToken = st.ScopeToken(l.Scope)
 		out.TtlRemaining = durationpb.New(time.Duration(l.ExpiresAt - now))
 	})
+	if !read {
+		// The state went back behind the read's index after the wait:
+		// this node installed an older snapshot, as only a follower does.
+		return nil, toStatus(s.n.notLeader())
+	}
 	return out, nil
 }
 

@@ -60,6 +60,8 @@ type stateMachine struct {
 	// anything of it is applied: raft has already counted it in its
 	// applied index.
 	testBeforeApply atomic.Pointer[func(l *raft.Log)]
+	// testBeforeRead, when set (tests only), runs as readAt begins.
+	testBeforeRead atomic.Pointer[func()]
 	// checks takes the state checkpoints replicas compare (statecheck.go);
 	// set before raft starts.
 	checks *stateCheckpoints
@@ -217,6 +219,27 @@ func (m *stateMachine) read(f func(st *fsm.State)) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	f(m.st)
+}
+
+// readAt runs f with the state and the index of its last entry, under the
+// read lock, if that state holds every entry through need (the index a
+// linearizable read waited for); it reports whether it ran f. The state
+// can go back after the wait: a node that stepped down may install an
+// older snapshot whose later entries its log still holds (Restore), and
+// raft then applies them again. A read answered from it would miss
+// entries committed before it arrived.
+func (m *stateMachine) readAt(need uint64, f func(st *fsm.State, index uint64)) bool {
+	if h := m.testBeforeRead.Load(); h != nil {
+		(*h)()
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	index := m.index.Load()
+	if index < need {
+		return false
+	}
+	f(m.st, index)
+	return true
 }
 
 // stateHash returns the SHA-256 of the state's snapshot encoding, which is
