@@ -57,7 +57,7 @@ func (s *clusterService) Snapshot(_ *api.SnapshotRequest, stream grpc.ServerStre
 	if !local {
 		return err
 	}
-	need, err := s.n.readIndex(ctx)
+	floor, err := s.n.readIndex(ctx)
 	if err != nil {
 		return toStatus(err)
 	}
@@ -65,7 +65,7 @@ func (s *clusterService) Snapshot(_ *api.SnapshotRequest, stream grpc.ServerStre
 		sn    *fsm.Snapshot
 		index uint64
 	)
-	if !s.n.sm.readAt(need, func(st *fsm.State, at uint64) { sn, index = st.Snapshot(), at }) {
+	if !s.n.sm.readAt(floor, func(st *fsm.State, at uint64) { sn, index = st.Snapshot(), at }) {
 		// The state went back behind the read's index (an older snapshot
 		// installed, as only a follower does).
 		return toStatus(s.n.notLeader())

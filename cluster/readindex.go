@@ -11,8 +11,9 @@ import (
 
 // readIndex makes a read linearizable: note the commit index, confirm that
 // no newer leader existed when the read arrived, then wait until that index
-// has applied. It returns that index: the read must answer from state
-// holding it (stateMachine.readAt). A leader serves nothing before its
+// has applied. It returns the state's index then (waitApplied's floor):
+// the read must answer from state at least as new (stateMachine.readAt).
+// A leader serves nothing before its
 // term's barrier has applied (lead is set only after it).
 //
 // Confirming takes a quorum of voters that accepted, in this term, an
@@ -57,7 +58,7 @@ func (n *Node) readIndex(ctx context.Context) (uint64, error) {
 	if n.raft.CurrentTerm() != ls.term {
 		return 0, n.notLeader()
 	}
-	return idx, n.waitApplied(ctx, idx)
+	return n.waitApplied(ctx, idx)
 }
 
 // waitApplied blocks until this node's state machine has applied every
@@ -69,28 +70,32 @@ func (n *Node) readIndex(ctx context.Context) (uint64, error) {
 // But raft never hands over a no-op or a barrier, nor applies a
 // configuration through Apply: after the state machine's last command,
 // entries up to idx that are none count as applied once raft counts them.
-func (n *Node) waitApplied(ctx context.Context, idx uint64) error {
+//
+// It returns the state's index when the wait ended, the floor a read's
+// answer must be copied at or above (stateMachine.readAt): after no-ops
+// and barriers that index is below idx.
+func (n *Node) waitApplied(ctx context.Context, idx uint64) (uint64, error) {
 	var cmd uint64 // appliedThrough's
 	for {
 		ch := n.sm.appliedChanged()
-		if n.sm.appliedThrough(idx, n.raft.AppliedIndex(), &cmd) {
-			return nil
+		if floor, ok := n.sm.appliedThrough(idx, n.raft.AppliedIndex(), &cmd); ok {
+			return floor, nil
 		}
 		if n.planted(BugReadRaftApplied) && n.raft.AppliedIndex() >= idx {
-			return nil
+			return 0, nil
 		}
 		if errp := n.sm.failed.Load(); errp != nil {
 			// The state machine stopped at an entry it could not apply:
 			// it will never reach idx, and the node is stopping.
-			return ErrStopped
+			return 0, ErrStopped
 		}
 		select {
 		case <-ch:
 		case <-time.After(5 * time.Millisecond): // raft counts a no-op or barrier without an apply
 		case <-ctx.Done():
-			return ctx.Err()
+			return 0, ctx.Err()
 		case <-n.stopCh:
-			return ErrStopped
+			return 0, ErrStopped
 		}
 	}
 }

@@ -140,6 +140,38 @@ func TestAReadDoesNotAnswerFromAStateRewoundAfterItWaited(t *testing.T) {
 	}
 }
 
+// A read whose commit index is a barrier or no-op after the state's last
+// command answers, from that state (no command is missing), at once: it
+// must not wait for the next command, nor take the state's index below
+// the commit index for a rewind.
+func TestAReadAfterOnlyABarrierAnswersFromTheLastCommand(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) { c.Tick = 30 * time.Second })
+	li, n := tc.leader()
+	cl := tc.client(li)
+	ctx := ctxT(t)
+	if _, err := cl.Acquire(ctx, &api.AcquireRequest{Resource: "ri/barrier", Holder: "a", Ttl: durationpb.New(20 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.raft.Barrier(5 * time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	content := n.sm.index.Load()
+	if commit := n.raft.CommitIndex(); commit <= content {
+		t.Fatalf("commit index %d, state's index %d: the barrier should be the last entry", commit, content)
+	}
+	start := time.Now()
+	r, err := cl.Get(ctx, &api.GetRequest{Resource: "ri/barrier"})
+	if err != nil {
+		t.Fatalf("a read after a barrier: %v", err)
+	}
+	if r.Lease == nil || r.AppliedIndex != content {
+		t.Fatalf("the read answered at index %d (lease %v), want the grant at %d", r.AppliedIndex, r.Lease, content)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("the read took %v: it waited for a command", d)
+	}
+}
+
 // heldApply stops raft's FSM goroutine once, where a test's apply hook
 // calls hold: reached gets the index held, release lets it go on (also
 // at cleanup, before the nodes close: raft waits for its FSM goroutine).

@@ -349,7 +349,7 @@ func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	var need uint64 // the index a linearizable answer's state must hold
+	var floor uint64 // the state's index a linearizable answer must be copied at or above
 	if !req.Stale && !s.n.planted(BugLocalReads) {
 		resp, local, err := leaseAtLeader(ctx, s.n, fwdOpts{resend: true}, func(ctx context.Context, c api.LeaseServiceClient) (*api.GetResponse, error) {
 			return c.Get(ctx, req)
@@ -357,7 +357,7 @@ func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 		if !local {
 			return resp, err
 		}
-		if need, err = s.n.readIndex(ctx); err != nil {
+		if floor, err = s.n.readIndex(ctx); err != nil {
 			return nil, toStatus(err)
 		}
 	}
@@ -366,7 +366,7 @@ func (s *leaseService) Get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 	if !req.Stale {
 		out.Waiters = uint32(s.n.waiters.waiting(req.Resource))
 	}
-	read := s.n.sm.readAt(need, func(st *fsm.State, index uint64) {
+	read := s.n.sm.readAt(floor, func(st *fsm.State, index uint64) {
 		// The content's own index (changed with st under the lock), not
 		// the applied counter, which is recorded after the events are
 		// published and so may lag the content by one entry.

@@ -178,30 +178,34 @@ func (m *stateMachine) setApplied(index uint64) {
 // and the entries after it up to the snapshot's index are gone. The wait
 // then ends at the next command applied, which the leader's tick proposes
 // within Config.Tick.
-func (m *stateMachine) appliedThrough(idx, raftApplied uint64, cmd *uint64) bool {
+//
+// When it answers yes it also returns the state's index it judged: every
+// command up to idx is in any state whose index is at least that
+// (readAt's floor).
+func (m *stateMachine) appliedThrough(idx, raftApplied uint64, cmd *uint64) (uint64, bool) {
 	applied := m.index.Load() // the content's, which applied may lag (Apply)
 	if applied >= idx {
-		return true
+		return applied, true
 	}
 	if raftApplied < idx || m.logs == nil || applied < *cmd {
-		return false
+		return 0, false
 	}
 	if r := m.noCommands.Load(); r != nil && r.from <= applied+1 && idx <= r.to {
-		return true
+		return applied, true
 	}
 	var l raft.Log
 	for i := applied + 1; i <= idx; i++ {
 		err := m.logs.GetLog(i, &l)
 		if err != nil {
-			return false // a snapshot is being restored, or was (above)
+			return 0, false // a snapshot is being restored, or was (above)
 		}
 		if l.Type == raft.LogCommand {
 			*cmd = i // committed, Apply not done with it yet
-			return false
+			return 0, false
 		}
 	}
 	m.noCommands.Store(&indexRun{from: applied + 1, to: idx})
-	return true
+	return applied, true
 }
 
 // indexRun is the log entries from..to (committed: they never change).
@@ -222,20 +226,21 @@ func (m *stateMachine) read(f func(st *fsm.State)) {
 }
 
 // readAt runs f with the state and the index of its last entry, under the
-// read lock, if that state holds every entry through need (the index a
-// linearizable read waited for); it reports whether it ran f. The state
+// read lock, if that index is at least floor (what appliedThrough judged
+// when a linearizable read's wait ended: the state then held every command
+// the read must see); it reports whether it ran f. The state
 // can go back after the wait: a node that stepped down may install an
 // older snapshot whose later entries its log still holds (Restore), and
 // raft then applies them again. A read answered from it would miss
 // entries committed before it arrived.
-func (m *stateMachine) readAt(need uint64, f func(st *fsm.State, index uint64)) bool {
+func (m *stateMachine) readAt(floor uint64, f func(st *fsm.State, index uint64)) bool {
 	if h := m.testBeforeRead.Load(); h != nil {
 		(*h)()
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	index := m.index.Load()
-	if index < need {
+	if index < floor {
 		return false
 	}
 	f(m.st, index)
