@@ -176,8 +176,9 @@ func (m *stateMachine) setApplied(index uint64) {
 // An entry the log no longer holds answers "not yet": on a node that
 // installed a snapshot the state's index is the snapshot's last command,
 // and the entries after it up to the snapshot's index are gone. The wait
-// then ends at the next command applied, which the leader's tick proposes
-// within Config.Tick.
+// then ends at the next command applied: only a follower installs a
+// snapshot, and a node that comes to lead proposes a tick as soon as its
+// term's barrier has applied, before it serves any read.
 //
 // When it answers yes it also returns the state's index it judged: every
 // command up to idx is in any state whose index is at least that
