@@ -28,6 +28,19 @@ var backupMagic = []byte("leasefence-backup v1\n")
 // grants a cluster makes between a backup and its loss.
 const DefaultBumpTokens = uint64(1) << 32
 
+// EpochTokens is how far a restore raises the token floor per second of
+// its restore epoch (Config.RestoreEpoch), on top of the bump: 2^24, more
+// grants than one scope makes in a second. Two restores of one backup,
+// the later one e seconds after the earlier began, get floors
+// e × EpochTokens apart: the later beats every token the earlier's cluster
+// granted, however long it served, before it too was lost.
+const EpochTokens = uint64(1) << 24
+
+// MaxRestoreEpoch bounds Config.RestoreEpoch (2^37 s: the year 6325):
+// the epoch's share of the floor stays below 2^61, so tokens fit a signed
+// 64-bit column with room for bumps and grants.
+const MaxRestoreEpoch = uint64(1) << 37
+
 // ErrBadBackup is returned for a backup file that is truncated, altered or
 // not a backup at all.
 var ErrBadBackup = errors.New("cluster: bad backup file")
@@ -137,18 +150,22 @@ func readBackup(path string, data []byte, opts ...fsm.Option) (*fsm.State, uint6
 
 // seedFromBackup makes a fresh data dir start from a backup: the state,
 // with its token floor raised to the backup's highest token plus bump
-// (fsm.State.RaiseFloor: every scope's next token, a scope the backup
-// never saw included, beats every token the lost cluster issued if no
-// scope made more than bump grants after the backup), becomes a Raft
-// snapshot at
+// plus RestoreEpoch × EpochTokens (fsm.State.RaiseFloor: every scope's next
+// token, a scope the backup never saw included, beats every token the lost
+// cluster issued if no scope made more than bump grants after the backup;
+// the epoch's share beats every token of a cluster restored from the same
+// backup by an earlier restore, which the bump alone did not: it was the
+// same for both), becomes a Raft snapshot at
 // index 1 of a new cluster whose members are cfg.Bootstrap. Every founding
 // node of the new cluster is seeded from the same file, as with etcd's
 // snapshot restore.
 //
 // Before anything else it stores the new cluster's id
 // (setFoundingClusterID), derived from the bootstrap list and a digest of
-// the file's bytes and the bump (clusterIDOf): founding nodes given another
-// file or another bump get another cluster id, and the transport refuses
+// the file's bytes, the bump and the epoch (clusterIDOf): founding nodes
+// given another file, bump or epoch get another cluster id (so a node left
+// over from an earlier restore of the same file never joins a later one),
+// and the transport refuses
 // Raft RPCs between nodes of different ids, so they can never form one
 // cluster whose leader grants below a floor a resource has seen. Stored
 // first, the id survives a start that stops before the identity file is
@@ -167,11 +184,15 @@ func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotSt
 	if bump == 0 && !cfg.AllowZeroBump {
 		bump = DefaultBumpTokens
 	}
-	floor, err := st.RaiseFloor(bump)
+	epoch := cfg.RestoreEpoch * EpochTokens // Validate bounds the epoch: no overflow
+	if bump > ^uint64(0)-epoch {
+		return fmt.Errorf("cluster: restore from %s: %w: bump %d + epoch %d x %d (use a smaller --bump-tokens)", cfg.RestoreFrom, fsm.ErrTokenOverflow, bump, cfg.RestoreEpoch, EpochTokens)
+	}
+	floor, err := st.RaiseFloor(bump + epoch)
 	if err != nil {
 		return fmt.Errorf("cluster: restore from %s: %w (use a smaller --bump-tokens)", cfg.RestoreFrom, err)
 	}
-	seed := fmt.Sprintf("restore %x bump %d", sha256.Sum256(data), bump)
+	seed := fmt.Sprintf("restore %x bump %d epoch %d", sha256.Sum256(data), bump, cfg.RestoreEpoch)
 	if err := setFoundingClusterID(store, clusterIDOf(cfg.Bootstrap, seed)); err != nil {
 		return err
 	}
@@ -192,6 +213,6 @@ func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotSt
 	if err := store.SetUint64([]byte("CurrentTerm"), 1); err != nil {
 		return fmt.Errorf("cluster: restore: %w", err)
 	}
-	n.log.Info("restored from backup", "file", cfg.RestoreFrom, "backup-index", index, "bump", bump, "token-floor", floor, "leases", st.Len())
+	n.log.Info("restored from backup", "file", cfg.RestoreFrom, "backup-index", index, "bump", bump, "restore-epoch", cfg.RestoreEpoch, "token-floor", floor, "leases", st.Len())
 	return nil
 }

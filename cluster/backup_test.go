@@ -74,7 +74,7 @@ func TestRestoreFromBackupBumpsTokensAboveEveryTokenIssued(t *testing.T) {
 
 	restore := func(tweak func(*Config)) *testCluster {
 		return newTestCluster(t, 3, func(cfg *Config) {
-			cfg.RestoreFrom = backup
+			cfg.RestoreFrom, cfg.RestoreEpoch = backup, 1 // a floor EpochTokens higher
 			if tweak != nil {
 				tweak(cfg)
 			}
@@ -83,16 +83,16 @@ func TestRestoreFromBackupBumpsTokensAboveEveryTokenIssued(t *testing.T) {
 	nc := restore(nil)
 	// Get's scope token is what the next grant exceeds, in every scope.
 	for _, res := range []string{"jobs/1", "ops/new"} {
-		if g, err := nc.client(1).Get(ctx, &api.GetRequest{Resource: res}); err != nil || g.ScopeToken != 3+DefaultBumpTokens {
+		if g, err := nc.client(1).Get(ctx, &api.GetRequest{Resource: res}); err != nil || g.ScopeToken != 3+DefaultBumpTokens+EpochTokens {
 			t.Fatalf("after restore, Get %s: scope token %d, %v", res, g.GetScopeToken(), err)
 		}
 	}
 	token := cycle(nc.client(0), "jobs/1")
-	if token <= highest || token != 3+DefaultBumpTokens+1 {
+	if token <= highest || token != 3+DefaultBumpTokens+EpochTokens+1 {
 		t.Fatalf("after restore token %d; highest ever issued %d", token, highest)
 	}
 	// Every scope, known to the backup or not, draws above the floor.
-	if token := cycle(nc.client(2), "ops/new"); token != 3+DefaultBumpTokens+1 {
+	if token := cycle(nc.client(2), "ops/new"); token != 3+DefaultBumpTokens+EpochTokens+1 {
 		t.Fatalf("after restore, a scope the backup never saw got token %d", token)
 	}
 	g, err := nc.client(1).Get(ctx, &api.GetRequest{Resource: "jobs/held"})
@@ -102,8 +102,8 @@ func TestRestoreFromBackupBumpsTokensAboveEveryTokenIssued(t *testing.T) {
 	nc.close()
 
 	zero := restore(func(cfg *Config) { cfg.AllowZeroBump = true })
-	if token := cycle(zero.client(0), "jobs/1"); token != 4 {
-		t.Fatalf("with no bump the restored cluster reissues token %d", token)
+	if token := cycle(zero.client(0), "jobs/1"); token != 3+EpochTokens+1 {
+		t.Fatalf("with no bump the restored cluster grants token %d, want the backup's 3 + the epoch's share + 1", token)
 	}
 }
 
@@ -115,7 +115,7 @@ func TestRestoreRefusesAlteredBackup(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.lfb")
 	os.WriteFile(bad, data, 0o600)
 	cfg := tc.cfgs[0]
-	cfg.DataDir, cfg.RestoreFrom = t.TempDir(), bad
+	cfg.DataDir, cfg.RestoreFrom, cfg.RestoreEpoch = t.TempDir(), bad, 1
 	cfg.Listen = freeAddrs(t, 1)[0]
 	cfg.Bootstrap = map[string]string{cfg.ID: cfg.Listen}
 	if _, err := Start(cfg); !errors.Is(err, ErrBadBackup) {
@@ -135,7 +135,7 @@ func TestRestoreRefusesAFloorOverflowAndChangesNothing(t *testing.T) {
 	tc.close()
 
 	cfg := tc.cfgs[0]
-	cfg.DataDir, cfg.RestoreFrom = t.TempDir(), backup
+	cfg.DataDir, cfg.RestoreFrom, cfg.RestoreEpoch = t.TempDir(), backup, 1
 	cfg.Listen = freeAddrs(t, 1)[0]
 	cfg.Bootstrap = map[string]string{cfg.ID: cfg.Listen}
 	cfg.BumpTokens = ^uint64(0) // 1 + 2^64-1 overflows
@@ -156,7 +156,7 @@ func TestRestoreRefusesAFloorOverflowAndChangesNothing(t *testing.T) {
 		r, err = n.LeaseServer().Acquire(ctxT(t), acquireReq("ops/new", 10*time.Second))
 		return err == nil
 	})
-	if r.Lease.Token != 1+DefaultBumpTokens+1 {
+	if r.Lease.Token != 1+DefaultBumpTokens+EpochTokens+1 {
 		t.Fatalf("token after the restore: %d", r.Lease.Token)
 	}
 }
@@ -176,7 +176,7 @@ func TestFoundingNodesRestoredDifferentlyNeverFormOneCluster(t *testing.T) {
 	tc.close()
 
 	nc := newTestCluster(t, 3, func(cfg *Config) {
-		cfg.RestoreFrom = backup
+		cfg.RestoreFrom, cfg.RestoreEpoch = backup, 1
 		if cfg.ID == "n3" {
 			cfg.BumpTokens = 10 // the odd one: a smaller bump
 		}
@@ -224,5 +224,93 @@ func TestFoundingNodesRestoredDifferentlyNeverFormOneCluster(t *testing.T) {
 	nc.start(0)
 	if got := nc.nodes[0].ClusterID(); got != wantID {
 		t.Fatalf("restarted before its identity file, the node has cluster id %q, not the restored cluster's %q", got, wantID)
+	}
+}
+
+// A restored cluster is lost before anyone backs it up, and the operator
+// restores again from the only backup there is. The floor was the
+// backup's highest token plus the bump, the same for both restores: the
+// second reissued the first one's tokens (4294967298 after 4294967300).
+// Each restore now has its epoch (when it began), and its floor rises by
+// EpochTokens per second of it: the later restore beats the earlier's.
+func TestRestoringOneBackupTwiceNeverReissuesTokens(t *testing.T) {
+	ctx := ctxT(t)
+	tc := newTestCluster(t, 3, nil)
+	if _, err := tc.client(0).Acquire(ctx, acquireReq("jobs/1", 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	backup := saveBackup(t, tc, 0)
+	tc.close()
+
+	cycle := func(c api.LeaseServiceClient, resource string) uint64 {
+		r, err := c.Acquire(ctx, acquireReq(resource, 10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Release(ctx, &api.ReleaseRequest{LeaseId: r.Lease.Id}); err != nil {
+			t.Fatal(err)
+		}
+		return r.Lease.Token
+	}
+	const first = 1_764_800_000
+	c1 := newTestCluster(t, 3, func(cfg *Config) { cfg.RestoreFrom, cfg.RestoreEpoch = backup, first })
+	var issued uint64
+	for range 3 {
+		issued = cycle(c1.client(0), "ops/x")
+	}
+	c1ID := c1.nodes[0].ClusterID()
+	c1.close() // lost too, never backed up
+
+	c2 := newTestCluster(t, 3, func(cfg *Config) { cfg.RestoreFrom, cfg.RestoreEpoch = backup, first+1 })
+	if got := cycle(c2.client(0), "ops/x"); got <= issued {
+		t.Fatalf("the second restore of the backup granted token %d; the first restored cluster had granted up to %d", got, issued)
+	}
+	if c2.nodes[0].ClusterID() == c1ID {
+		t.Fatalf("two restores of one backup share the cluster id %s", c1ID)
+	}
+}
+
+// A node of an earlier restore of the same backup whose data dir was not
+// emptied, started again among the founders of a later restore (the same
+// file, bump and bootstrap list), had the same cluster id and mixed the
+// two clusters' logs. With the epoch in the id, the others refuse it.
+func TestANodeLeftFromAnEarlierRestoreNeverJoinsALaterOne(t *testing.T) {
+	ctx := ctxT(t)
+	tc := newTestCluster(t, 3, nil)
+	if _, err := tc.client(0).Acquire(ctx, acquireReq("jobs/1", 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	backup := saveBackup(t, tc, 0)
+	tc.close()
+
+	const first = 1_764_800_000
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.RestoreFrom, cfg.RestoreEpoch = backup, first })
+	for i := range 5 {
+		if _, err := c.client(0).Acquire(ctx, acquireReq(fmt.Sprintf("c1/%d", i), 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.waitAllApplied(t)
+	c.close()
+	// Restored again: n1's and n2's data dirs emptied, n3's forgotten.
+	for i := range c.cfgs {
+		c.cfgs[i].RestoreEpoch = first + 60
+	}
+	c.cfgs[0].DataDir, c.cfgs[1].DataDir = t.TempDir(), t.TempDir()
+	c.start(0)
+	c.start(1)
+	c.leader()
+	if _, err := c.client(0).Acquire(ctx, acquireReq("c2/y", 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	c.start(2)
+	if a, b := c.nodes[0].ClusterID(), c.nodes[2].ClusterID(); a == b {
+		t.Fatalf("the leftover node has the later restore's cluster id %s", a)
+	}
+	_, leader := c.leader()
+	want := leader.AppliedIndex()
+	time.Sleep(2 * time.Second) // election and heartbeat rounds
+	if got := c.nodes[2].AppliedIndex(); got >= want || c.nodes[2].IsLeader() {
+		t.Fatalf("the leftover node applied %d of the new cluster's %d (leads: %v): it joined it", got, want, c.nodes[2].IsLeader())
 	}
 }

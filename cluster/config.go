@@ -66,6 +66,16 @@ type Config struct {
 	// Zero means DefaultBumpTokens (2^32) unless AllowZeroBump is set.
 	BumpTokens    uint64
 	AllowZeroBump bool
+	// RestoreEpoch is required with RestoreFrom: the Unix time, in
+	// seconds, at which this restore began, the same on every founding
+	// node (read the clock once and give all of them the value). It must
+	// grow from one restore to the next. The floor rises by RestoreEpoch ×
+	// EpochTokens more, and the epoch is part of the new cluster's id, so
+	// restoring one backup again (the first restored cluster was lost
+	// before anyone backed it up) never reissues tokens that cluster
+	// granted, and none of its nodes joins the new one. At most
+	// MaxRestoreEpoch.
+	RestoreEpoch uint64
 
 	// MinTTL and MaxTTL bound the ttl of an Acquire.
 	MinTTL, MaxTTL time.Duration
@@ -441,6 +451,12 @@ func (c Config) Validate() error {
 	}
 	if c.RestoreFrom != "" && len(c.Bootstrap) == 0 {
 		bad("restoring from a backup needs the new cluster's bootstrap list")
+	}
+	if c.RestoreFrom != "" && c.RestoreEpoch == 0 {
+		bad("restoring from a backup needs its restore epoch: the Unix time in seconds when the restore began, the same on every founding node")
+	}
+	if c.RestoreEpoch > MaxRestoreEpoch {
+		bad("restore epoch %d is past %d: it is the Unix time in seconds, not milliseconds", c.RestoreEpoch, MaxRestoreEpoch)
 	}
 	if c.SkewMargin < 0 {
 		bad("skew margin %v must not be negative", c.SkewMargin)

@@ -234,12 +234,16 @@ func (c *Cluster) RestoreAll(ctx context.Context, backup, lostDir, odd string) e
 	for i, id := range c.ids {
 		peers = append(peers, fmt.Sprintf("%s=%s", id, c.addrs[i]))
 	}
+	// The restore's epoch, read once: the same on every founding node,
+	// and later than any earlier restore's of the run.
+	epoch := fmt.Sprint(time.Now().Unix())
 	for _, id := range c.ids {
 		if err := os.Rename(c.DataDir(id), filepath.Join(lostDir, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 		p := c.Proc(id)
-		p.Args = append(withoutFlags(p.Args, "--bootstrap", "--join", "--restore", "--bump-tokens"), "--bootstrap", strings.Join(peers, ","), "--restore", backup)
+		p.Args = append(withoutFlags(p.Args, "--bootstrap", "--join", "--restore", "--bump-tokens", "--restore-epoch"),
+			"--bootstrap", strings.Join(peers, ","), "--restore", backup, "--restore-epoch", epoch)
 		if id == odd {
 			p.Args = append(p.Args, "--bump-tokens", fmt.Sprint(nm.MismatchBump))
 		}

@@ -84,7 +84,7 @@ func (t *Transport) checkClusterID(ctx context.Context, method string) error {
 	}
 	err := fmt.Sprintf("transport: the peer belongs to cluster %q, this node to cluster %q: "+
 		"nodes founded from different member lists, or restored from different backups or "+
-		"with different --bump-tokens, never form one cluster (docs/OPERATIONS.md, Restore)", v[0], mine)
+		"with different --bump-tokens or --restore-epoch, never form one cluster (docs/OPERATIONS.md, Restore)", v[0], mine)
 	if t.logForeign() {
 		t.logger.Error("refused a Raft RPC from another cluster", "method", method, "peer-cluster-id", v[0], "cluster-id", mine)
 	}

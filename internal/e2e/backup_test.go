@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,26 +29,28 @@ func TestLeasectlBackupAndLeasedRestoreBumpTokens(t *testing.T) {
 		t.Fatalf("output %q", out.String())
 	}
 	highest := c.Cycle("jobs/dr", 3)
-	loseAndRestore(t, c, file)
+	epoch := loseAndRestore(t, c, file)
 	r, err := c.Acquire("jobs/dr", 10*time.Second, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Lease.Token <= highest || r.Lease.Token != 3+1<<32+1 {
+	if r.Lease.Token <= highest || r.Lease.Token != 3+1<<32+epoch<<24+1 {
 		t.Fatalf("token after restore %d, highest ever issued %d", r.Lease.Token, highest)
 	}
 }
 
 // loseAndRestore kills every node of c with SIGKILL and starts a new
 // cluster of the same ids on fresh addresses and empty data dirs, each
-// restored from the backup file, and waits for its leader.
-func loseAndRestore(t *testing.T, c *testcluster.Cluster, file string) {
+// restored from the backup file, and waits for its leader. It returns the
+// restore epoch it gave them.
+func loseAndRestore(t *testing.T, c *testcluster.Cluster, file string) (epoch uint64) {
 	t.Helper()
 	for i := range c.Procs {
 		c.Kill(i, syscall.SIGKILL)
 	}
 
 	addrs := testcluster.FreeAddrs(t, 3)
+	epoch = uint64(time.Now().Unix()) // read once, the same on every founding node
 	var peers []string
 	for i, a := range addrs {
 		peers = append(peers, "n"+string(rune('1'+i))+"="+a)
@@ -56,8 +59,9 @@ func loseAndRestore(t *testing.T, c *testcluster.Cluster, file string) {
 		p.Addr = addrs[i]
 		p.DataDir = filepath.Join(t.TempDir(), p.ID)
 		p.Args = append([]string{"--id", p.ID, "--listen", p.Addr, "--data-dir", p.DataDir,
-			"--bootstrap", strings.Join(peers, ","), "--restore", file}, testcluster.Defaults...)
+			"--bootstrap", strings.Join(peers, ","), "--restore", file, "--restore-epoch", strconv.FormatUint(epoch, 10)}, testcluster.Defaults...)
 		c.Start(i)
 	}
 	c.Leader()
+	return epoch
 }

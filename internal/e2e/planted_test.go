@@ -23,7 +23,7 @@ func TestRestoreCheckCatchesRestoreBumpsKnownScopes(t *testing.T) {
 	}
 	t.Cleanup(cleanup)
 	t.Setenv(planted.Env, fsm.BugRestoreBumpsKnownScopes) // inherited by every leased
-	v := restoreAfterLoss(t, testcluster.Start(t, bin, 3))
+	v, _ := restoreAfterLoss(t, testcluster.Start(t, bin, 3))
 	if len(v) == 0 {
 		t.Fatalf("planted %s: the restore check saw nothing", fsm.BugRestoreBumpsKnownScopes)
 	}

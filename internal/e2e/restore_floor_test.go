@@ -19,16 +19,18 @@ import (
 // token must beat every token issued before the loss, in every scope.
 func TestRestoreBeatsTokensOfScopesTheBackupNeverSaw(t *testing.T) {
 	c := startCluster(t, 3)
-	for _, v := range restoreAfterLoss(t, c) {
+	v, epoch := restoreAfterLoss(t, c)
+	for _, v := range v {
 		t.Error(v)
 	}
 	// Every node holds the floor: the backup's highest token (2, in
-	// jobs/old) plus the default bump; leasectl status shows it.
-	const floor = 2 + 1<<32
+	// jobs/old) plus the default bump plus the epoch's 2^24 per second;
+	// leasectl status shows it.
+	floor := 2 + 1<<32 + epoch<<24
 	for i := range c.Procs {
 		st, err := c.Status(i)
 		if err != nil || st.TokenFloor != floor {
-			t.Errorf("node %d: token floor %d (%v), want %d", i, st.GetTokenFloor(), err, uint64(floor))
+			t.Errorf("node %d: token floor %d (%v), want %d", i, st.GetTokenFloor(), err, floor)
 		}
 	}
 	var out, errb bytes.Buffer
@@ -36,10 +38,10 @@ func TestRestoreBeatsTokensOfScopesTheBackupNeverSaw(t *testing.T) {
 	shown := false
 	for _, line := range strings.Split(out.String(), "\n") {
 		f := strings.Fields(line)
-		shown = shown || len(f) == 3 && f[0] == "token" && f[1] == "floor" && f[2] == fmt.Sprint(uint64(floor))
+		shown = shown || len(f) == 3 && f[0] == "token" && f[1] == "floor" && f[2] == fmt.Sprint(floor)
 	}
 	if code != 0 || !shown {
-		t.Errorf("leasectl status does not show token floor %d: exit %d, %s %s", uint64(floor), code, out.String(), errb.String())
+		t.Errorf("leasectl status does not show token floor %d: exit %d, %s %s", floor, code, out.String(), errb.String())
 	}
 }
 
@@ -48,8 +50,8 @@ func TestRestoreBeatsTokensOfScopesTheBackupNeverSaw(t *testing.T) {
 // sees) and jobs/old, the loss of every node (SIGKILL), a new cluster of
 // leased --restore processes on new addresses and data dirs. It returns
 // every grant after the restore whose token does not beat every token
-// issued before the loss.
-func restoreAfterLoss(t *testing.T, c *testcluster.Cluster) (violations []string) {
+// issued before the loss, and the restore's epoch.
+func restoreAfterLoss(t *testing.T, c *testcluster.Cluster) (violations []string, epoch uint64) {
 	t.Helper()
 	highest := c.Cycle("jobs/old", 2)
 	file := filepath.Join(t.TempDir(), "backup.lfb")
@@ -59,7 +61,7 @@ func restoreAfterLoss(t *testing.T, c *testcluster.Cluster) (violations []string
 	}
 	// After the backup: a new scope, and more grants in the known one.
 	highest = max(highest, c.Cycle("ops/new", 2), c.Cycle("jobs/old", 2))
-	loseAndRestore(t, c, file)
+	epoch = loseAndRestore(t, c, file)
 	for _, res := range []string{"ops/new", "jobs/old", "never/seen"} {
 		r, err := c.Acquire(res, 10*time.Second, "")
 		if err != nil {
@@ -69,5 +71,5 @@ func restoreAfterLoss(t *testing.T, c *testcluster.Cluster) (violations []string
 			violations = append(violations, fmt.Sprintf("after the restore, %s got token %d; tokens up to %d were issued before the loss", res, r.Lease.Token, highest))
 		}
 	}
-	return violations
+	return violations, epoch
 }
