@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/leasefence/leasefence/fence"
+	"github.com/leasefence/leasefence/fence/internal/recorded"
 )
 
 // Metadata keys of a token.
@@ -70,13 +71,16 @@ type Option func(*options)
 
 // WithGuard makes the interceptor enforce tokens itself: the handler runs
 // inside guard.Do, so it runs only for an admitted token, and the token is
-// recorded whenever the handler ran, whatever it returned: the interceptor
-// cannot tell whether the handler applied an effect before it failed. The
-// record is not atomic with the handler's effect; where that matters, use a
-// guard inside the handler's own transaction. Without a guard the interceptor
-// only requires a well-formed token and hands it to the handler (through
-// fence.FromContext) for a guard that works inside the handler's own
-// transaction (fencebolt, fencesql).
+// recorded whenever the handler ran, whatever it returned, and also when it
+// panicked (the panic then goes on with the same value once the token is
+// recorded, to a recovery interceptor outside this one): the interceptor
+// cannot tell whether the handler applied an effect before it failed, and
+// an effect under an unrecorded token would let an older holder in after
+// it. The record is not atomic with the handler's effect; where that
+// matters, use a guard inside the handler's own transaction. Without a
+// guard the interceptor only requires a well-formed token and hands it to
+// the handler (through fence.FromContext) for a guard that works inside the
+// handler's own transaction (fencebolt, fencesql).
 func WithGuard(g fence.Guard) Option { return func(o *options) { o.guard = g } }
 
 // ForMethods limits fencing to the methods for which fenced returns true
@@ -114,18 +118,15 @@ func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 			return resp, ToStatus(err)
 		}
 		// The token is recorded whenever the handler ran, whatever it
-		// returned: a handler may apply its effect and then fail, and an
-		// effect under an unrecorded token would let an older holder in
-		// after it (see WithGuard).
+		// returned, even if it panicked: a handler may apply its effect and
+		// then fail, and an effect under an unrecorded token would let an
+		// older holder in after it (see WithGuard).
 		var (
 			resp any
 			herr error
-			ran  bool
 		)
-		err = o.guard.Do(ctx, tok, func(ctx context.Context) error {
-			ran = true
+		ran, err := recorded.Run(ctx, o.guard, tok, func(ctx context.Context) {
 			resp, herr = handler(ctx, req)
-			return nil
 		})
 		if ran && err == nil {
 			err = herr
@@ -136,7 +137,8 @@ func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 
 // StreamServerInterceptor is UnaryServerInterceptor for streams: the token
 // is checked when the stream opens and, with a guard, recorded once the
-// handler ran, whatever it returned. The guard's scope is held for the
+// handler ran, whatever it returned, and also when it panicked (the panic
+// then goes on with the same value). The guard's scope is held for the
 // stream's whole life.
 func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
 	o := build(opts)
@@ -154,12 +156,9 @@ func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
 			return ToStatus(handler(srv, wrapped))
 		}
 		var herr error
-		ran := false
-		err = o.guard.Do(ctx, tok, func(ctx context.Context) error {
-			ran = true
+		ran, err := recorded.Run(ctx, o.guard, tok, func(ctx context.Context) {
 			wrapped.ctx = ctx
 			herr = handler(srv, wrapped)
-			return nil
 		})
 		if ran && err == nil {
 			err = herr

@@ -3,7 +3,10 @@ package fencegrpc_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
+	"slices"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -36,11 +39,17 @@ func (failing) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.H
 // loopback socket and returns a client connection without interceptors.
 func serve(t *testing.T, svc healthpb.HealthServer, opts ...fencegrpc.Option) *grpc.ClientConn {
 	t.Helper()
+	return serveWith(t, svc, grpc.UnaryInterceptor(fencegrpc.UnaryServerInterceptor(opts...)))
+}
+
+// serveWith is serve with the server's interceptors chosen by the caller.
+func serveWith(t *testing.T, svc healthpb.HealthServer, srvOpts ...grpc.ServerOption) *grpc.ClientConn {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(fencegrpc.UnaryServerInterceptor(opts...)))
+	srv := grpc.NewServer(srvOpts...)
 	healthpb.RegisterHealthServer(srv, svc)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
@@ -158,6 +167,115 @@ func TestTokenIsRecordedWhenTheHandlerRanWhateverItReturned(t *testing.T) {
 	old := fencegrpc.AppendToOutgoing(context.Background(), fence.Token{Scope: "s", Value: 4})
 	if _, err := hc.Check(old, &healthpb.HealthCheckRequest{}); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("older token after a failed handler: %v, want FailedPrecondition", err)
+	}
+}
+
+// panicking applies its effect (appends the call's token) in Check and
+// Watch, then panics for token 72, as a handler whose reply fails after
+// the effect may.
+type panicking struct {
+	healthpb.UnimplementedHealthServer
+	mu      sync.Mutex
+	effects []uint64
+}
+
+func (p *panicking) effect(ctx context.Context) {
+	tok, _ := fence.FromContext(ctx)
+	p.mu.Lock()
+	p.effects = append(p.effects, tok.Value)
+	p.mu.Unlock()
+	if tok.Value == 72 {
+		panic("effect applied, then the reply failed")
+	}
+}
+
+func (p *panicking) applied() []uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.effects)
+}
+
+func (p *panicking) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	p.effect(ctx)
+	return &healthpb.HealthCheckResponse{}, nil
+}
+
+func (p *panicking) Watch(_ *healthpb.HealthCheckRequest, ss healthpb.Health_WatchServer) error {
+	p.effect(ss.Context())
+	return nil
+}
+
+// Recovery interceptors, as a server puts outside the fencing ones: a
+// panic becomes Internal and the server keeps serving.
+func recoverUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = status.Errorf(codes.Internal, "panic: %v", p)
+		}
+	}()
+	return handler(ctx, req)
+}
+
+func recoverStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = status.Errorf(codes.Internal, "panic: %v", p)
+		}
+	}()
+	return handler(srv, ss)
+}
+
+// A handler that panics after its effect, behind a recovery interceptor,
+// has its token recorded all the same: 70 ok, 72 applies and panics, then
+// 71 is refused and never acts. Unary and stream alike.
+func TestTokenIsRecordedWhenTheHandlerPanicsAfterItsEffect(t *testing.T) {
+	calls := []struct {
+		name string
+		call func(hc healthpb.HealthClient, ctx context.Context) error
+	}{
+		{"unary", func(hc healthpb.HealthClient, ctx context.Context) error {
+			_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+			return err
+		}},
+		{"stream", func(hc healthpb.HealthClient, ctx context.Context) error {
+			ws, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+			if err != nil {
+				return err
+			}
+			for {
+				if _, err := ws.Recv(); err != nil {
+					if errors.Is(err, io.EOF) {
+						return nil
+					}
+					return err
+				}
+			}
+		}},
+	}
+	for _, c := range calls {
+		t.Run(c.name, func(t *testing.T) {
+			guard := fence.NewMemory(fence.AtLeast)
+			svc := &panicking{}
+			hc := healthpb.NewHealthClient(serveWith(t, svc,
+				grpc.ChainUnaryInterceptor(recoverUnary, fencegrpc.UnaryServerInterceptor(fencegrpc.WithGuard(guard))),
+				grpc.ChainStreamInterceptor(recoverStream, fencegrpc.StreamServerInterceptor(fencegrpc.WithGuard(guard)))))
+			send := func(v uint64) error {
+				return c.call(hc, fencegrpc.AppendToOutgoing(context.Background(), fence.Token{Scope: "s", Value: v}))
+			}
+			if err := send(70); err != nil {
+				t.Fatalf("70: %v", err)
+			}
+			if err := send(72); status.Code(err) != codes.Internal {
+				t.Fatalf("72: %v, want the recovered panic's Internal", err)
+			}
+			code, r, _ := reason(send(71))
+			if code != codes.FailedPrecondition || r != fencegrpc.ReasonStaleToken {
+				t.Fatalf("71 after 72's effect: %v/%s, want FailedPrecondition/%s", code, r, fencegrpc.ReasonStaleToken)
+			}
+			if got := svc.applied(); slices.Contains(got, 71) {
+				t.Fatalf("effects %v: 71 acted after 72", got)
+			}
+		})
 	}
 }
 

@@ -30,6 +30,7 @@ import (
 	"net/http"
 
 	"github.com/leasefence/leasefence/fence"
+	"github.com/leasefence/leasefence/fence/internal/recorded"
 )
 
 // Header is the request header that carries a token.
@@ -139,9 +140,13 @@ type Option func(*options)
 
 // WithGuard makes Handler enforce tokens itself: next runs inside guard.Do,
 // only for an admitted token, and the token is recorded whenever next ran,
-// whatever it answered: the middleware cannot tell whether next applied an
-// effect before it failed, and an effect applied with an unrecorded token
-// would let an older holder in after it. (Under the strict rule a retry with
+// whatever it answered, and also when it panicked (the panic then goes on
+// to net/http with the same value once the token is recorded, so
+// http.ErrAbortHandler still aborts quietly): the middleware cannot tell
+// whether next applied an effect before it failed, and an effect applied
+// with an unrecorded token would let an older holder in after it. An
+// httputil.ReverseProxy, say, panics after the upstream applied the
+// request when copying the reply fails. (Under the strict rule a retry with
 // the same token is then refused: acquire again.) The record is not atomic
 // with next's effect; where that matters, use no guard here and a guard
 // inside next's own transaction (fencebolt, fencesql). Without a guard
@@ -168,11 +173,9 @@ func Handler(next http.Handler, opts ...Option) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		ran := false
-		err = o.guard.Do(r.Context(), tok, func(ctx context.Context) error {
-			ran = true
+		// Recorded whatever next answered, even if it panicked (see WithGuard).
+		ran, err := recorded.Run(r.Context(), o.guard, tok, func(ctx context.Context) {
 			next.ServeHTTP(w, r.WithContext(ctx))
-			return nil // recorded whatever next answered (see WithGuard)
 		})
 		switch {
 		case err == nil:

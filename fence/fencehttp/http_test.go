@@ -7,12 +7,17 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
+	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 
 	"github.com/leasefence/leasefence/fence"
+	"github.com/leasefence/leasefence/fence/fencebolt"
 	"github.com/leasefence/leasefence/fence/fencehttp"
 )
 
@@ -144,6 +149,100 @@ func TestTokenIsRecordedWhenTheHandlerRanWhateverItAnswered(t *testing.T) {
 	}
 	if len(effects) != 2 || guard.Highest("s") != 72 {
 		t.Fatalf("effects %v, highest %d", effects, guard.Highest("s"))
+	}
+}
+
+// A handler may apply its effect and then panic: httputil.ReverseProxy
+// panics with http.ErrAbortHandler when copying the reply fails after the
+// upstream applied the request. net/http recovers and keeps serving, so the
+// token must be recorded anyway: 70 ok, 72 applies and panics, then 71 must
+// be refused and its effect never applied. Run on a real server, with a
+// memory guard (which skips the record on a panic) and a bbolt guard (which
+// rolls it back).
+func TestTokenIsRecordedWhenTheHandlerPanicsAfterItsEffect(t *testing.T) {
+	guards := []struct {
+		name string
+		new  func(t *testing.T) fence.Guard
+	}{
+		{"memory", func(*testing.T) fence.Guard { return fence.NewMemory(fence.AtLeast) }},
+		{"bbolt", func(t *testing.T) fence.Guard {
+			db, err := bolt.Open(filepath.Join(t.TempDir(), "fence.db"), 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			g, err := fencebolt.New(db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}},
+	}
+	for _, gc := range guards {
+		t.Run(gc.name, func(t *testing.T) {
+			var (
+				mu      sync.Mutex
+				effects []uint64
+			)
+			srv := httptest.NewServer(fencehttp.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				tok, _ := fence.FromContext(r.Context())
+				mu.Lock()
+				effects = append(effects, tok.Value)
+				mu.Unlock()
+				if tok.Value == 72 {
+					panic(http.ErrAbortHandler) // effect applied, then the reply failed
+				}
+			}), fencehttp.WithGuard(gc.new(t))))
+			defer srv.Close()
+			send := func(v uint64) (int, error) {
+				req, _ := http.NewRequest(http.MethodPut, srv.URL+"/x", strings.NewReader("v"))
+				fencehttp.SetToken(req.Header, fence.Token{Scope: "s", Value: v})
+				resp, err := srv.Client().Do(req)
+				if err != nil {
+					return 0, err
+				}
+				defer resp.Body.Close()
+				_, err = io.ReadAll(resp.Body)
+				return resp.StatusCode, err
+			}
+			if c, err := send(70); c != 200 || err != nil {
+				t.Fatalf("70: %d %v", c, err)
+			}
+			if c, err := send(72); err == nil {
+				t.Fatalf("72: status %d, want the aborted connection", c)
+			}
+			if c, err := send(71); c != http.StatusConflict {
+				t.Fatalf("71 after 72's effect: status %d (%v), want 409", c, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if slices.Contains(effects, 71) {
+				t.Fatalf("effects %v: 71 acted after 72", effects)
+			}
+		})
+	}
+}
+
+// The middleware re-raises a handler's panic with the same value, so
+// net/http still sees http.ErrAbortHandler (abort quietly) or logs any
+// other panic.
+func TestHandlerPanicReachesTheServerUnchanged(t *testing.T) {
+	guard := fence.NewMemory(fence.AtLeast)
+	h := fencehttp.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		panic(http.ErrAbortHandler)
+	}), fencehttp.WithGuard(guard))
+	req := httptest.NewRequest(http.MethodPut, "/", nil)
+	fencehttp.SetToken(req.Header, fence.Token{Scope: "s", Value: 5})
+	func() {
+		defer func() {
+			if p := recover(); p != http.ErrAbortHandler {
+				t.Fatalf("recovered %v, want http.ErrAbortHandler", p)
+			}
+		}()
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}()
+	if h := guard.Highest("s"); h != 5 {
+		t.Fatalf("highest = %d after a handler that panicked, want 5", h)
 	}
 }
 

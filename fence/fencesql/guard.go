@@ -18,7 +18,8 @@
 // locked (PostgreSQL) or the database write-locked (SQLite) until the
 // caller's transaction ends: a concurrent check of the same scope waits, and
 // then sees the committed highest. That is what keeps effects of one scope
-// in token order.
+// in token order; it protects only what the effect reads after the check,
+// in the same transaction (see Guard.Check).
 //
 // PostgreSQL: use READ COMMITTED (the default). Under REPEATABLE READ or
 // SERIALIZABLE a concurrent check of the same scope fails with a
@@ -149,12 +150,19 @@ func (g *Guard) CreateSchema(ctx context.Context, db Execer) error {
 // if both succeed; any error means roll back. A refused token returns a
 // *fence.StaleTokenError after reading the highest for the message; the
 // statement itself changed nothing.
+//
+// Read the rows the effect depends on after Check, in the same
+// transaction. Check's write on the scope's row is what makes effects of a
+// scope wait for each other; a row read before it is not protected by that
+// lock (under READ COMMITTED each statement sees what was committed when it
+// started), so an effect of the same scope may commit between the read and
+// Check, and a write computed from the read would overwrite it unseen.
 func (g *Guard) Check(ctx context.Context, tx Execer, tok fence.Token) error {
 	if err := tok.Validate(); err != nil {
 		return err
 	}
 	if tok.Value > math.MaxInt64 {
-		return fmt.Errorf("%w: %d", ErrTokenRange, tok.Value)
+		return fmt.Errorf("%w (token %d)", ErrTokenRange, tok.Value)
 	}
 	res, err := tx.ExecContext(ctx, g.check, tok.Scope, int64(tok.Value))
 	if err != nil {
@@ -189,8 +197,15 @@ func (g *Guard) Highest(ctx context.Context, q Execer, scope string) (uint64, er
 }
 
 // Update runs Check and effect in one transaction on db and commits only if
-// both succeed; on any error (or a panic in effect) it rolls back, so the
-// token record never outlives a failed effect. opts may be nil.
+// both succeed; when Check or effect fails (or effect panics) it rolls back,
+// so the token record never outlives a failed effect. effect runs after
+// Check, so what it reads through tx is protected by the scope's lock (see
+// Check); a value read before Update, outside tx, is not. opts may be nil.
+//
+// A failed Commit ("fencesql: commit: …") leaves the outcome unknown: the
+// COMMIT may have reached the database and landed (effect and token both
+// recorded) before the error, e.g. when the connection broke. Treat it as
+// indeterminate, not as a refusal or a rollback: re-read before retrying.
 func (g *Guard) Update(ctx context.Context, db *sql.DB, opts *sql.TxOptions, tok fence.Token, effect func(*sql.Tx) error) error {
 	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {

@@ -3,8 +3,11 @@ package fencesql_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,9 +15,13 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	_ "modernc.org/sqlite"
 
 	"github.com/leasefence/leasefence/fence"
+	"github.com/leasefence/leasefence/fence/fencegrpc"
+	"github.com/leasefence/leasefence/fence/fencehttp"
 	"github.com/leasefence/leasefence/fence/fencesql"
 	"github.com/leasefence/leasefence/fence/internal/fencetest"
 )
@@ -222,6 +229,25 @@ func TestNewRefusesBadTableAndHugeToken(t *testing.T) {
 	err := g.Update(context.Background(), db, nil, fence.Token{Scope: "s", Value: 1 << 63}, func(*sql.Tx) error { return nil })
 	if !errors.Is(err, fencesql.ErrTokenRange) {
 		t.Fatalf("token 2^63: %v, want ErrTokenRange", err)
+	}
+}
+
+// A token the guard cannot store is malformed, so the wire answers it as
+// one: 400 malformed_token, InvalidArgument/MALFORMED_FENCING_TOKEN.
+func TestTokenOutOfRangeIsMalformedOnTheWire(t *testing.T) {
+	_, g, db := sqliteBackend().subject(t, fence.AtLeast)
+	err := g.Update(context.Background(), db, nil, fence.Token{Scope: "s", Value: 1 << 63}, func(*sql.Tx) error { return nil })
+	if !errors.Is(err, fencesql.ErrTokenRange) || !errors.Is(err, fence.ErrMalformedToken) {
+		t.Fatalf("token 2^63: %v, want ErrTokenRange and fence.ErrMalformedToken", err)
+	}
+	rec := httptest.NewRecorder()
+	var body fencehttp.ErrorBody
+	if !fencehttp.WriteError(rec, err) || rec.Code != http.StatusBadRequest ||
+		json.Unmarshal(rec.Body.Bytes(), &body) != nil || body.Error != fencehttp.CodeMalformedToken {
+		t.Fatalf("HTTP: %d %s, want 400 %s", rec.Code, rec.Body, fencehttp.CodeMalformedToken)
+	}
+	if s := status.Convert(fencegrpc.ToStatus(err)); s.Code() != codes.InvalidArgument {
+		t.Fatalf("gRPC: %v, want InvalidArgument", s.Err())
 	}
 }
 
