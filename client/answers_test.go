@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -271,4 +273,141 @@ func TestReleaseThatMayHaveArrivedIsIndeterminate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Acquire again under the request id of a lease this client keeps alive,
+// when the replay's answer comes after its own safe window closed: Acquire
+// abandoned the replayed grant and released its lease id, freeing the
+// resource under the kept *Lease, which stayed live (reviewer). The kept
+// lease is the answer; nothing is released.
+func TestAReplayOfAKeptLeaseNeverReleasesIt(t *testing.T) {
+	var (
+		mu       sync.Mutex
+		calls    int
+		released []error // the kept lease's Err when a release arrived
+		kept     *client.Lease
+	)
+	c := scriptedClient(t, &scripted{
+		acquire: func(_ context.Context, r *api.AcquireRequest) (*api.AcquireResponse, error) {
+			mu.Lock()
+			calls++
+			replay := calls > 1
+			mu.Unlock()
+			g := grant(r)
+			if replay { // answered late: its window (300 ms) is spent on arrival
+				time.Sleep(400 * time.Millisecond)
+				g.Replayed, g.TtlRemaining = true, durationpb.New(300*time.Millisecond)
+			}
+			return g, nil
+		},
+		renew: func(context.Context, *api.RenewRequest) (*api.RenewResponse, error) {
+			return &api.RenewResponse{TtlRemaining: durationpb.New(5 * time.Second)}, nil
+		},
+		release: func(context.Context, *api.ReleaseRequest) (*api.ReleaseResponse, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			released = append(released, kept.Err())
+			return &api.ReleaseResponse{Released: true}, nil
+		},
+	})
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "r", client.WithTTL(5*time.Second), client.WithRequestID("req-6"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	kept = l
+	mu.Unlock()
+	again, err := c.Acquire(ctx, "r", client.WithTTL(5*time.Second), client.WithRequestID("req-6"))
+	mu.Lock()
+	defer mu.Unlock()
+	for _, e := range released {
+		if e == nil {
+			t.Fatalf("the lease id was released while its *Lease was live (safe for %v more)", time.Until(l.SafeUntil()))
+		}
+	}
+	if err != nil || again != l {
+		t.Fatalf("the replay of a kept lease: %v, %v; want the kept lease", again, err)
+	}
+}
+
+// A call whose attempt went unanswered and whose caller gave up while the
+// client looked for another node (before the next attempt was sent) may
+// have taken effect: ErrIndeterminate (with its request id for an
+// Acquire), not gRPC's bare Canceled (reviewer).
+func TestACallCanceledAfterASilentAttemptIsIndeterminate(t *testing.T) {
+	for _, op := range []string{"release", "acquire"} {
+		t.Run(op, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var armed, silenced atomic.Bool
+			s := &scripted{
+				acquire: func(_ context.Context, r *api.AcquireRequest) (*api.AcquireResponse, error) { return grant(r), nil },
+				renew: func(context.Context, *api.RenewRequest) (*api.RenewResponse, error) {
+					return &api.RenewResponse{TtlRemaining: durationpb.New(5 * time.Second)}, nil
+				},
+			}
+			// The client probes the nodes' Status after a silent attempt:
+			// the caller cancels then.
+			probe := &cancelOnStatus{cancel: func() {
+				if armed.Load() {
+					cancel()
+				}
+			}}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := grpc.NewServer()
+			api.RegisterLeaseServiceServer(srv, s)
+			api.RegisterClusterServiceServer(srv, probe)
+			go srv.Serve(ln)
+			t.Cleanup(srv.Stop)
+			// The first armed call reaches the node, and its answer never
+			// comes back: a node frozen right after it proposed.
+			silence := grpc.WithUnaryInterceptor(func(ictx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if armed.Load() && (method == api.LeaseService_Release_FullMethodName || method == api.LeaseService_Acquire_FullMethodName) && silenced.CompareAndSwap(false, true) {
+					go invoker(context.WithoutCancel(ictx), method, req, reply, cc, opts...)
+					<-ictx.Done()
+					return status.FromContextError(ictx.Err()).Err()
+				}
+				return invoker(ictx, method, req, reply, cc, opts...)
+			})
+			c, err := client.New(client.Config{Endpoints: []string{ln.Addr().String()}, RequestTimeout: 300 * time.Millisecond,
+				RetryFor: 5 * time.Second, DialOptions: []grpc.DialOption{silence}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			if op == "release" {
+				l, err := c.Acquire(context.Background(), "r", client.WithTTL(5*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				armed.Store(true)
+				err = l.Release(ctx)
+				if !errors.Is(err, client.ErrIndeterminate) {
+					t.Fatalf("got %v (%T), want ErrIndeterminate: the first attempt may have arrived", err, err)
+				}
+				return
+			}
+			armed.Store(true)
+			_, err = c.Acquire(ctx, "r2", client.WithTTL(5*time.Second), client.WithRequestID("req-7"))
+			var ie *client.IndeterminateError
+			if !errors.As(err, &ie) || ie.RequestID != "req-7" {
+				t.Fatalf("got %v (%T), want an *IndeterminateError with request id req-7", err, err)
+			}
+		})
+	}
+}
+
+// cancelOnStatus answers Status, calling cancel first.
+type cancelOnStatus struct {
+	api.UnimplementedClusterServiceServer
+	cancel func()
+}
+
+func (s *cancelOnStatus) Status(context.Context, *api.StatusRequest) (*api.StatusResponse, error) {
+	s.cancel()
+	return &api.StatusResponse{State: "follower"}, nil
 }

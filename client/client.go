@@ -481,6 +481,12 @@ func (c *Client) do(ctx context.Context, spec callSpec, op func(context.Context,
 			continue
 		}
 		if !retryable(err) {
+			if !live && seen.maybeSent && spec.mayChange() {
+				// The caller gave up before this attempt, after an
+				// earlier one that may have arrived (gRPC refused to
+				// send this one): that one's outcome is the call's.
+				return seen.giveUp(spec, ctx.Err())
+			}
 			if spec.mayChange() && mayHaveTakenEffect(err, live) {
 				// Not worth another node, and not a definite answer
 				// either: the caller's cancel while the attempt was out,

@@ -121,6 +121,16 @@ func (k *keeper) add(l *Lease, sentAt time.Duration) *Lease {
 	return l
 }
 
+// live returns the lease kept alive under id, if it has not ended.
+func (k *keeper) live(id ID) *Lease {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if kept := k.leases[id]; kept != nil && kept.ctx.Err() == nil {
+		return kept
+	}
+	return nil
+}
+
 func (k *keeper) remove(l *Lease) {
 	k.mu.Lock()
 	if k.leases[l.id] == l {

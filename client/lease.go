@@ -254,6 +254,13 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		// stand: its request id replays it.
 		return nil, &IndeterminateError{RequestID: o.requestID, Err: fmt.Errorf("acquire %q: an answer without a lease of a %d-byte id", resource, len(ID{}))}
 	}
+	if kept := c.keeper.live(ID(resp.Lease.Id)); kept != nil {
+		// The request id replayed a grant this client keeps alive: that
+		// lease, as it is (its own renewals hold its safe deadline).
+		// Never abandon the replay: releasing its id would free the
+		// resource under the kept lease.
+		return kept, nil
+	}
 	l := c.newLease(resp.Lease)
 	if o.wait {
 		// The send time of a waiting Acquire may lie long before the grant,
@@ -291,6 +298,11 @@ func (c *Client) abandon(ctx context.Context, l *Lease, err error) error {
 		cause = ErrSafeDeadline
 	}
 	l.end(cause)
+	if c.keeper.live(l.id) != nil {
+		// The same grant is kept alive under another *Lease (a replay of
+		// its request id raced this one): its holder keeps it.
+		return err
+	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.RequestTimeout)
 	defer cancel()
 	rerr := c.change(rctx, func(ctx context.Context, conn *grpc.ClientConn) error {
