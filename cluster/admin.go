@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/fsm"
+	"github.com/leasefence/leasefence/transport"
 )
 
 // clusterService implements api.ClusterServiceServer.
@@ -28,6 +29,10 @@ func (s *clusterService) Status(ctx context.Context, req *api.StatusRequest) (*a
 		return nil, toStatus(err)
 	}
 	n := s.n
+	if id := n.ClusterID(); id != "" {
+		// For a leader's join probe: which cluster this node is of.
+		_ = grpc.SetHeader(ctx, metadata.Pairs(transport.ClusterIDHeader, id))
+	}
 	leaderID, leaderAddr := n.Leader()
 	out := &api.StatusResponse{
 		Id:           n.cfg.ID,

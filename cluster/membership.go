@@ -12,10 +12,12 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/fsm"
+	"github.com/leasefence/leasefence/transport"
 )
 
 // MaxNodeIDLen bounds a node id, in bytes.
@@ -63,14 +65,24 @@ func ValidatePeerAddr(addr string) error {
 const joinProbeTimeout = 2 * time.Second
 
 // probe asks the node at addr for its Status (statusOf), waiting for the
-// connection up to joinProbeTimeout. A PermissionDenied answer (a policy
-// that does not know this node's credentials) still proves the node is up.
-func (n *Node) probe(ctx context.Context, addr string) error {
-	_, err := n.statusOf(ctx, addr, joinProbeTimeout, grpc.WaitForReady(true))
+// connection up to joinProbeTimeout, and returns its answer and the cluster
+// id it sent in the answer's header ("" before it joined one). A
+// PermissionDenied answer (a policy that does not know this node's
+// credentials) still proves the node is up; then both are empty.
+func (n *Node) probe(ctx context.Context, addr string) (*api.StatusResponse, string, error) {
+	var md metadata.MD
+	st, err := n.statusOf(ctx, addr, joinProbeTimeout, grpc.WaitForReady(true), grpc.Header(&md))
 	if status.Code(err) == codes.PermissionDenied {
-		return nil
+		return nil, "", nil
 	}
-	return err
+	if err != nil {
+		return nil, "", err
+	}
+	var cluster string
+	if v := md.Get(transport.ClusterIDHeader); len(v) > 0 {
+		cluster = v[0]
+	}
+	return st, cluster, nil
 }
 
 // statusOf asks the node at addr (through its peer route, if any) for its
@@ -99,9 +111,20 @@ func (n *Node) statusOf(ctx context.Context, addr string, timeout time.Duration,
 // voter the voters that answer must still form a quorum of the new
 // configuration. servers is the current configuration.
 func (n *Node) checkAdd(ctx context.Context, id, addr string, nonvoter bool, servers []raft.Server) error {
-	if err := n.probe(ctx, addr); err != nil {
+	st, cluster, err := n.probe(ctx, addr)
+	if err != nil {
 		return status.Errorf(codes.FailedPrecondition,
 			"cluster: %s at %s does not answer (%v): start it (leased --join) before adding it, and check that the leader can reach that address", id, addr, status.Convert(err).Message())
+	}
+	// The node answering must be the one named, not of another cluster:
+	// one would refuse every Raft RPC of this cluster, a member that never
+	// answers.
+	if st != nil && st.GetId() != id {
+		return status.Errorf(codes.FailedPrecondition, "cluster: the node at %s is %q, not %q: check the address", addr, st.GetId(), id)
+	}
+	if mine := n.ClusterID(); cluster != "" && mine != "" && cluster != mine {
+		return status.Errorf(codes.FailedPrecondition,
+			"cluster: %s at %s belongs to cluster %s, this one is %s: a member of another cluster cannot join (empty its data dir and start it with --join)", id, addr, cluster, mine)
 	}
 	if nonvoter {
 		return nil

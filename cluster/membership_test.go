@@ -139,3 +139,28 @@ func TestAddIsRefusedWhenAnsweringVotersWouldNotFormAQuorum(t *testing.T) {
 		t.Fatalf("add with 1 of 2 voters silent: %v", err)
 	}
 }
+
+// The leader's join probe asked only whether something answered Status at
+// the address, so a node of another cluster was added as a voter (under
+// any id): a member that refuses every Raft RPC of this cluster, one
+// failure less it survives (reviewer). The node answering must be the one
+// named, and of this cluster (or of none yet).
+func TestAMemberOfAnotherClusterIsNeverAdded(t *testing.T) {
+	ctx := ctxT(t)
+	a := newTestCluster(t, 3, nil)
+	b := newTestCluster(t, 1, func(c *Config) { c.ID, c.Bootstrap = "n4", map[string]string{"n4": c.Listen} })
+	li, leader := a.leader()
+	before := len(leader.raft.GetConfiguration().Configuration().Servers)
+	for _, tc := range []struct{ id, want string }{
+		{"b1", `is "n4", not "b1"`},                            // another node than the one named
+		{"n4", "belongs to cluster " + b.nodes[0].ClusterID()}, // the one named, of another cluster
+	} {
+		_, err := a.admin(li).Join(ctx, &api.JoinRequest{Id: tc.id, Addr: b.nodes[0].Addr()})
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), tc.want) {
+			t.Errorf("join %s at another cluster's node: %v, want FailedPrecondition saying %q", tc.id, err, tc.want)
+		}
+	}
+	if after := len(leader.raft.GetConfiguration().Configuration().Servers); after != before {
+		t.Fatalf("the configuration went from %d to %d servers", before, after)
+	}
+}
