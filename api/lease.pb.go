@@ -159,6 +159,10 @@ func (x *KeepAliveRequest) GetBrief() bool {
 	return false
 }
 
+// A response with seq 0 and no other field is a heartbeat: the node sends
+// one every 300 ms while renewals of the stream are outstanding, so that a
+// client tells a live leader whose commits are slow from a silent one. It
+// answers no renewal (renewals are numbered from 1).
 type KeepAliveResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Seq     uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`

@@ -387,6 +387,9 @@ func (k *keeper) receive(stream api.LeaseService_KeepAliveClient) error {
 		}
 		now := k.c.clock.Now() // one reading for the message's answers
 		k.lastRecv.Store(int64(now))
+		if heartbeat(msg) {
+			continue // the node is there, its commits are slow: not silent
+		}
 		var moveErr error
 		for i := -1; i < len(msg.More); i++ {
 			resp := msg
@@ -410,6 +413,13 @@ func (k *keeper) receive(stream api.LeaseService_KeepAliveClient) error {
 			return moveErr
 		}
 	}
+}
+
+// heartbeat reports whether msg is a node's empty answer (seq 0, which no
+// renewal has) sent while renewals are slow to commit: it says the node is
+// there, and answers nothing.
+func heartbeat(msg *api.KeepAliveResponse) bool {
+	return msg.Seq == 0 && len(msg.LeaseId) == 0 && msg.Code == 0 && len(msg.More) == 0
 }
 
 // answered takes the answer to one renewal, received at now.

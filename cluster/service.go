@@ -503,6 +503,14 @@ func (s *leaseService) KeepAlive(stream grpc.BidiStreamingServer[api.KeepAliveRe
 	// One token per renewal outstanding on the stream.
 	sem := make(chan struct{}, keepAliveInFlight)
 	defer wg.Wait()
+	beats := make(chan struct{})
+	stopBeats := sync.OnceFunc(func() { close(beats) })
+	defer stopBeats() // before wg.Wait: the heartbeat goroutine is on wg
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		keepAliveHeartbeats(stream, &sendMu, &sendErr, sem, beats)
+	}()
 	for {
 		req, err := stream.Recv()
 		if err != nil {
@@ -519,6 +527,7 @@ func (s *leaseService) KeepAlive(stream grpc.BidiStreamingServer[api.KeepAliveRe
 			// proposed: end it, so that the client reopens it (towards
 			// the leader, or relayed to it) at once instead of
 			// collecting refusals. What was in flight is answered first.
+			stopBeats()
 			wg.Wait()
 			return status.Error(codes.Unavailable, "keep-alive: this node no longer leads; open the stream again")
 		}
@@ -545,6 +554,42 @@ func (s *leaseService) KeepAlive(stream grpc.BidiStreamingServer[api.KeepAliveRe
 				<-sem
 			}
 		}()
+	}
+}
+
+// keepAliveHeartbeat is how often a KeepAlive stream with renewals
+// outstanding sends an empty answer (seq 0).
+const keepAliveHeartbeat = 300 * time.Millisecond
+
+// keepAliveHeartbeats sends an empty answer (seq 0, nothing else) every
+// keepAliveHeartbeat while the stream has renewals outstanding (sem holds
+// a token for each), until stop closes. A client moves a stream that stays
+// silent for about a second with renewals out, since a node frozen or cut
+// off answers nothing; but a live leader whose commits are slow (a disk
+// that stalls for over a second) also answered nothing until they
+// committed, and its clients moved the stream and sent every renewal
+// again, so none was ever confirmed and the leases ended although the
+// cluster renewed them (reviewer). The heartbeat tells the two apart; a
+// renewal is still answered within keepAliveRenewTimeout. A relaying
+// follower passes the leader's heartbeats on, so they say the leader is
+// there, not the follower.
+func keepAliveHeartbeats(stream grpc.BidiStreamingServer[api.KeepAliveRequest, api.KeepAliveResponse], mu *sync.Mutex, sendErr *error, sem chan struct{}, stop <-chan struct{}) {
+	t := time.NewTicker(keepAliveHeartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		if len(sem) == 0 {
+			continue
+		}
+		mu.Lock()
+		if *sendErr == nil {
+			*sendErr = stream.Send(&api.KeepAliveResponse{})
+		}
+		mu.Unlock()
 	}
 }
 

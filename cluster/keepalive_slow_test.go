@@ -1,0 +1,53 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/leasefence/leasefence/client"
+)
+
+// A leader whose commits take longer than a second (a disk that stalls)
+// but that is alive: its keep-alive streams answered nothing until the
+// renewal committed, the client took the silence for a dead node, moved
+// the stream and sent the renewal again, so no renewal was ever confirmed
+// and the lease ended although the cluster renewed it (reviewer). The
+// leader now sends heartbeats while renewals are out; the lease lives.
+func TestAKeepAliveLeaseLivesThroughSlowCommits(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	li, n := tc.leader()
+	c, err := client.New(client.Config{Endpoints: []string{tc.cfgs[li].Listen}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, "ka/slow", client.WithTTL(4*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := l.ID()
+	// Every entry that renews the lease applies 1.6 s late on the leader,
+	// which answers a renewal once it applied it.
+	slow := func(e *raft.Log) {
+		if bytes.Contains(e.Data, id[:]) {
+			time.Sleep(1600 * time.Millisecond)
+		}
+	}
+	n.sm.testBeforeApply.Store(&slow)
+	t.Cleanup(func() { n.sm.testBeforeApply.Store(nil) })
+
+	select {
+	case <-l.Done():
+		t.Fatalf("the lease ended (%v) although every renewal committed within 1.6 s; %+v", l.Err(), c.Stats())
+	case <-time.After(10 * time.Second):
+	}
+	if st := c.Stats(); st.RenewalsConfirmed == 0 {
+		t.Fatalf("no renewal confirmed: %+v", st)
+	}
+}
