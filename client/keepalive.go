@@ -439,7 +439,7 @@ func (k *keeper) answered(resp *api.KeepAliveResponse, now time.Duration) {
 		k.confirmed.Add(1)
 		if p.l.confirmAt(p.sentAt, resp.TtlRemaining.AsDuration(), now) {
 			k.mu.Lock()
-			if _, ok := k.leases[p.l.id]; ok {
+			if k.leases[p.l.id] == p.l { // this lease, not a later one under its id
 				k.reschedule(p.l, p.sentAt+k.interval(p.l))
 			}
 			k.mu.Unlock()

@@ -356,3 +356,36 @@ func testKeeper(t *testing.T, n int, tag byte) (*keeper, *fakeClock) {
 	}
 	return k, clk
 }
+
+// The answer to a renewal of a lease that has since been removed, while
+// a later lease of the same id (a replay of its request id) is kept,
+// rescheduled by id: the removed lease's heap index (-1) panicked
+// (reviewer). It touches only the lease it renewed.
+func TestAnAnswerForARemovedLeaseLeavesALaterOneOfItsIDAlone(t *testing.T) {
+	clk := &fakeClock{}
+	c := &Client{clock: clk, cfg: Config{KeepAliveInterval: 2 * time.Second}}
+	k := newKeeper(c)
+	c.keeper = k
+	lease := func() *Lease {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		t.Cleanup(func() { cancel(nil) })
+		return &Lease{c: c, id: ID{7}, ttl: 30 * time.Second, ctx: ctx, cancel: cancel, safeUntil: time.Hour}
+	}
+	first := lease()
+	k.add(first, 0)
+	clk.now = 2 * time.Second
+	st := &recordingStream{}
+	if _, _, err := k.sendDue(st); err != nil || len(st.sent) != 1 {
+		t.Fatalf("sent %d, %v", len(st.sent), err)
+	}
+	k.remove(first) // released, its renewal still out
+	second := lease()
+	if got := k.add(second, clk.now); got != second {
+		t.Fatal("the later lease was not kept")
+	}
+	next := second.nextRenew
+	k.answered(&api.KeepAliveResponse{Seq: st.sent[0].Seq, LeaseId: first.id[:], TtlRemaining: durationpb.New(30 * time.Second)}, clk.now)
+	if second.nextRenew != next {
+		t.Fatalf("the answer for the removed lease moved the later one's renewal from %v to %v", next, second.nextRenew)
+	}
+}
