@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -575,11 +576,7 @@ func setupSnapshotSave(a *app, fs *flag.FlagSet) func(context.Context, []string)
 		if hex.EncodeToString(sum[:]) != last.Sha256 || !bytes.Equal(sum[:], data[len(data)-sha256.Size:]) {
 			return fmt.Errorf("snapshot checksum mismatch: the download is corrupt")
 		}
-		tmp := path + ".part"
-		if err := os.WriteFile(tmp, data, 0o600); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, path); err != nil {
+		if err := saveSynced(path, data); err != nil {
 			return err
 		}
 		if a.json {
@@ -589,4 +586,37 @@ func setupSnapshotSave(a *app, fs *flag.FlagSet) func(context.Context, []string)
 		}
 		return nil
 	}
+}
+
+// saveSynced writes data to path.part, syncs it, renames it to path and
+// syncs the directory: once "saved" is printed, a crash or power loss
+// leaves the whole backup under its name, not an empty or partial file
+// (a restore would refuse that by its checksum, but the backup would be
+// lost).
+func saveSynced(path string, data []byte) error {
+	tmp := path + ".part"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
