@@ -155,7 +155,7 @@ jepsen: jepsen-bin
 # checker, the --unfenced control that must be caught, and one short run
 # per planted bug (a plantedbugs build), each of which must be caught by a
 # checker the README's table names, within three seeds. About 30 minutes
-# (35 scenarios).
+# (36 scenarios).
 jepsen-quick: jepsen-bin
 	$(BIN)/jepsen suite --bin-dir $(BIN) --seed $(JEPSEN_SEED) --nodes 3 --workers 6 --resources 3 $(JEPSEN_ARGS)
 

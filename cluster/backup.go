@@ -184,15 +184,22 @@ func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotSt
 	if bump == 0 && !cfg.AllowZeroBump {
 		bump = DefaultBumpTokens
 	}
-	epoch := cfg.RestoreEpoch * EpochTokens // Validate bounds the epoch: no overflow
+	restoreEpoch := cfg.RestoreEpoch
+	if n.planted(BugRestoreIgnoresEpoch) {
+		restoreEpoch = 0 // the restore before epochs: every restore of one file alike
+	}
+	epoch := restoreEpoch * EpochTokens // Validate bounds the epoch: no overflow
 	if bump > ^uint64(0)-epoch {
-		return fmt.Errorf("cluster: restore from %s: %w: bump %d + epoch %d x %d (use a smaller --bump-tokens)", cfg.RestoreFrom, fsm.ErrTokenOverflow, bump, cfg.RestoreEpoch, EpochTokens)
+		return fmt.Errorf("cluster: restore from %s: %w: bump %d + epoch %d x %d (use a smaller --bump-tokens)", cfg.RestoreFrom, fsm.ErrTokenOverflow, bump, restoreEpoch, EpochTokens)
 	}
 	floor, err := st.RaiseFloor(bump + epoch)
 	if err != nil {
 		return fmt.Errorf("cluster: restore from %s: %w (use a smaller --bump-tokens)", cfg.RestoreFrom, err)
 	}
-	seed := fmt.Sprintf("restore %x bump %d epoch %d", sha256.Sum256(data), bump, cfg.RestoreEpoch)
+	seed := fmt.Sprintf("restore %x bump %d epoch %d", sha256.Sum256(data), bump, restoreEpoch)
+	if restoreEpoch == 0 {
+		seed = fmt.Sprintf("restore %x bump %d", sha256.Sum256(data), bump) // planted: the seed before epochs
+	}
 	if err := setFoundingClusterID(store, clusterIDOf(cfg.Bootstrap, seed)); err != nil {
 		return err
 	}

@@ -234,6 +234,21 @@ func TestFoundingNodesRestoredDifferentlyNeverFormOneCluster(t *testing.T) {
 // Each restore now has its epoch (when it began), and its floor rises by
 // EpochTokens per second of it: the later restore beats the earlier's.
 func TestRestoringOneBackupTwiceNeverReissuesTokens(t *testing.T) {
+	issued, got, firstID, secondID := restoreOneBackupTwice(t, nil)
+	if got <= issued {
+		t.Fatalf("the second restore of the backup granted token %d; the first restored cluster had granted up to %d", got, issued)
+	}
+	if firstID == secondID { // their bootstrap lists differ here too; TestANodeLeftFrom... keeps one
+		t.Fatalf("two restores of one backup share the cluster id %s", firstID)
+	}
+}
+
+// restoreOneBackupTwice backs up a cluster, restores it (epoch e), grants
+// three times in a scope, loses it, restores the same file again (epoch
+// e+1, every node through tweak), and returns the highest token the first
+// restored cluster granted, the second's first token in that scope, and
+// the two clusters' ids.
+func restoreOneBackupTwice(t *testing.T, tweak func(*Config)) (issued, got uint64, firstID, secondID string) {
 	ctx := ctxT(t)
 	tc := newTestCluster(t, 3, nil)
 	if _, err := tc.client(0).Acquire(ctx, acquireReq("jobs/1", 10*time.Second)); err != nil {
@@ -253,21 +268,23 @@ func TestRestoringOneBackupTwiceNeverReissuesTokens(t *testing.T) {
 		return r.Lease.Token
 	}
 	const first = 1_764_800_000
-	c1 := newTestCluster(t, 3, func(cfg *Config) { cfg.RestoreFrom, cfg.RestoreEpoch = backup, first })
-	var issued uint64
+	restore := func(epoch uint64) *testCluster {
+		return newTestCluster(t, 3, func(cfg *Config) {
+			cfg.RestoreFrom, cfg.RestoreEpoch = backup, epoch
+			if tweak != nil {
+				tweak(cfg)
+			}
+		})
+	}
+	c1 := restore(first)
 	for range 3 {
 		issued = cycle(c1.client(0), "ops/x")
 	}
-	c1ID := c1.nodes[0].ClusterID()
+	firstID = c1.nodes[0].ClusterID()
 	c1.close() // lost too, never backed up
 
-	c2 := newTestCluster(t, 3, func(cfg *Config) { cfg.RestoreFrom, cfg.RestoreEpoch = backup, first+1 })
-	if got := cycle(c2.client(0), "ops/x"); got <= issued {
-		t.Fatalf("the second restore of the backup granted token %d; the first restored cluster had granted up to %d", got, issued)
-	}
-	if c2.nodes[0].ClusterID() == c1ID {
-		t.Fatalf("two restores of one backup share the cluster id %s", c1ID)
-	}
+	c2 := restore(first + 1)
+	return issued, cycle(c2.client(0), "ops/x"), firstID, c2.nodes[0].ClusterID()
 }
 
 // A node of an earlier restore of the same backup whose data dir was not

@@ -24,6 +24,7 @@ const (
 	BugLeaderUnwritten     = "leader-applies-unwritten"
 	BugWALEmptiedOnInstall = "wal-emptied-on-install"
 	BugReadRaftApplied     = "read-raft-applied"
+	BugRestoreIgnoresEpoch = "restore-ignores-epoch"
 )
 
 // plantedWriteDelay is how long the planted leader-applies-unwritten

@@ -236,7 +236,8 @@ func (c *Cluster) RestoreAll(ctx context.Context, backup, lostDir, odd string) e
 	}
 	// The restore's epoch, read once: the same on every founding node,
 	// and later than any earlier restore's of the run.
-	epoch := fmt.Sprint(time.Now().Unix())
+	c.lastEpoch = max(time.Now().Unix(), c.lastEpoch+1)
+	epoch := fmt.Sprint(c.lastEpoch)
 	for _, id := range c.ids {
 		if err := os.Rename(c.DataDir(id), filepath.Join(lostDir, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err

@@ -57,6 +57,8 @@ var PlantedBugs = []PlantedBug{
 		Nemeses: nil, Time: 25 * time.Second, Catch: []string{checker.NameRequestIDs}},
 	{Name: "restore-bumps-known-scopes", In: "leased", What: "a restore raises only the counters of the scopes the backup knows, not the token floor",
 		Nemeses: []string{history.NemRestore}, Time: 30 * time.Second, Catch: []string{checker.NameRestore, checker.NameTokens}},
+	{Name: "restore-ignores-epoch", In: "leased", What: "a restore ignores its epoch, so a second restore of one backup reissues the tokens of the cluster the first one started",
+		Nemeses: []string{history.NemRestoreAgain}, Time: 40 * time.Second, Catch: []string{checker.NameRestore, checker.NameTokens}},
 	{Name: "cluster-id-unchecked", In: "leased", What: "Raft RPCs carry and check no cluster id, so a founding node restored with another bump can lead and grant below the loss",
 		Nemeses: []string{history.NemRestoreMismatch}, Time: 30 * time.Second, Catch: []string{checker.NameRestore, checker.NameTokens}},
 	{Name: "skip-entry-checksum", In: "leased", What: "log entry checksums are not verified, so a node applies an entry its disk changed",

@@ -290,6 +290,9 @@ type Cluster struct {
 	// rt runs the nodes when they are not the harness's child processes
 	// (docker mode); nil: Proc signals.
 	rt nodeRuntime
+	// lastEpoch is the restore epoch RestoreAll gave last: the next is
+	// later, as an operator's clock makes it.
+	lastEpoch int64
 }
 
 var (

@@ -84,7 +84,7 @@ var FencedGroups = []struct {
 	{"clocks at the drift edge", []string{history.NemClockDriftEdge}, 30 * time.Second},
 	{"clocks at the drift edge, read in ticks", []string{history.NemClockDriftEdgeCoarse}, 45 * time.Second},
 	{"combined faults", nm.ComboNemeses, 45 * time.Second},
-	{"restore from a backup", []string{history.NemRestore, history.NemRestoreMismatch}, 35 * time.Second},
+	{"restore from a backup", []string{history.NemRestore, history.NemRestoreMismatch, history.NemRestoreAgain}, 35 * time.Second},
 	// On its own (not with snapshot), so that the nodes keep their whole
 	// log and the watch stream has no gaps from snapshot installs
 	// (nemesis.SnapshotArgs): every checker decides.

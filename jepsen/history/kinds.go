@@ -175,6 +175,16 @@ const NemRestore = "restore"
 // with the same file and the default bump. Not part of "all": name it.
 const NemRestoreMismatch = "restore-mismatch"
 
+// NemRestoreAgain is NemRestore from the same backup file again: its first
+// fault takes a backup and restores from it as NemRestore does; every
+// later one loses the cluster that restore started (after it served, the
+// workers granting) and restores the same file once more, as an operator
+// does whose restored cluster was lost before anyone backed it up. Each
+// restore has its own epoch (`--restore-epoch`, later each time), so the
+// new cluster must beat every token the lost one granted; CheckRestore
+// and tokens-unique-monotonic decide. Not part of "all": name it.
+const NemRestoreAgain = "restore-again"
+
 // Realised in nemesis/silent.go.
 
 // NemSilentLeader makes the leader silent without a reset (issue 15 §2):
@@ -217,4 +227,6 @@ const NemStorage = "storage"
 func IsDriftEdge(k string) bool { return k == NemClockDriftEdge || k == NemClockDriftEdgeCoarse }
 
 // IsRestore reports whether fault kind k restores from a backup.
-func IsRestore(k string) bool { return k == NemRestore || k == NemRestoreMismatch }
+func IsRestore(k string) bool {
+	return k == NemRestore || k == NemRestoreMismatch || k == NemRestoreAgain
+}

@@ -32,7 +32,7 @@ import (
 var AllNemeses = slices.Concat(
 	[]string{history.NemKill, history.NemKillLeader, history.NemPause, history.NemPauseLeader, history.NemClientPause, history.NemClientPauseAcquire, history.NemClientPauseReplay, history.NemSnapshot, history.NemMember, history.NemStorage, history.NemMemberUnreachable},
 	NetNemeses, []string{history.NemSilentLeader}, ComboNemeses, []string{history.NemLoseTail},
-	[]string{history.NemClockBump, history.NemClockStrobe, history.NemClockRate, history.NemClockRateClientPause, history.NemClockDriftEdge, history.NemClockDriftEdgeCoarse, history.NemRestore, history.NemRestoreMismatch})
+	[]string{history.NemClockBump, history.NemClockStrobe, history.NemClockRate, history.NemClockRateClientPause, history.NemClockDriftEdge, history.NemClockDriftEdgeCoarse, history.NemRestore, history.NemRestoreMismatch, history.NemRestoreAgain})
 
 // InSpecNemeses is AllNemeses without the out-of-spec clock-rate and
 // restore, without clock-drift-edge and clock-drift-edge-coarse, which
@@ -133,6 +133,12 @@ type Nemesis struct {
 	// (the watcher starts afresh on it).
 	onRestore func()
 	progress  func(string)
+	// againFrom is the backup NemRestoreAgain restores from: taken at its
+	// first fault, restored again at every later one.
+	againFrom string
+	// againScopes are the probe's scopes of the restores from againFrom:
+	// a later restore of the file probes them too.
+	againScopes []string
 
 	mu     sync.Mutex
 	counts map[string]int // started faults by kind
@@ -213,8 +219,8 @@ func (n *Nemesis) Run(ctx context.Context) {
 			n.clockStrobe(ctx, hold)
 		case history.NemClockRate:
 			n.clockRate(ctx, hold)
-		case history.NemRestore, history.NemRestoreMismatch:
-			n.restore(ctx, kind == history.NemRestoreMismatch)
+		case history.NemRestore, history.NemRestoreMismatch, history.NemRestoreAgain:
+			n.restore(ctx, kind)
 		default:
 			if isNetNemesis(kind) {
 				n.netFault(ctx, kind, hold)

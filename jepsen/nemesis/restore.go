@@ -24,27 +24,46 @@ const RestorePrefix = "jn/"
 // probeScopes is how many new scopes each restore probes.
 const probeScopes = 2
 
-// restore runs one NemRestore fault; with mismatch, a NemRestoreMismatch.
-func (n *Nemesis) restore(ctx context.Context, mismatch bool) {
-	kind := history.NemRestore
-	if mismatch {
-		kind = history.NemRestoreMismatch
-	}
+// restore runs one fault of kind: NemRestore, NemRestoreMismatch or
+// NemRestoreAgain.
+func (n *Nemesis) restore(ctx context.Context, kind string) {
+	mismatch := kind == history.NemRestoreMismatch
 	cl, ok := n.nodes.(Cluster)
 	if !ok || n.hist == nil {
 		n.notDone(kind, "no cluster of processes or no history to probe into")
 		return
 	}
 	n.mu.Lock()
-	k := n.counts[history.NemRestore] + n.counts[history.NemRestoreMismatch] + 1
+	k := n.counts[history.NemRestore] + n.counts[history.NemRestoreMismatch] + n.counts[history.NemRestoreAgain] + 1
 	n.mu.Unlock()
 	ctx = context.WithoutCancel(ctx) // once started, always finish
-	file := filepath.Join(cl.Dir(), fmt.Sprintf("backup-%d.lfb", k))
-	n.progress(fmt.Sprintf("nemesis: restore %d: backup to %s", k, file))
-	index, berr := cl.Backup(ctx, file)
 	var scopes []string
 	for i := 0; i < probeScopes; i++ {
 		scopes = append(scopes, fmt.Sprintf("%s%d-%d", RestorePrefix, k, i))
+	}
+	file := filepath.Join(cl.Dir(), fmt.Sprintf("backup-%d.lfb", k))
+	var (
+		index uint64
+		berr  error
+	)
+	// Restored again: the file an earlier fault of the kind backed up,
+	// and the scopes the clusters restored from it have granted in (the
+	// cluster lost now granted there too: the new one must beat it).
+	again := kind == history.NemRestoreAgain && n.againFrom != ""
+	if again {
+		file = n.againFrom
+		n.progress(fmt.Sprintf("nemesis: restore %d: %s again", k, file))
+	} else {
+		n.progress(fmt.Sprintf("nemesis: restore %d: backup to %s", k, file))
+		index, berr = cl.Backup(ctx, file)
+		if kind == history.NemRestoreAgain && berr == nil {
+			n.againFrom = file
+		}
+	}
+	probed := scopes
+	if kind == history.NemRestoreAgain {
+		probed = append(append([]string(nil), n.againScopes...), scopes...)
+		n.againScopes = probed
 	}
 	var pre []string
 	if berr == nil {
@@ -62,8 +81,12 @@ func (n *Nemesis) restore(ctx context.Context, mismatch bool) {
 		sleepCtx(ctx, 2*time.Second)
 	}
 	n.progress(fmt.Sprintf("nemesis: restore %d: lose every node, restore from the backup", k))
+	what := fmt.Sprintf("backup at index %d", index)
+	if again {
+		what = "the backup " + file + " restored again"
+	}
 	n.record(history.Fault{Phase: "start", Kind: kind, Target: "all",
-		Detail: errString(berr, fmt.Sprintf("backup at index %d; before the loss: %s; SIGKILL every node", index, strings.Join(pre, ", ")))})
+		Detail: errString(berr, fmt.Sprintf("%s; before the loss: %s; SIGKILL every node", what, strings.Join(pre, ", ")))})
 	if berr != nil {
 		n.record(history.Fault{Phase: "heal", Kind: kind, Target: "all", Detail: "no backup, nothing lost"})
 		return
@@ -89,7 +112,7 @@ func (n *Nemesis) restore(ctx context.Context, mismatch bool) {
 		return
 	}
 	var post []string
-	for _, s := range scopes {
+	for _, s := range probed {
 		post = append(post, n.probe(ctx, cl, fmt.Sprintf("restore%d-post", k), s))
 	}
 	n.progress(fmt.Sprintf("nemesis: restore %d: after it: %s", k, strings.Join(post, ", ")))
