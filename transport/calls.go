@@ -154,9 +154,22 @@ func (s *CallServer) run(ctx context.Context, c *transportpb.Call) *transportpb.
 	}
 	if err != nil {
 		a.Response = nil
-		a.Status = marshalStatus(status.Convert(err))
+		a.Status = marshalStatus(statusOf(err))
 	}
 	return a
+}
+
+// statusOf is the status a handler's error is answered with, as gRPC's
+// own server makes it: a status error as it is, a context error as its
+// code (DeadlineExceeded, Canceled), anything else Unknown. status.Convert
+// made a context error Unknown, which the caller reads as a failure whose
+// outcome is unknown; the caller's deadline often ends the handler a
+// moment before the caller's own timer fires.
+func statusOf(err error) *status.Status {
+	if st, ok := status.FromError(err); ok {
+		return st
+	}
+	return status.FromContextError(err)
 }
 
 func marshalStatus(st *status.Status) []byte {

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -247,6 +248,24 @@ func TestBrokenStreamFailsItsCallsUnavailableAndTheNextOpensAnother(t *testing.T
 	c.mu.Unlock()
 	if st != nil {
 		t.Error("the broken stream is still the CallConn's: the next call would fail on it")
+	}
+}
+
+// A handler that ends with its context's error is answered with that
+// error's code, as gRPC's own server answers it, not Unknown: the
+// caller's deadline often ends the handler a moment before the caller's
+// own timer fires, and TestCallerDeadlineEndsTheWait failed so under load.
+func TestAHandlersContextErrorKeepsItsCode(t *testing.T) {
+	for _, want := range []error{context.DeadlineExceeded, context.Canceled} {
+		ic := func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {
+			return nil, fmt.Errorf("handler: %w", want)
+		}
+		addr, _ := callsServer(t, true, ic)
+		c := callConn(t, addr)
+		_, err := healthpb.NewHealthClient(c).Check(t.Context(), &healthpb.HealthCheckRequest{Service: "up"})
+		if got := status.Code(err); got != status.FromContextError(want).Code() {
+			t.Errorf("a handler ending with %v: %v (%v), want %v", want, got, err, status.FromContextError(want).Code())
+		}
 	}
 }
 
