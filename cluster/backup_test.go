@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -47,16 +48,7 @@ func TestRestoreFromBackupBumpsTokensAboveEveryTokenIssued(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
 	ctx := ctxT(t)
 	c := tc.client(1) // a follower or the leader: Snapshot is forwarded
-	cycle := func(c api.LeaseServiceClient, resource string) uint64 {
-		r, err := c.Acquire(ctx, acquireReq(resource, 10*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Release(ctx, &api.ReleaseRequest{LeaseId: r.Lease.Id}); err != nil {
-			t.Fatal(err)
-		}
-		return r.Lease.Token
-	}
+	cycle := func(c api.LeaseServiceClient, resource string) uint64 { return grantAndRelease(ctx, t, c, resource) }
 	for i := 0; i < 3; i++ {
 		cycle(c, "jobs/1")
 	}
@@ -257,16 +249,7 @@ func restoreOneBackupTwice(t *testing.T, tweak func(*Config)) (issued, got uint6
 	backup := saveBackup(t, tc, 0)
 	tc.close()
 
-	cycle := func(c api.LeaseServiceClient, resource string) uint64 {
-		r, err := c.Acquire(ctx, acquireReq(resource, 10*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Release(ctx, &api.ReleaseRequest{LeaseId: r.Lease.Id}); err != nil {
-			t.Fatal(err)
-		}
-		return r.Lease.Token
-	}
+	cycle := func(c api.LeaseServiceClient, resource string) uint64 { return grantAndRelease(ctx, t, c, resource) }
 	const first = 1_764_800_000
 	restore := func(epoch uint64) *testCluster {
 		return newTestCluster(t, 3, func(cfg *Config) {
@@ -330,4 +313,18 @@ func TestANodeLeftFromAnEarlierRestoreNeverJoinsALaterOne(t *testing.T) {
 	if got := c.nodes[2].AppliedIndex(); got >= want || c.nodes[2].IsLeader() {
 		t.Fatalf("the leftover node applied %d of the new cluster's %d (leads: %v): it joined it", got, want, c.nodes[2].IsLeader())
 	}
+}
+
+// grantAndRelease acquires resource through c, releases it, and returns
+// the grant's token.
+func grantAndRelease(ctx context.Context, t *testing.T, c api.LeaseServiceClient, resource string) uint64 {
+	t.Helper()
+	r, err := c.Acquire(ctx, acquireReq(resource, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Release(ctx, &api.ReleaseRequest{LeaseId: r.Lease.Id}); err != nil {
+		t.Fatal(err)
+	}
+	return r.Lease.Token
 }

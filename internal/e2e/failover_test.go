@@ -1,11 +1,13 @@
 package e2e
 
 import (
-	"os"
+	"context"
 	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasefence/leasefence/api"
 )
 
 func TestKilledLeaderIsReplacedAndNextTokenIsHigher(t *testing.T) {
@@ -57,13 +59,15 @@ func TestFullClusterRestartContinuesTokens(t *testing.T) {
 }
 
 // A node that was down while the log was compacted catches up through a
-// snapshot; then it and a wiped node are all that is left, so every token
-// after that comes from state that travelled in the snapshot.
+// snapshot: its own state (a stale read of it) holds the scope's counter,
+// and once the old leader is lost the next token follows it. (This test
+// once wiped the third node and started it with --join under its old id
+// without removing it, the mistake docs/OPERATIONS.md forbids: such a node
+// no longer votes before it has caught up, so the two could elect no one.)
 func TestSnapshotInstalledOnNodeThatWasDownCarriesTokens(t *testing.T) {
 	c := startCluster(t, 3, "--snapshot-threshold", "10", "--snapshot-threshold-max", "10", "--trailing-logs", "10", "--snapshot-interval", "200ms")
 	li := c.Leader()
 	down := (li + 1) % 3
-	other := (li + 2) % 3
 	c.Kill(down, syscall.SIGKILL)
 	last := c.Cycle("snap", 60)
 	c.Start(down)
@@ -83,32 +87,15 @@ func TestSnapshotInstalledOnNodeThatWasDownCarriesTokens(t *testing.T) {
 	if len(snaps) == 0 {
 		t.Fatal("restarted node holds no snapshot: it caught up from the log, not by snapshot install")
 	}
-	// Only the restored node keeps its data; the other survivor comes back
-	// empty and rejoins through it.
-	c.Kill(li, syscall.SIGKILL)
-	c.Kill(other, syscall.SIGKILL)
-	if err := os.RemoveAll(c.Procs[other].DataDir); err != nil {
-		t.Fatal(err)
+	g, err := c.Lease(down).Get(context.Background(), &api.GetRequest{Resource: "snap", Stale: true})
+	if err != nil || g.ScopeToken != last {
+		t.Fatalf("the node that installed the snapshot holds scope token %d (%v), want %d", g.GetScopeToken(), err, last)
 	}
-	p := c.Procs[other]
-	p.Args = append(withoutFlag(p.Args, "--bootstrap"), "--join", c.Procs[down].Addr)
-	c.Start(other)
+	c.Kill(li, syscall.SIGKILL)
 	c.Leader()
 	if got := c.Cycle("snap", 1); got != last+1 {
 		t.Fatalf("token after snapshot install %d, want %d", got, last+1)
 	}
-}
-
-func withoutFlag(args []string, flag string) []string {
-	var out []string
-	for i := 0; i < len(args); i++ {
-		if args[i] == flag {
-			i++
-			continue
-		}
-		out = append(out, args[i])
-	}
-	return out
 }
 
 func TestSameRequestIDAcrossKilledLeaderYieldsOneLease(t *testing.T) {
