@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -174,9 +173,6 @@ func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.J
 		if id := clusterID(leaderMD); id != "" {
 			_ = grpc.SetHeader(ctx, metadata.Pairs(clusterIDHeader, id))
 		}
-		if c := leaderMD.Get(joinCommitHeader); len(c) == 1 {
-			_ = grpc.SetHeader(ctx, metadata.Pairs(joinCommitHeader, c[0]))
-		}
 		return resp, err
 	}
 	if id := s.n.ClusterID(); id != "" {
@@ -192,7 +188,6 @@ func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.J
 	for _, srv := range servers {
 		switch {
 		case string(srv.ID) == req.Id && string(srv.Address) == req.Addr:
-			s.n.setJoinCommit(ctx)
 			return &api.JoinResponse{}, nil
 		case string(srv.ID) == req.Id:
 			return nil, status.Errorf(codes.FailedPrecondition, "cluster: id %s is a member at %s; remove it first", srv.ID, srv.Address)
@@ -221,17 +216,7 @@ func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.J
 		return nil, err
 	}
 	s.n.log.Info("member added", "member-id", req.Id, "member-addr", req.Addr, "nonvoter", req.Nonvoter)
-	s.n.setJoinCommit(ctx)
 	return &api.JoinResponse{}, nil
-}
-
-// setJoinCommit tells a node the Join admitted (or found a member
-// already) how far its log must reach before it may vote: this leader's
-// commit index, which covers every entry committed before (the leader has
-// committed one of its own term: the add, or its barrier before it
-// served). See refuseVotes.
-func (n *Node) setJoinCommit(ctx context.Context) {
-	_ = grpc.SetHeader(ctx, metadata.Pairs(joinCommitHeader, strconv.FormatUint(n.raft.CommitIndex(), 10)))
 }
 
 // Remove implements api.ClusterServiceServer. It refuses to remove the last

@@ -7,13 +7,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/leasefence/leasefence/api"
-	"github.com/leasefence/leasefence/transport"
 )
 
 func members(t *testing.T, n *Node) []*api.Member {
@@ -166,62 +163,4 @@ func TestAMemberOfAnotherClusterIsNeverAdded(t *testing.T) {
 	if after := len(leader.raft.GetConfiguration().Configuration().Servers); after != before {
 		t.Fatalf("the configuration went from %d to %d servers", before, after)
 	}
-}
-
-// A voter whose data dir was lost, started again under its old id with
-// --join instead of being removed first, is still counted by the others,
-// but its log is empty: it granted its vote to any candidate, one missing
-// a committed entry too (reviewer). It now votes only once its log holds
-// the leader's commit index of its Join answer; here no leader can answer
-// it (the leader is down), and a candidate's request is refused.
-func TestAVoterThatLostItsDataDirDoesNotVoteBeforeItCaughtUp(t *testing.T) {
-	ctx := ctxT(t)
-	tc := newTestCluster(t, 3, nil)
-	for i := range 5 {
-		if _, err := tc.client(0).Acquire(ctx, acquireReq(fmt.Sprintf("w/%d", i), 10*time.Second)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tc.waitAllApplied(t)
-	li, leader := tc.leader()
-	term := leader.raft.CurrentTerm()
-	v, other := (li+1)%3, (li+2)%3
-	tc.stop(v)
-	tc.stop(li) // no leader: the wiped node catches up from no one
-	tc.cfgs[v].DataDir, tc.cfgs[v].Bootstrap, tc.cfgs[v].Join = t.TempDir(), nil, tc.cfgs[other].Listen
-	tc.start(v)
-
-	tr, err := transport.New(transport.Config{
-		LocalAddr:   raft.ServerAddress(tc.cfgs[other].Listen),
-		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	wiped := tc.nodes[v]
-	req := &raft.RequestVoteRequest{
-		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(tc.cfgs[other].ID), Addr: []byte(tc.cfgs[other].Listen)},
-		Term:      term + 1, Candidate: []byte(tc.cfgs[other].Listen), LastLogIndex: 1, LastLogTerm: 1,
-	}
-	var resp raft.RequestVoteResponse
-	if err := tr.RequestVote(raft.ServerID(wiped.ID()), raft.ServerAddress(wiped.Addr()), req, &resp); err != nil {
-		t.Fatal(err)
-	}
-	if resp.Granted {
-		t.Fatalf("the node that lost its data dir voted for a candidate at log index 1 (the cluster had committed %d entries)", leader.AppliedIndex())
-	}
-	var pre raft.RequestPreVoteResponse
-	if err := tr.RequestPreVote(raft.ServerID(wiped.ID()), raft.ServerAddress(wiped.Addr()),
-		&raft.RequestPreVoteRequest{RPCHeader: req.RPCHeader, Term: term + 1, LastLogIndex: 1, LastLogTerm: 1}, &pre); err != nil {
-		t.Fatal(err)
-	}
-	if pre.Granted {
-		t.Fatal("the node that lost its data dir granted a pre-vote")
-	}
-
-	// The leader back: the Join is answered, the node catches up and
-	// votes again as raft decides.
-	tc.start(li)
-	eventually(t, 15*time.Second, "the rejoined node catches up and may vote", func() bool { return !wiped.refuseVotes() })
 }

@@ -7,12 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,11 +98,6 @@ type Node struct {
 	// empty until the node has one; a leader hands it to joining nodes,
 	// and the transport reads it on every Raft RPC (no lock).
 	clusterID atomic.Pointer[string]
-	// voteFloor, while above 0, keeps this node from voting (refuseVotes):
-	// a first start that joins sets it to "never" until the Join answer
-	// names the leader's commit index, then to that index until the log
-	// reaches it.
-	voteFloor atomic.Uint64
 	// corrupt is why this node's state differs from the majority's
 	// (statecheck.go); nil while it does not.
 	corrupt atomic.Pointer[string]
@@ -479,7 +472,6 @@ func (n *Node) buildServers() error {
 			}
 		},
 		CommitLimit: commitLimit,
-		RefuseVotes: n.refuseVotes,
 	})
 	if err != nil {
 		return err
@@ -613,9 +605,6 @@ func (n *Node) recordIdentity(ident *Identity, rs raftStores, existing bool) err
 // that joins, the join loop. Nothing here fails.
 func (n *Node) startLoops(existing bool) {
 	cfg := n.cfg
-	if !existing && len(cfg.Bootstrap) == 0 && cfg.Join != "" {
-		n.voteFloor.Store(math.MaxUint64) // no vote before the Join answer (refuseVotes)
-	}
 	n.wg.Add(5)
 	go func() { defer n.wg.Done(); n.server.serve() }()
 	go func() { defer n.wg.Done(); n.inproc.serve(n.log) }()
@@ -912,9 +901,7 @@ func (n *Node) joinLoop() {
 		}
 		cancel()
 		if err == nil {
-			commit := joinCommit(hdr)
-			n.log.Info("joined cluster", "via", n.cfg.Join, "cluster-id", clusterID(hdr), "votes-after-index", commit)
-			n.voteFloor.Store(commit)
+			n.log.Info("joined cluster", "via", n.cfg.Join, "cluster-id", clusterID(hdr))
 			n.writeJoinIdentity(clusterID(hdr))
 			return
 		}
@@ -927,40 +914,6 @@ func (n *Node) joinLoop() {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-}
-
-// refuseVotes is the transport's RefuseVotes: true while a node that
-// joined with an empty data dir has not yet the leader's commit index of
-// its Join answer in its log. Such a node may be a voter whose disk was
-// lost, restarted under its old id without being removed first: the
-// cluster counts its vote, but it forgot the entries it had acknowledged,
-// so a candidate missing one of them could win with its vote and lose a
-// committed entry. The leader's commit index when it admitted the node
-// covers every entry committed before (it has committed one of its own
-// term). An answer without the index (an older leader) lifts the refusal.
-func (n *Node) refuseVotes() bool {
-	floor := n.voteFloor.Load()
-	if floor == 0 {
-		return false
-	}
-	if floor == math.MaxUint64 || n.raft.LastIndex() < floor {
-		return true
-	}
-	n.voteFloor.CompareAndSwap(floor, 0) // caught up: raft decides from now on
-	return false
-}
-
-// joinCommitHeader carries the leader's commit index in the answer to a
-// Join (refuseVotes).
-const joinCommitHeader = "leasefence-join-commit"
-
-func joinCommit(md metadata.MD) uint64 {
-	if v := md.Get(joinCommitHeader); len(v) == 1 {
-		if c, err := strconv.ParseUint(v[0], 10, 64); err == nil && c != math.MaxUint64 {
-			return c
-		}
-	}
-	return 0
 }
 
 // peerClusterID is the transport's source of the cluster id sent with and

@@ -119,16 +119,6 @@ type Config struct {
 	// well as the followers raft counted. It is called once per request
 	// and must not block.
 	CommitLimit func() uint64
-
-	// RefuseVotes, when set and returning true, makes the server half
-	// answer RequestVote and RequestPreVote itself, not granted (at the
-	// candidate's term, so no one steps down), without handing them to
-	// raft. A node that joins with an empty data dir may be a voter whose
-	// disk was lost, under an id the cluster still counts: it must not
-	// vote before its log holds every entry committed before it joined,
-	// or a candidate missing one could win with its vote. It is called
-	// once per request and must not block.
-	RefuseVotes func() bool
 }
 
 // DefaultConfig returns a Config with every default filled in; the caller

@@ -173,9 +173,6 @@ func (s *rpcServer) RequestVote(ctx context.Context, in *transportpb.RequestVote
 	if err != nil {
 		return nil, s.refuse("request-vote", err)
 	}
-	if f := s.t.cfg.RefuseVotes; f != nil && f() {
-		return requestVoteResponseToPB(&raft.RequestVoteResponse{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, Addr: []byte(s.t.cfg.LocalAddr)}, Term: req.Term}), nil
-	}
 	r, err := s.t.dispatch(ctx, req, false)
 	if err != nil {
 		return nil, toStatus(err)
@@ -188,9 +185,6 @@ func (s *rpcServer) RequestPreVote(ctx context.Context, in *transportpb.RequestP
 	req, err := requestPreVoteRequestFromPB(in)
 	if err != nil {
 		return nil, s.refuse("request-pre-vote", err)
-	}
-	if f := s.t.cfg.RefuseVotes; f != nil && f() {
-		return requestPreVoteResponseToPB(&raft.RequestPreVoteResponse{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, Addr: []byte(s.t.cfg.LocalAddr)}, Term: req.Term}), nil
 	}
 	r, err := s.t.dispatch(ctx, req, false)
 	if err != nil {
