@@ -28,18 +28,36 @@ var backupMagic = []byte("leasefence-backup v1\n")
 // grants a cluster makes between a backup and its loss.
 const DefaultBumpTokens = uint64(1) << 32
 
-// EpochTokens is how far a restore raises the token floor per second of
-// its restore epoch (Config.RestoreEpoch), on top of the bump: 2^24, more
-// grants than one scope makes in a second. Two restores of one backup,
-// the later one e seconds after the earlier began, get floors
-// e × EpochTokens apart: the later beats every token the earlier's cluster
-// granted, however long it served, before it too was lost.
-const EpochTokens = uint64(1) << 24
+// A restore's floor is at least its epoch's line: (RestoreEpoch -
+// EpochBase) × EpochTokens. EpochTokens (2^32) is more grants than one
+// scope makes in a second, and no bigger than the default bump. So a
+// cluster restored at epoch e starts at the line of e, or at most the
+// bump above its backup's tokens, themselves below the line of the
+// backup's cluster's restore plus its grants: every token it grants stays
+// below the line of a later second, unless it granted 2^32 in one scope
+// per second of its life. A restore begun in a later second than another,
+// from any backup, therefore beats every token the other's cluster
+// granted before it was lost (the same file restored again, a fall back
+// to an older backup after a chain of restores), and the line does not
+// pile up along a chain. A bump above EpochTokens weakens that for
+// restores less than bump / EpochTokens seconds apart.
+const (
+	EpochTokens = uint64(1) << 32
+	// EpochBase is the epoch whose line is 0 (2023-11-14T22:13:20Z): no
+	// restore is older, and tokens stay small (about 3 x 10^17 in 2026).
+	EpochBase = uint64(1_700_000_000)
+	// MaxRestoreEpoch bounds Config.RestoreEpoch (the year 2091): the line
+	// stays below 2^63, so tokens fit a signed 64-bit column.
+	MaxRestoreEpoch = EpochBase + 1<<31 - 1
+)
 
-// MaxRestoreEpoch bounds Config.RestoreEpoch (2^37 s: the year 6325):
-// the epoch's share of the floor stays below 2^61, so tokens fit a signed
-// 64-bit column with room for bumps and grants.
-const MaxRestoreEpoch = uint64(1) << 37
+// epochLine is the least floor of a restore at epoch (0 before EpochBase).
+func epochLine(epoch uint64) uint64 {
+	if epoch < EpochBase {
+		return 0
+	}
+	return (epoch - EpochBase) * EpochTokens
+}
 
 // ErrBadBackup is returned for a backup file that is truncated, altered or
 // not a backup at all.
@@ -149,13 +167,14 @@ func readBackup(path string, data []byte, opts ...fsm.Option) (*fsm.State, uint6
 }
 
 // seedFromBackup makes a fresh data dir start from a backup: the state,
-// with its token floor raised to the backup's highest token plus bump
-// plus RestoreEpoch × EpochTokens (fsm.State.RaiseFloor: every scope's next
-// token, a scope the backup never saw included, beats every token the lost
-// cluster issued if no scope made more than bump grants after the backup;
-// the epoch's share beats every token of a cluster restored from the same
-// backup by an earlier restore, which the bump alone did not: it was the
-// same for both), becomes a Raft snapshot at
+// with its token floor raised to the backup's highest token plus bump, and
+// to at least its epoch's line (epochLine; fsm.State.RaiseFloor and
+// RaiseFloorTo: every scope's next token, a scope the backup never saw
+// included, beats every token the lost cluster issued if no scope made
+// more than bump grants after the backup; the epoch's line beats every
+// token of a cluster an earlier restore started, of this backup or any
+// other, which the bump alone did not: it was the same for every restore
+// of one file), becomes a Raft snapshot at
 // index 1 of a new cluster whose members are cfg.Bootstrap. Every founding
 // node of the new cluster is seeded from the same file, as with etcd's
 // snapshot restore.
@@ -184,18 +203,18 @@ func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotSt
 	if bump == 0 && !cfg.AllowZeroBump {
 		bump = DefaultBumpTokens
 	}
+	if cfg.RestoreEpoch == 0 {
+		return fmt.Errorf("cluster: restore from %s needs its restore epoch (--restore-epoch): the Unix time in seconds when the restore began, the same on every founding node", cfg.RestoreFrom)
+	}
 	restoreEpoch := cfg.RestoreEpoch
 	if n.planted(BugRestoreIgnoresEpoch) {
 		restoreEpoch = 0 // the restore before epochs: every restore of one file alike
 	}
-	epoch := restoreEpoch * EpochTokens // Validate bounds the epoch: no overflow
-	if bump > ^uint64(0)-epoch {
-		return fmt.Errorf("cluster: restore from %s: %w: bump %d + epoch %d x %d (use a smaller --bump-tokens)", cfg.RestoreFrom, fsm.ErrTokenOverflow, bump, restoreEpoch, EpochTokens)
-	}
-	floor, err := st.RaiseFloor(bump + epoch)
+	floor, err := st.RaiseFloor(bump)
 	if err != nil {
 		return fmt.Errorf("cluster: restore from %s: %w (use a smaller --bump-tokens)", cfg.RestoreFrom, err)
 	}
+	floor = st.RaiseFloorTo(epochLine(restoreEpoch)) // Validate bounds the epoch: below 2^63
 	seed := fmt.Sprintf("restore %x bump %d epoch %d", sha256.Sum256(data), bump, restoreEpoch)
 	if restoreEpoch == 0 {
 		seed = fmt.Sprintf("restore %x bump %d", sha256.Sum256(data), bump) // planted: the seed before epochs

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,8 +43,10 @@ func saveBackup(t *testing.T, tc *testCluster, i int) string {
 }
 
 // Grant tokens, back up, grant more, lose the whole cluster, restore a new
-// one from the backup: the next grant beats every token ever issued. With
-// the bump forced to zero, it would not: that is what the bump is for.
+// one from the backup: the next grant beats every token ever issued. The
+// epoch here is EpochBase (its line is 0): the bump decides. With the bump
+// forced to zero, it would not: that is what the bump is for (and, at a
+// real epoch, the line).
 func TestRestoreFromBackupBumpsTokensAboveEveryTokenIssued(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
 	ctx := ctxT(t)
@@ -66,7 +69,7 @@ func TestRestoreFromBackupBumpsTokensAboveEveryTokenIssued(t *testing.T) {
 
 	restore := func(tweak func(*Config)) *testCluster {
 		return newTestCluster(t, 3, func(cfg *Config) {
-			cfg.RestoreFrom, cfg.RestoreEpoch = backup, 1 // a floor EpochTokens higher
+			cfg.RestoreFrom, cfg.RestoreEpoch = backup, EpochBase // its line is 0: the bump decides
 			if tweak != nil {
 				tweak(cfg)
 			}
@@ -75,16 +78,16 @@ func TestRestoreFromBackupBumpsTokensAboveEveryTokenIssued(t *testing.T) {
 	nc := restore(nil)
 	// Get's scope token is what the next grant exceeds, in every scope.
 	for _, res := range []string{"jobs/1", "ops/new"} {
-		if g, err := nc.client(1).Get(ctx, &api.GetRequest{Resource: res}); err != nil || g.ScopeToken != 3+DefaultBumpTokens+EpochTokens {
+		if g, err := nc.client(1).Get(ctx, &api.GetRequest{Resource: res}); err != nil || g.ScopeToken != 3+DefaultBumpTokens {
 			t.Fatalf("after restore, Get %s: scope token %d, %v", res, g.GetScopeToken(), err)
 		}
 	}
 	token := cycle(nc.client(0), "jobs/1")
-	if token <= highest || token != 3+DefaultBumpTokens+EpochTokens+1 {
+	if token <= highest || token != 3+DefaultBumpTokens+1 {
 		t.Fatalf("after restore token %d; highest ever issued %d", token, highest)
 	}
 	// Every scope, known to the backup or not, draws above the floor.
-	if token := cycle(nc.client(2), "ops/new"); token != 3+DefaultBumpTokens+EpochTokens+1 {
+	if token := cycle(nc.client(2), "ops/new"); token != 3+DefaultBumpTokens+1 {
 		t.Fatalf("after restore, a scope the backup never saw got token %d", token)
 	}
 	g, err := nc.client(1).Get(ctx, &api.GetRequest{Resource: "jobs/held"})
@@ -94,8 +97,8 @@ func TestRestoreFromBackupBumpsTokensAboveEveryTokenIssued(t *testing.T) {
 	nc.close()
 
 	zero := restore(func(cfg *Config) { cfg.AllowZeroBump = true })
-	if token := cycle(zero.client(0), "jobs/1"); token != 3+EpochTokens+1 {
-		t.Fatalf("with no bump the restored cluster grants token %d, want the backup's 3 + the epoch's share + 1", token)
+	if token := cycle(zero.client(0), "jobs/1"); token != 4 {
+		t.Fatalf("with no bump (and an epoch whose line is 0) the restored cluster grants token %d, want the reissued 4", token)
 	}
 }
 
@@ -107,7 +110,7 @@ func TestRestoreRefusesAlteredBackup(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.lfb")
 	os.WriteFile(bad, data, 0o600)
 	cfg := tc.cfgs[0]
-	cfg.DataDir, cfg.RestoreFrom, cfg.RestoreEpoch = t.TempDir(), bad, 1
+	cfg.DataDir, cfg.RestoreFrom, cfg.RestoreEpoch = t.TempDir(), bad, EpochBase
 	cfg.Listen = freeAddrs(t, 1)[0]
 	cfg.Bootstrap = map[string]string{cfg.ID: cfg.Listen}
 	if _, err := Start(cfg); !errors.Is(err, ErrBadBackup) {
@@ -127,7 +130,7 @@ func TestRestoreRefusesAFloorOverflowAndChangesNothing(t *testing.T) {
 	tc.close()
 
 	cfg := tc.cfgs[0]
-	cfg.DataDir, cfg.RestoreFrom, cfg.RestoreEpoch = t.TempDir(), backup, 1
+	cfg.DataDir, cfg.RestoreFrom, cfg.RestoreEpoch = t.TempDir(), backup, EpochBase
 	cfg.Listen = freeAddrs(t, 1)[0]
 	cfg.Bootstrap = map[string]string{cfg.ID: cfg.Listen}
 	cfg.BumpTokens = ^uint64(0) // 1 + 2^64-1 overflows
@@ -148,7 +151,7 @@ func TestRestoreRefusesAFloorOverflowAndChangesNothing(t *testing.T) {
 		r, err = n.LeaseServer().Acquire(ctxT(t), acquireReq("ops/new", 10*time.Second))
 		return err == nil
 	})
-	if r.Lease.Token != 1+DefaultBumpTokens+EpochTokens+1 {
+	if r.Lease.Token != 1+DefaultBumpTokens+1 {
 		t.Fatalf("token after the restore: %d", r.Lease.Token)
 	}
 }
@@ -168,7 +171,7 @@ func TestFoundingNodesRestoredDifferentlyNeverFormOneCluster(t *testing.T) {
 	tc.close()
 
 	nc := newTestCluster(t, 3, func(cfg *Config) {
-		cfg.RestoreFrom, cfg.RestoreEpoch = backup, 1
+		cfg.RestoreFrom, cfg.RestoreEpoch = backup, EpochBase
 		if cfg.ID == "n3" {
 			cfg.BumpTokens = 10 // the odd one: a smaller bump
 		}
@@ -223,8 +226,9 @@ func TestFoundingNodesRestoredDifferentlyNeverFormOneCluster(t *testing.T) {
 // restores again from the only backup there is. The floor was the
 // backup's highest token plus the bump, the same for both restores: the
 // second reissued the first one's tokens (4294967298 after 4294967300).
-// Each restore now has its epoch (when it began), and its floor rises by
-// EpochTokens per second of it: the later restore beats the earlier's.
+// Each restore now has its epoch (when it began), and its floor is at
+// least EpochTokens per second of it: the later restore beats the
+// earlier's.
 func TestRestoringOneBackupTwiceNeverReissuesTokens(t *testing.T) {
 	issued, got, firstID, secondID := restoreOneBackupTwice(t, nil)
 	if got <= issued {
@@ -327,4 +331,74 @@ func grantAndRelease(ctx context.Context, t *testing.T, c api.LeaseServiceClient
 		t.Fatal(err)
 	}
 	return r.Lease.Token
+}
+
+// A fall back to an older backup after a chain of restores: restore X,
+// grant, back up that cluster as Y, restore Y, grant, lose it, restore X
+// again. A floor that added the epoch's share on top of the backup's
+// tokens piled it up along the chain, and X's second restore came out
+// below Y's cluster's tokens (reviewer). The epoch is a line the floor
+// reaches, not an increment: later restores beat earlier ones, whatever
+// they restored.
+func TestAnOlderBackupRestoredAfterAChainBeatsItsTokens(t *testing.T) {
+	ctx := ctxT(t)
+	tc := newTestCluster(t, 3, nil)
+	grantAndRelease(ctx, t, tc.client(0), "ops/x")
+	x := saveBackup(t, tc, 0)
+	tc.close()
+	restore := func(file string, epoch uint64) *testCluster {
+		return newTestCluster(t, 3, func(cfg *Config) { cfg.RestoreFrom, cfg.RestoreEpoch = file, epoch })
+	}
+	const first = 1_764_800_000
+	b1 := restore(x, first)
+	grantAndRelease(ctx, t, b1.client(0), "ops/x")
+	y := saveBackup(t, b1, 0)
+	b1.close()
+	b2 := restore(y, first+1)
+	var issued uint64
+	for range 3 {
+		issued = grantAndRelease(ctx, t, b2.client(0), "ops/x")
+	}
+	b2.close()
+	b3 := restore(x, first+2)
+	if got := grantAndRelease(ctx, t, b3.client(0), "ops/x"); got <= issued {
+		t.Fatalf("the older backup restored after the chain granted token %d; the chain's last cluster had granted up to %d", got, issued)
+	}
+}
+
+// The epoch is required where a restore seeds a data dir, and only there:
+// a first start without it is refused and changes nothing (a start with it
+// then restores), and a restart over a seeded data dir ignores --restore
+// as before, with or without an epoch: a cluster restored before epochs,
+// its unit files still carrying --restore, keeps starting.
+func TestTheRestoreEpochIsRequiredOnlyToSeed(t *testing.T) {
+	tc := newTestCluster(t, 1, nil)
+	backup := saveBackup(t, tc, 0)
+	tc.close()
+	cfg := tc.cfgs[0]
+	cfg.DataDir, cfg.RestoreFrom, cfg.RestoreEpoch = t.TempDir(), backup, 0
+	cfg.Listen = freeAddrs(t, 1)[0]
+	cfg.Bootstrap = map[string]string{cfg.ID: cfg.Listen}
+	if n, err := Start(cfg); err == nil || !strings.Contains(err.Error(), "--restore-epoch") {
+		if n != nil {
+			n.Close()
+		}
+		t.Fatalf("a restore without its epoch: %v, want a refusal naming --restore-epoch", err)
+	}
+	cfg.RestoreEpoch = EpochBase
+	n, err := Start(cfg)
+	if err != nil {
+		t.Fatalf("then with the epoch: %v", err)
+	}
+	id := n.ClusterID()
+	n.Close()
+	cfg.RestoreEpoch = 0 // a restart: the data dir is seeded
+	n, err = Start(cfg)
+	if err != nil {
+		t.Fatalf("a restart over the restored data dir without the epoch: %v", err)
+	}
+	defer n.Close()
+	if n.ClusterID() != id {
+		t.Fatalf("the restart changed the cluster id from %s to %s", id, n.ClusterID())
+	}
 }

@@ -66,14 +66,17 @@ type Config struct {
 	// Zero means DefaultBumpTokens (2^32) unless AllowZeroBump is set.
 	BumpTokens    uint64
 	AllowZeroBump bool
-	// RestoreEpoch is required with RestoreFrom: the Unix time, in
+	// RestoreEpoch is required when RestoreFrom seeds a data dir (a
+	// restart over a seeded data dir ignores both): the Unix time, in
 	// seconds, at which this restore began, the same on every founding
-	// node (read the clock once and give all of them the value). It must
-	// grow from one restore to the next. The floor rises by RestoreEpoch ×
-	// EpochTokens more, and the epoch is part of the new cluster's id, so
-	// restoring one backup again (the first restored cluster was lost
-	// before anyone backed it up) never reissues tokens that cluster
-	// granted, and none of its nodes joins the new one. At most
+	// node (read the clock once and give all of them the value), and
+	// greater than every earlier restore's. The floor is at least the
+	// epoch's line ((RestoreEpoch - EpochBase) × EpochTokens), and the
+	// epoch is part of the new
+	// cluster's id, so restoring a backup again (the cluster an earlier
+	// restore started was lost before anyone backed it up), or an older
+	// one after a chain of restores, never reissues tokens granted before,
+	// and no node of an earlier restore joins the new one. At most
 	// MaxRestoreEpoch.
 	RestoreEpoch uint64
 
@@ -452,11 +455,8 @@ func (c Config) Validate() error {
 	if c.RestoreFrom != "" && len(c.Bootstrap) == 0 {
 		bad("restoring from a backup needs the new cluster's bootstrap list")
 	}
-	if c.RestoreFrom != "" && c.RestoreEpoch == 0 {
-		bad("restoring from a backup needs its restore epoch: the Unix time in seconds when the restore began, the same on every founding node")
-	}
-	if c.RestoreEpoch > MaxRestoreEpoch {
-		bad("restore epoch %d is past %d: it is the Unix time in seconds, not milliseconds", c.RestoreEpoch, MaxRestoreEpoch)
+	if c.RestoreEpoch != 0 && (c.RestoreEpoch < EpochBase || c.RestoreEpoch > MaxRestoreEpoch) {
+		bad("restore epoch %d is not the Unix time in seconds of a restore (between %d and %d; milliseconds given?)", c.RestoreEpoch, EpochBase, MaxRestoreEpoch)
 	}
 	if c.SkewMargin < 0 {
 		bad("skew margin %v must not be negative", c.SkewMargin)

@@ -321,7 +321,7 @@ func TestStartFailingHalfWayLeavesNothingOpen(t *testing.T) {
 		// Data dir and port open, nothing built on them yet.
 		{"after listen", func(c *Config) { c.Advertise = busy.Addr().String() }, "bootstrap list gives"},
 		// Servers, in-process server and transport built, raft not started.
-		{"after the servers", func(c *Config) { c.RestoreFrom, c.RestoreEpoch = filepath.Join(c.DataDir, "no-such-backup"), 1 }, "no-such-backup"},
+		{"after the servers", func(c *Config) { c.RestoreFrom, c.RestoreEpoch = filepath.Join(c.DataDir, "no-such-backup"), EpochBase }, "no-such-backup"},
 		// Raft running and bootstrapped, identity written.
 		{"after raft", func(c *Config) { c.MetricsListen = busy.Addr().String() }, "metrics listen"},
 	} {

@@ -196,6 +196,25 @@ func TestRaiseFloorBeatsEveryScopeKnownOrNot(t *testing.T) {
 	}
 }
 
+// RaiseFloorTo only ever raises the floor; every scope then draws above
+// it, known or not.
+func TestRaiseFloorToOnlyRaises(t *testing.T) {
+	s := New()
+	apply(t, s, 0, acquireCmd("a", 10*sec, 1, ""))
+	if f, err := s.RaiseFloor(100); err != nil || f != 101 {
+		t.Fatalf("RaiseFloor(100) = %d, %v", f, err)
+	}
+	if f := s.RaiseFloorTo(50); f != 101 {
+		t.Fatalf("RaiseFloorTo(50) over floor 101 = %d: lowered", f)
+	}
+	if f := s.RaiseFloorTo(1 << 40); f != 1<<40 || s.Floor() != 1<<40 {
+		t.Fatalf("RaiseFloorTo(2^40) = %d, Floor %d", f, s.Floor())
+	}
+	if r := apply(t, s, 0, acquireCmd("new", 10*sec, 2, "")); r.Lease.Token != 1<<40+1 {
+		t.Fatalf("a new scope after RaiseFloorTo: token %d", r.Lease.Token)
+	}
+}
+
 func TestRaiseFloorRefusesOverflowAndChangesNothing(t *testing.T) {
 	s := New()
 	apply(t, s, 0, acquireCmd("a", 10*sec, 1, ""))

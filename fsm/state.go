@@ -773,6 +773,20 @@ func (s *State) RaiseFloor(bump uint64) (uint64, error) {
 	return s.floor, nil
 }
 
+// RaiseFloorTo prepares a state read from a backup as RaiseFloor does: it
+// raises the token floor to at least atLeast (it never lowers it) and
+// returns it. The cluster package passes its restore epoch's share
+// (cluster/backup.go): every restore's floor then lies above a line that
+// grows with time faster than any scope grants, so a later restore, of
+// any backup, beats every token of an earlier restored cluster.
+func (s *State) RaiseFloorTo(atLeast uint64) uint64 {
+	if s.knobs.planted(BugRestoreBumpsKnownScopes) {
+		return s.floor // issue 13's restore: no floor at all
+	}
+	s.floor = max(s.floor, atLeast)
+	return s.floor
+}
+
 // DedupLen returns how many request ids the state remembers: grants and
 // refusals.
 func (s *State) DedupLen() (grants, refusals int) { return s.grants.len(), s.refusals.len() }

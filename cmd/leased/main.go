@@ -190,7 +190,7 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	fs.StringVar(&cfg.RestoreFrom, "restore", "", "start a new cluster from this backup file (first start only, with --bootstrap; the same file on every founding node)")
 	fs.Uint64Var(&cfg.BumpTokens, "bump-tokens", cluster.DefaultBumpTokens, "on --restore, raise the cluster's token floor to the backup's highest token plus this much: every scope's next token, a scope the backup never saw included, is above it (must be at least the grants any one scope makes between a backup and the loss; 0 needs --allow-zero-bump)")
 	fs.BoolVar(&cfg.AllowZeroBump, "allow-zero-bump", false, "allow --bump-tokens 0 (new tokens may then repeat tokens issued after the backup)")
-	fs.Uint64Var(&cfg.RestoreEpoch, "restore-epoch", 0, "required with --restore: the Unix time in seconds when this restore began, read once (EPOCH=$(date +%s)) and given to every founding node; it makes this restore a cluster of its own whose tokens beat those of any earlier restore of the same backup")
+	fs.Uint64Var(&cfg.RestoreEpoch, "restore-epoch", 0, "required with --restore on a first start: the Unix time in seconds when this restore began, read once (EPOCH=$(date +%s)) and given to every founding node, later than every earlier restore's; it makes this restore a cluster of its own whose tokens beat those of every earlier restore, of this backup or another")
 	fs.DurationVar(&cfg.MinTTL, "min-ttl", cfg.MinTTL, "shortest lease ttl accepted")
 	fs.DurationVar(&cfg.MaxTTL, "max-ttl", cfg.MaxTTL, "longest lease ttl accepted")
 	fs.DurationVar(&cfg.SkewMargin, "skew-margin", cfg.SkewMargin, "safety margin added after expiry before a resource is granted again")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasefence/leasefence/cluster"
 	"github.com/leasefence/leasefence/internal/ctl"
 	"github.com/leasefence/leasefence/internal/testcluster"
 )
@@ -34,7 +35,7 @@ func TestLeasectlBackupAndLeasedRestoreBumpTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Lease.Token <= highest || r.Lease.Token != 3+1<<32+epoch<<24+1 {
+	if want := max(3+cluster.DefaultBumpTokens, (epoch-cluster.EpochBase)*cluster.EpochTokens) + 1; r.Lease.Token <= highest || r.Lease.Token != want {
 		t.Fatalf("token after restore %d, highest ever issued %d", r.Lease.Token, highest)
 	}
 }

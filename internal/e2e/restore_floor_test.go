@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasefence/leasefence/cluster"
 	"github.com/leasefence/leasefence/internal/ctl"
 	"github.com/leasefence/leasefence/internal/testcluster"
 )
@@ -24,9 +25,9 @@ func TestRestoreBeatsTokensOfScopesTheBackupNeverSaw(t *testing.T) {
 		t.Error(v)
 	}
 	// Every node holds the floor: the backup's highest token (2, in
-	// jobs/old) plus the default bump plus the epoch's 2^24 per second;
+	// jobs/old) plus the default bump, or the epoch's line if higher;
 	// leasectl status shows it.
-	floor := 2 + 1<<32 + epoch<<24
+	floor := max(2+cluster.DefaultBumpTokens, (epoch-cluster.EpochBase)*cluster.EpochTokens)
 	for i := range c.Procs {
 		st, err := c.Status(i)
 		if err != nil || st.TokenFloor != floor {

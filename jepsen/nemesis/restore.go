@@ -61,7 +61,7 @@ func (n *Nemesis) restore(ctx context.Context, kind string) {
 		}
 	}
 	probed := scopes
-	if kind == history.NemRestoreAgain {
+	if kind == history.NemRestoreAgain && berr == nil {
 		probed = append(append([]string(nil), n.againScopes...), scopes...)
 		n.againScopes = probed
 	}
