@@ -162,7 +162,8 @@ func (x *KeepAliveRequest) GetBrief() bool {
 // A response with seq 0 and no other field is a heartbeat: the node sends
 // one every 300 ms while renewals of the stream are outstanding, so that a
 // client tells a live leader whose commits are slow from a silent one. It
-// answers no renewal (renewals are numbered from 1).
+// answers no renewal (renewals are numbered from 1). Only a stream opened
+// with the metadata "leasefence-keepalive-heartbeats: 1" gets them.
 type KeepAliveResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Seq     uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`

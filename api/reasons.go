@@ -31,3 +31,10 @@ const (
 	// retry with (absent when the call carried none).
 	MetaRequestID = "request_id"
 )
+
+// HeaderKeepAliveHeartbeats is the request metadata key a client sets
+// (to "1") when it opens a KeepAlive stream to be sent heartbeats: empty
+// answers (seq 0) while its renewals are slow to commit. A client that
+// does not set it gets none: one that took them for answers would never
+// count renewals that failed in a row.
+const HeaderKeepAliveHeartbeats = "leasefence-keepalive-heartbeats"

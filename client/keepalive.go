@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/leasefence/leasefence/api"
@@ -232,7 +233,7 @@ func (k *keeper) session(ctx context.Context) error {
 	// connect timeout (20 s): a silent node gets RequestTimeout, as a
 	// unary attempt does, and the client moves to whichever node leads.
 	silent := time.AfterFunc(k.c.cfg.RequestTimeout, cancel)
-	stream, err := api.NewLeaseServiceClient(conn).KeepAlive(sctx)
+	stream, err := api.NewLeaseServiceClient(conn).KeepAlive(metadata.AppendToOutgoingContext(sctx, api.HeaderKeepAliveHeartbeats, "1"))
 	if !silent.Stop() && ctx.Err() == nil {
 		k.c.relocate(ctx, addr)
 		return status.Errorf(codes.Unavailable, "keep-alive: %s opened no stream within %v", addr, k.c.cfg.RequestTimeout)

@@ -163,7 +163,17 @@ func forwardCredentials(ctx context.Context) context.Context {
 	if c, ok := ctx.Value(callerKey{}).(*caller); ok && c.Name != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, identityKey, c.Name)
 	}
+	if wantsHeartbeats(ctx) { // a relayed keep-alive stream: the leader sends them
+		ctx = metadata.AppendToOutgoingContext(ctx, api.HeaderKeepAliveHeartbeats, "1")
+	}
 	return ctx
+}
+
+// wantsHeartbeats reports whether the caller of a KeepAlive stream asked
+// for heartbeats (api.HeaderKeepAliveHeartbeats).
+func wantsHeartbeats(ctx context.Context) bool {
+	md, ok := metadata.FromIncomingContext(ctx)
+	return ok && len(md.Get(api.HeaderKeepAliveHeartbeats)) > 0
 }
 
 // holderFor is the holder label a lease gets (authz.HolderFor): with a

@@ -7,7 +7,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/client"
 )
 
@@ -49,5 +52,54 @@ func TestAKeepAliveLeaseLivesThroughSlowCommits(t *testing.T) {
 	}
 	if st := c.Stats(); st.RenewalsConfirmed == 0 {
 		t.Fatalf("no renewal confirmed: %+v", st)
+	}
+}
+
+// Heartbeats go only to a client that asked for them
+// (api.HeaderKeepAliveHeartbeats): an older client takes an empty answer
+// for a renewal's, and would never count renewals failing in a row.
+func TestKeepAliveHeartbeatsOnlyWhenAskedFor(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	li, n := tc.leader()
+	ctx := ctxT(t)
+	cl := tc.client(li)
+	g, err := cl.Acquire(ctx, &api.AcquireRequest{Resource: "ka/asked", Holder: "a", Ttl: durationpb.New(10 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := func(e *raft.Log) {
+		if bytes.Contains(e.Data, g.Lease.Id) {
+			time.Sleep(1200 * time.Millisecond)
+		}
+	}
+	n.sm.testBeforeApply.Store(&slow)
+	t.Cleanup(func() { n.sm.testBeforeApply.Store(nil) })
+	for _, asked := range []bool{false, true} {
+		sctx := ctx
+		if asked {
+			sctx = metadata.AppendToOutgoingContext(ctx, api.HeaderKeepAliveHeartbeats, "1")
+		}
+		stream, err := cl.KeepAlive(sctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&api.KeepAliveRequest{LeaseId: g.Lease.Id, Seq: 1}); err != nil {
+			t.Fatal(err)
+		}
+		beats := 0
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Seq == 1 {
+				break
+			}
+			beats++
+		}
+		_ = stream.CloseSend()
+		if asked && beats == 0 || !asked && beats > 0 {
+			t.Errorf("asked for heartbeats %v: %d before a renewal answered after 1.2 s", asked, beats)
+		}
 	}
 }

@@ -506,11 +506,13 @@ func (s *leaseService) KeepAlive(stream grpc.BidiStreamingServer[api.KeepAliveRe
 	beats := make(chan struct{})
 	stopBeats := sync.OnceFunc(func() { close(beats) })
 	defer stopBeats() // before wg.Wait: the heartbeat goroutine is on wg
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		keepAliveHeartbeats(stream, &sendMu, &sendErr, sem, beats)
-	}()
+	if wantsHeartbeats(ctx) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			keepAliveHeartbeats(stream, &sendMu, &sendErr, sem, beats)
+		}()
+	}
 	for {
 		req, err := stream.Recv()
 		if err != nil {
