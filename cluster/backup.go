@@ -33,14 +33,16 @@ const DefaultBumpTokens = uint64(1) << 32
 // scope makes in a second, and no bigger than the default bump. So a
 // cluster restored at epoch e starts at the line of e, or at most the
 // bump above its backup's tokens, themselves below the line of the
-// backup's cluster's restore plus its grants: every token it grants stays
-// below the line of a later second, unless it granted 2^32 in one scope
-// per second of its life. A restore begun in a later second than another,
+// backup's cluster's restore plus its grants: every token granted before
+// a second s stays below s's line, unless one scope granted 2^32 in a
+// second. A restore begun in a later second than another,
 // from any backup, therefore beats every token the other's cluster
 // granted before it was lost (the same file restored again, a fall back
 // to an older backup after a chain of restores), and the line does not
-// pile up along a chain. A bump above EpochTokens weakens that for
-// restores less than bump / EpochTokens seconds apart.
+// pile up along a chain. A bump above EpochTokens would break that
+// (seedFromBackup refuses it), as would an epoch not later than the
+// restore the backup descends from (refused when the backup's floor shows
+// it).
 const (
 	EpochTokens = uint64(1) << 32
 	// EpochBase is the epoch whose line is 0 (2023-11-14T22:13:20Z): no
@@ -206,9 +208,19 @@ func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotSt
 	if cfg.RestoreEpoch == 0 {
 		return fmt.Errorf("cluster: restore from %s needs its restore epoch (--restore-epoch): the Unix time in seconds when the restore began, the same on every founding node", cfg.RestoreFrom)
 	}
+	if bump > EpochTokens {
+		return fmt.Errorf("cluster: restore from %s: --bump-tokens %d is above %d: the floor could then pass the line of a later restore's epoch, which would reissue this cluster's tokens (the epoch's line already covers the grants after the backup)", cfg.RestoreFrom, bump, EpochTokens)
+	}
 	restoreEpoch := cfg.RestoreEpoch
 	if n.planted(BugRestoreIgnoresEpoch) {
 		restoreEpoch = 0 // the restore before epochs: every restore of one file alike
+	}
+	if line := epochLine(restoreEpoch); restoreEpoch != 0 && st.Floor() > 0 && st.Floor() >= line {
+		// The backup descends from a restore begun in this second or
+		// later: this epoch is not later than every earlier restore's
+		// (a clock behind, an epoch reused), and the line would not
+		// beat that restore's cluster.
+		return fmt.Errorf("cluster: restore from %s: the backup's token floor %d is at or above the line %d of --restore-epoch %d: it descends from a restore at this epoch or later; give the Unix time of now, later than every earlier restore's", cfg.RestoreFrom, st.Floor(), line, restoreEpoch)
 	}
 	floor, err := st.RaiseFloor(bump)
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/leasefence/leasefence/api"
-	"github.com/leasefence/leasefence/fsm"
 )
 
 // saveBackup streams a backup from node i into a file, as leasectl does.
@@ -118,10 +117,12 @@ func TestRestoreRefusesAlteredBackup(t *testing.T) {
 	}
 }
 
-// A bump that would carry the token floor past 2^64-1 refuses to start,
-// says why, and leaves the data dir as it was: a second start with a sane
-// bump restores from the same file.
-func TestRestoreRefusesAFloorOverflowAndChangesNothing(t *testing.T) {
+// A bump above EpochTokens (it would let the floor pass a later restore's
+// line; reviewer) refuses to start, says why, and leaves the data dir as
+// it was: a second start with a sane bump restores from the same file.
+// (A floor past 2^64-1 is fsm's TestRaiseFloorRefusesOverflowAndChangesNothing;
+// a bump of at most 2^32 cannot reach it here.)
+func TestRestoreRefusesABumpAboveTheEpochLineAndChangesNothing(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
 	if _, err := tc.client(0).Acquire(ctxT(t), acquireReq("jobs/of", 10*time.Second)); err != nil {
 		t.Fatal(err)
@@ -133,12 +134,12 @@ func TestRestoreRefusesAFloorOverflowAndChangesNothing(t *testing.T) {
 	cfg.DataDir, cfg.RestoreFrom, cfg.RestoreEpoch = t.TempDir(), backup, EpochBase
 	cfg.Listen = freeAddrs(t, 1)[0]
 	cfg.Bootstrap = map[string]string{cfg.ID: cfg.Listen}
-	cfg.BumpTokens = ^uint64(0) // 1 + 2^64-1 overflows
-	if n, err := Start(cfg); !errors.Is(err, fsm.ErrTokenOverflow) {
+	cfg.BumpTokens = EpochTokens + 1
+	if n, err := Start(cfg); err == nil || !strings.Contains(err.Error(), "--bump-tokens") {
 		if n != nil {
 			n.Close()
 		}
-		t.Fatalf("overflowing bump: %v", err)
+		t.Fatalf("a bump above %d: %v, want a refusal naming --bump-tokens", EpochTokens, err)
 	}
 	cfg.BumpTokens = 0 // the default
 	n, err := Start(cfg)
@@ -401,4 +402,39 @@ func TestTheRestoreEpochIsRequiredOnlyToSeed(t *testing.T) {
 	if n.ClusterID() != id {
 		t.Fatalf("the restart changed the cluster id from %s to %s", id, n.ClusterID())
 	}
+}
+
+// A restore whose epoch is not later than the restore its backup descends
+// from (a clock behind, an epoch reused) is refused: the line would not
+// beat that restore's cluster. A later epoch restores.
+func TestARestoreAtAnEpochNotLaterThanItsBackupsIsRefused(t *testing.T) {
+	ctx := ctxT(t)
+	tc := newTestCluster(t, 1, nil)
+	grantAndRelease(ctx, t, tc.client(0), "ops/x")
+	x := saveBackup(t, tc, 0)
+	tc.close()
+	const first = 1_764_800_000
+	b := newTestCluster(t, 1, func(cfg *Config) { cfg.RestoreFrom, cfg.RestoreEpoch = x, first })
+	grantAndRelease(ctx, t, b.client(0), "ops/x")
+	y := saveBackup(t, b, 0)
+	b.close()
+	cfg := b.cfgs[0]
+	cfg.DataDir, cfg.RestoreFrom = t.TempDir(), y
+	cfg.Listen = freeAddrs(t, 1)[0]
+	cfg.Bootstrap = map[string]string{cfg.ID: cfg.Listen}
+	for _, epoch := range []uint64{first - 60, first} {
+		cfg.RestoreEpoch = epoch
+		if n, err := Start(cfg); err == nil || !strings.Contains(err.Error(), "descends from a restore at this epoch or later") {
+			if n != nil {
+				n.Close()
+			}
+			t.Fatalf("a restore of a backup of the epoch-%d restore at epoch %d: %v, want a refusal", first, epoch, err)
+		}
+	}
+	cfg.RestoreEpoch = first + 1
+	n, err := Start(cfg)
+	if err != nil {
+		t.Fatalf("at a later epoch: %v", err)
+	}
+	n.Close()
 }

@@ -67,7 +67,8 @@ type Config struct {
 	BumpTokens    uint64
 	AllowZeroBump bool
 	// RestoreEpoch is required when RestoreFrom seeds a data dir (a
-	// restart over a seeded data dir ignores both): the Unix time, in
+	// restart over a seeded data dir ignores both, though an epoch given
+	// must still be one Validate accepts): the Unix time, in
 	// seconds, at which this restore began, the same on every founding
 	// node (read the clock once and give all of them the value), and
 	// greater than every earlier restore's. The floor is at least the

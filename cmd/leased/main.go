@@ -188,7 +188,7 @@ func parse(args []string, stdout, stderr io.Writer) (settings, error) {
 	fs.StringVar(&cfg.Join, "join", "", "address of a running member to join through (first start only)")
 	fs.BoolVar(&cfg.Nonvoter, "nonvoter", false, "join as a non-voting member")
 	fs.StringVar(&cfg.RestoreFrom, "restore", "", "start a new cluster from this backup file (first start only, with --bootstrap; the same file on every founding node)")
-	fs.Uint64Var(&cfg.BumpTokens, "bump-tokens", cluster.DefaultBumpTokens, "on --restore, raise the cluster's token floor to the backup's highest token plus this much: every scope's next token, a scope the backup never saw included, is above it (must be at least the grants any one scope makes between a backup and the loss; 0 needs --allow-zero-bump)")
+	fs.Uint64Var(&cfg.BumpTokens, "bump-tokens", cluster.DefaultBumpTokens, "on --restore, raise the cluster's token floor to the backup's highest token plus this much (at most 2^32; the restore epoch's line may raise it further): every scope's next token, a scope the backup never saw included, is above it (0 needs --allow-zero-bump)")
 	fs.BoolVar(&cfg.AllowZeroBump, "allow-zero-bump", false, "allow --bump-tokens 0 (new tokens may then repeat tokens issued after the backup)")
 	fs.Uint64Var(&cfg.RestoreEpoch, "restore-epoch", 0, "required with --restore on a first start: the Unix time in seconds when this restore began, read once (EPOCH=$(date +%s)) and given to every founding node, later than every earlier restore's; it makes this restore a cluster of its own whose tokens beat those of every earlier restore, of this backup or another")
 	fs.DurationVar(&cfg.MinTTL, "min-ttl", cfg.MinTTL, "shortest lease ttl accepted")
