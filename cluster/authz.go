@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -173,7 +174,7 @@ func forwardCredentials(ctx context.Context) context.Context {
 // for heartbeats (api.HeaderKeepAliveHeartbeats).
 func wantsHeartbeats(ctx context.Context) bool {
 	md, ok := metadata.FromIncomingContext(ctx)
-	return ok && len(md.Get(api.HeaderKeepAliveHeartbeats)) > 0
+	return ok && slices.Contains(md.Get(api.HeaderKeepAliveHeartbeats), "1")
 }
 
 // holderFor is the holder label a lease gets (authz.HolderFor): with a

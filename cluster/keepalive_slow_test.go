@@ -57,7 +57,8 @@ func TestAKeepAliveLeaseLivesThroughSlowCommits(t *testing.T) {
 
 // Heartbeats go only to a client that asked for them
 // (api.HeaderKeepAliveHeartbeats): an older client takes an empty answer
-// for a renewal's, and would never count renewals failing in a row.
+// for a renewal's, and would never count renewals failing in a row. Also
+// through a follower, which relays the stream and the ask to the leader.
 func TestKeepAliveHeartbeatsOnlyWhenAskedFor(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
 	li, n := tc.leader()
@@ -74,12 +75,17 @@ func TestKeepAliveHeartbeatsOnlyWhenAskedFor(t *testing.T) {
 	}
 	n.sm.testBeforeApply.Store(&slow)
 	t.Cleanup(func() { n.sm.testBeforeApply.Store(nil) })
-	for _, asked := range []bool{false, true} {
+	fi, _ := tc.follower()
+	for i, c := range []struct {
+		via   api.LeaseServiceClient
+		asked bool
+	}{{cl, false}, {cl, true}, {tc.client(fi), false}, {tc.client(fi), true}} {
+		asked := c.asked
 		sctx := ctx
 		if asked {
 			sctx = metadata.AppendToOutgoingContext(ctx, api.HeaderKeepAliveHeartbeats, "1")
 		}
-		stream, err := cl.KeepAlive(sctx)
+		stream, err := c.via.KeepAlive(sctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +105,7 @@ func TestKeepAliveHeartbeatsOnlyWhenAskedFor(t *testing.T) {
 		}
 		_ = stream.CloseSend()
 		if asked && beats == 0 || !asked && beats > 0 {
-			t.Errorf("asked for heartbeats %v: %d before a renewal answered after 1.2 s", asked, beats)
+			t.Errorf("case %d (through a follower: %v), asked for heartbeats %v: %d before a renewal answered after 1.2 s", i, i >= 2, asked, beats)
 		}
 	}
 }
