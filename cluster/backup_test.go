@@ -247,15 +247,10 @@ func TestRestoringOneBackupTwiceNeverReissuesTokens(t *testing.T) {
 // the two clusters' ids.
 func restoreOneBackupTwice(t *testing.T, tweak func(*Config)) (issued, got uint64, firstID, secondID string) {
 	ctx := ctxT(t)
-	tc := newTestCluster(t, 3, nil)
-	if _, err := tc.client(0).Acquire(ctx, acquireReq("jobs/1", 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	backup := saveBackup(t, tc, 0)
-	tc.close()
+	backup := lostClusterBackup(t)
 
 	cycle := func(c api.LeaseServiceClient, resource string) uint64 { return grantAndRelease(ctx, t, c, resource) }
-	const first = 1_764_800_000
+	const first = testEpoch
 	restore := func(epoch uint64) *testCluster {
 		return newTestCluster(t, 3, func(cfg *Config) {
 			cfg.RestoreFrom, cfg.RestoreEpoch = backup, epoch
@@ -281,14 +276,9 @@ func restoreOneBackupTwice(t *testing.T, tweak func(*Config)) (issued, got uint6
 // two clusters' logs. With the epoch in the id, the others refuse it.
 func TestANodeLeftFromAnEarlierRestoreNeverJoinsALaterOne(t *testing.T) {
 	ctx := ctxT(t)
-	tc := newTestCluster(t, 3, nil)
-	if _, err := tc.client(0).Acquire(ctx, acquireReq("jobs/1", 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	backup := saveBackup(t, tc, 0)
-	tc.close()
+	backup := lostClusterBackup(t)
 
-	const first = 1_764_800_000
+	const first = testEpoch
 	c := newTestCluster(t, 3, func(cfg *Config) { cfg.RestoreFrom, cfg.RestoreEpoch = backup, first })
 	for i := range 5 {
 		if _, err := c.client(0).Acquire(ctx, acquireReq(fmt.Sprintf("c1/%d", i), 10*time.Second)); err != nil {
@@ -350,7 +340,7 @@ func TestAnOlderBackupRestoredAfterAChainBeatsItsTokens(t *testing.T) {
 	restore := func(file string, epoch uint64) *testCluster {
 		return newTestCluster(t, 3, func(cfg *Config) { cfg.RestoreFrom, cfg.RestoreEpoch = file, epoch })
 	}
-	const first = 1_764_800_000
+	const first = testEpoch
 	b1 := restore(x, first)
 	grantAndRelease(ctx, t, b1.client(0), "ops/x")
 	y := saveBackup(t, b1, 0)
@@ -413,7 +403,7 @@ func TestARestoreAtAnEpochNotLaterThanItsBackupsIsRefused(t *testing.T) {
 	grantAndRelease(ctx, t, tc.client(0), "ops/x")
 	x := saveBackup(t, tc, 0)
 	tc.close()
-	const first = 1_764_800_000
+	const first = testEpoch
 	b := newTestCluster(t, 1, func(cfg *Config) { cfg.RestoreFrom, cfg.RestoreEpoch = x, first })
 	grantAndRelease(ctx, t, b.client(0), "ops/x")
 	y := saveBackup(t, b, 0)
@@ -437,4 +427,20 @@ func TestARestoreAtAnEpochNotLaterThanItsBackupsIsRefused(t *testing.T) {
 		t.Fatalf("at a later epoch: %v", err)
 	}
 	n.Close()
+}
+
+// testEpoch is a restore epoch of the tests (2025-12-03).
+const testEpoch = 1_764_800_000
+
+// lostClusterBackup runs a three-node cluster, grants once in jobs/1,
+// backs it up and loses it; it returns the backup file.
+func lostClusterBackup(t *testing.T) string {
+	t.Helper()
+	tc := newTestCluster(t, 3, nil)
+	if _, err := tc.client(0).Acquire(ctxT(t), acquireReq("jobs/1", 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	backup := saveBackup(t, tc, 0)
+	tc.close()
+	return backup
 }
