@@ -219,10 +219,12 @@ func (c *Cluster) backupFrom(ctx context.Context, cs api.ClusterServiceClient, p
 // it kills every node (SIGKILL), moves their data dirs under lostDir, and
 // starts every node again on its address with an empty data dir,
 // bootstrapping the same members with --restore backup (the default
-// bump). It waits up to 30 s for a leader. A non-empty odd names a node
-// that gets --bump-tokens nemesis.MismatchBump and is started 2 s before
-// the others (NemRestoreMismatch): with the cluster id check it is kept
-// out and cannot lead; without it, it usually wins the first election.
+// bump) and one --restore-epoch. It waits up to 30 s for a leader. A
+// non-empty odd names a node that gets an epoch nemesis.MismatchEpochSkew
+// seconds later (its operator read the clock again) and is started 2 s
+// before the others (NemRestoreMismatch): with the cluster id check it is
+// kept out and cannot lead; without it, it usually wins the first
+// election, and the others apply its grants from another floor.
 func (c *Cluster) RestoreAll(ctx context.Context, backup, lostDir, odd string) error {
 	for _, p := range c.procs {
 		p.Kill(syscall.SIGKILL, 10*time.Second)
@@ -246,7 +248,7 @@ func (c *Cluster) RestoreAll(ctx context.Context, backup, lostDir, odd string) e
 		p.Args = append(withoutFlags(p.Args, "--bootstrap", "--join", "--restore", "--bump-tokens", "--restore-epoch"),
 			"--bootstrap", strings.Join(peers, ","), "--restore", backup, "--restore-epoch", epoch)
 		if id == odd {
-			p.Args = append(p.Args, "--bump-tokens", fmt.Sprint(nm.MismatchBump))
+			p.Args = append(withoutFlags(p.Args, "--restore-epoch"), "--restore-epoch", fmt.Sprint(c.lastEpoch+nm.MismatchEpochSkew))
 		}
 	}
 	if odd != "" {
@@ -277,16 +279,16 @@ func (c *Cluster) RestoreAll(ctx context.Context, backup, lostDir, odd string) e
 }
 
 // Refound repairs node id of a restored cluster as docs/OPERATIONS.md
-// says for a founding node given another file or bump: stop it, move its
-// data dir to lostDir, and start it again from backup with the default
-// bump.
+// says for a founding node given another file, bump or epoch: stop it,
+// move its data dir to lostDir, and start it again from backup with the
+// default bump and the others' epoch.
 func (c *Cluster) Refound(ctx context.Context, id, backup, lostDir string) error {
 	p := c.Proc(id)
 	p.Kill(syscall.SIGKILL, 10*time.Second)
 	if err := os.Rename(c.DataDir(id), lostDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	p.Args = withoutFlags(p.Args, "--bump-tokens")
+	p.Args = append(withoutFlags(p.Args, "--bump-tokens", "--restore-epoch"), "--restore-epoch", fmt.Sprint(c.lastEpoch))
 	return p.Start()
 }
 

@@ -167,12 +167,17 @@ const NemRestore = "restore"
 
 // NemRestoreMismatch is NemRestore with an operator's mistake: one founding
 // node of the new cluster (in turn, by restore count) is given
-// --bump-tokens 1 instead of the default and started 2 s before the others,
-// so that, if nothing keeps it out, it wins the first election and grants
-// below tokens resources accepted before the loss. The nodes must keep it
-// out (its cluster id differs); CheckRestore decides. Once the probe has run, the odd node is repaired as
-// docs/OPERATIONS.md says: stopped, its data dir emptied, and started again
-// with the same file and the default bump. Not part of "all": name it.
+// a restore epoch 7 s later than the others' (its operator read the clock
+// again instead of giving every founding node one value; with the epoch's
+// line a different bump no longer changes the floor) and started 2 s
+// before the others, so that, if nothing keeps it out, it wins the first
+// election and grants from another floor than the replicas that apply its
+// entries (they diverge; tokens-unique-monotonic sees one lease with two
+// tokens). The nodes must keep it out (its cluster id differs);
+// CheckRestore and tokens-unique-monotonic decide. Once the probe has run,
+// the odd node is repaired as docs/OPERATIONS.md says: stopped, its data
+// dir emptied, and started again with the same file, the default bump and
+// the others' epoch. Not part of "all": name it.
 const NemRestoreMismatch = "restore-mismatch"
 
 // NemRestoreAgain is NemRestore from the same backup file again: its first

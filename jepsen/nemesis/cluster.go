@@ -82,8 +82,9 @@ type Storage interface {
 	// RestoreAll loses the whole cluster and starts a new one from
 	// backup: every node killed, its data dir moved under lostDir, all
 	// bootstrapped again with --restore backup; it waits up to 30 s for a
-	// leader. A non-empty odd names a node restored with --bump-tokens
-	// MismatchBump and started 2 s before the others (restore-mismatch).
+	// leader. A non-empty odd names a node restored with an epoch
+	// MismatchEpochSkew seconds later and started 2 s before the others
+	// (restore-mismatch).
 	RestoreAll(ctx context.Context, backup, lostDir, odd string) error
 	// Refound repairs node id of a restored cluster: stopped, its data
 	// dir moved to lostDir, started again from backup with the default

@@ -14,8 +14,10 @@ import (
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
-// MismatchBump is the odd node's bump under NemRestoreMismatch.
-const MismatchBump = 1
+// MismatchEpochSkew is how many seconds later the odd node's restore
+// epoch is under NemRestoreMismatch: its operator read the clock again
+// instead of giving every founding node the one value.
+const MismatchEpochSkew = 7
 
 // RestorePrefix starts the probe's resources, one scope each, first used
 // after the backup: "jn/<restore>-<i>".
@@ -101,8 +103,8 @@ func (n *Nemesis) restore(ctx context.Context, kind string) {
 		n.onRestore()
 	}
 	if odd != "" {
-		healed = fmt.Sprintf("a new cluster from the backup has a leader, %s; %s was given --bump-tokens %d and started first",
-			cl.Leader(ctx), odd, MismatchBump)
+		healed = fmt.Sprintf("a new cluster from the backup has a leader, %s; %s was given a restore epoch %d s later and started first",
+			cl.Leader(ctx), odd, MismatchEpochSkew)
 	}
 	// The heal is when the new cluster serves: CheckRestore holds every
 	// acquire invoked after it, the probe's below included, to the loss.
@@ -118,7 +120,7 @@ func (n *Nemesis) restore(ctx context.Context, kind string) {
 	n.progress(fmt.Sprintf("nemesis: restore %d: after it: %s", k, strings.Join(post, ", ")))
 	if odd != "" {
 		err := cl.Refound(ctx, odd, file, filepath.Join(lost, odd+"-mismatched"))
-		n.progress(fmt.Sprintf("nemesis: restore %d: %s restored again with the default bump: %s", k, odd, errString(err, "started")))
+		n.progress(fmt.Sprintf("nemesis: restore %d: %s restored again with the others' epoch: %s", k, odd, errString(err, "started")))
 	}
 }
 
