@@ -101,7 +101,7 @@ func (k *keeper) interval(l *Lease) time.Duration {
 
 func (k *keeper) add(l *Lease, sentAt time.Duration) *Lease {
 	k.mu.Lock()
-	if kept := k.leases[l.id]; kept != nil && kept.ctx.Err() == nil {
+	if kept := k.liveLocked(l.id); kept != nil {
 		// The same lease id, acquired again under its request id: the
 		// one kept alive stays the only one (two would share one entry
 		// here, and the schedule would keep renewing the other's after
@@ -126,6 +126,11 @@ func (k *keeper) add(l *Lease, sentAt time.Duration) *Lease {
 func (k *keeper) live(id ID) *Lease {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	return k.liveLocked(id)
+}
+
+// liveLocked is live with k.mu held.
+func (k *keeper) liveLocked(id ID) *Lease {
 	if kept := k.leases[id]; kept != nil && kept.ctx.Err() == nil {
 		return kept
 	}

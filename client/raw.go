@@ -58,7 +58,7 @@ func (c *Client) Invoke(ctx context.Context, op func(ctx context.Context, conn *
 		f(&o)
 	}
 	ce := &CallError{}
-	// call runs op sequentially, so ce needs no lock.
+	// do runs op sequentially, so ce needs no lock.
 	err := c.do(ctx, callSpec{wait: o.unbounded, changes: o.mutation}, func(ctx context.Context, conn *grpc.ClientConn) error {
 		if addr := conn.Target(); !slices.Contains(ce.Tried, addr) {
 			ce.Tried = append(ce.Tried, addr)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/fsm"
-	"github.com/leasefence/leasefence/transport"
 )
 
 // clusterService implements api.ClusterServiceServer.
@@ -29,10 +28,8 @@ func (s *clusterService) Status(ctx context.Context, req *api.StatusRequest) (*a
 		return nil, toStatus(err)
 	}
 	n := s.n
-	if id := n.ClusterID(); id != "" {
-		// For a leader's join probe: which cluster this node is of.
-		_ = grpc.SetHeader(ctx, metadata.Pairs(transport.ClusterIDHeader, id))
-	}
+	sendClusterID(ctx, n.ClusterID()) // for a leader's join probe
+
 	leaderID, leaderAddr := n.Leader()
 	out := &api.StatusResponse{
 		Id:           n.cfg.ID,
@@ -170,14 +167,10 @@ func (s *clusterService) Join(ctx context.Context, req *api.JoinRequest) (*api.J
 		return c.Join(ctx, req, grpc.Header(&leaderMD))
 	})
 	if !local {
-		if id := clusterID(leaderMD); id != "" {
-			_ = grpc.SetHeader(ctx, metadata.Pairs(clusterIDHeader, id))
-		}
+		sendClusterID(ctx, clusterID(leaderMD))
 		return resp, err
 	}
-	if id := s.n.ClusterID(); id != "" {
-		_ = grpc.SetHeader(ctx, metadata.Pairs(clusterIDHeader, id))
-	}
+	sendClusterID(ctx, s.n.ClusterID())
 	servers, index, err := s.n.members()
 	if err != nil {
 		return nil, err

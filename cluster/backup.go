@@ -46,7 +46,8 @@ const DefaultBumpTokens = uint64(1) << 32
 const (
 	EpochTokens = uint64(1) << 32
 	// EpochBase is the epoch whose line is 0 (2023-11-14T22:13:20Z): no
-	// restore is older, and tokens stay small (about 3 x 10^17 in 2026).
+	// restore is older, and tokens stay small (about 4.1 x 10^17 at the
+	// end of 2026).
 	EpochBase = uint64(1_700_000_000)
 	// MaxRestoreEpoch bounds Config.RestoreEpoch (the year 2091): the line
 	// stays below 2^63, so tokens fit a signed 64-bit column.
@@ -227,9 +228,9 @@ func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotSt
 		return fmt.Errorf("cluster: restore from %s: %w (use a smaller --bump-tokens)", cfg.RestoreFrom, err)
 	}
 	floor = st.RaiseFloorTo(epochLine(restoreEpoch)) // Validate bounds the epoch: below 2^63
-	seed := fmt.Sprintf("restore %x bump %d epoch %d", sha256.Sum256(data), bump, restoreEpoch)
-	if restoreEpoch == 0 {
-		seed = fmt.Sprintf("restore %x bump %d", sha256.Sum256(data), bump) // planted: the seed before epochs
+	seed := fmt.Sprintf("restore %x bump %d", sha256.Sum256(data), bump)
+	if restoreEpoch != 0 { // 0: planted, the seed before epochs
+		seed += fmt.Sprintf(" epoch %d", restoreEpoch)
 	}
 	if err := setFoundingClusterID(store, clusterIDOf(cfg.Bootstrap, seed)); err != nil {
 		return err

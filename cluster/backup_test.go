@@ -333,10 +333,7 @@ func grantAndRelease(ctx context.Context, t *testing.T, c api.LeaseServiceClient
 // they restored.
 func TestAnOlderBackupRestoredAfterAChainBeatsItsTokens(t *testing.T) {
 	ctx := ctxT(t)
-	tc := newTestCluster(t, 3, nil)
-	grantAndRelease(ctx, t, tc.client(0), "ops/x")
-	x := saveBackup(t, tc, 0)
-	tc.close()
+	x := lostClusterBackup(t)
 	restore := func(file string, epoch uint64) *testCluster {
 		return newTestCluster(t, 3, func(cfg *Config) { cfg.RestoreFrom, cfg.RestoreEpoch = file, epoch })
 	}
@@ -399,10 +396,7 @@ func TestTheRestoreEpochIsRequiredOnlyToSeed(t *testing.T) {
 // beat that restore's cluster. A later epoch restores.
 func TestARestoreAtAnEpochNotLaterThanItsBackupsIsRefused(t *testing.T) {
 	ctx := ctxT(t)
-	tc := newTestCluster(t, 1, nil)
-	grantAndRelease(ctx, t, tc.client(0), "ops/x")
-	x := saveBackup(t, tc, 0)
-	tc.close()
+	x := lostClusterBackup(t)
 	const first = testEpoch
 	b := newTestCluster(t, 1, func(cfg *Config) { cfg.RestoreFrom, cfg.RestoreEpoch = x, first })
 	grantAndRelease(ctx, t, b.client(0), "ops/x")

@@ -68,16 +68,15 @@ type Config struct {
 	AllowZeroBump bool
 	// RestoreEpoch is required when RestoreFrom seeds a data dir (a
 	// restart over a seeded data dir ignores both, though an epoch given
-	// must still be one Validate accepts): the Unix time, in
-	// seconds, at which this restore began, the same on every founding
-	// node (read the clock once and give all of them the value), and
-	// greater than every earlier restore's. The floor is at least the
-	// epoch's line ((RestoreEpoch - EpochBase) × EpochTokens), and the
-	// epoch is part of the new
-	// cluster's id, so restoring a backup again (the cluster an earlier
-	// restore started was lost before anyone backed it up), or an older
-	// one after a chain of restores, never reissues tokens granted before,
-	// and no node of an earlier restore joins the new one. At most
+	// must still be one Validate accepts): the Unix time, in seconds, at
+	// which this restore began, the same on every founding node (read the
+	// clock once and give all of them the value), and greater than every
+	// earlier restore's. The floor is at least the epoch's line
+	// ((RestoreEpoch - EpochBase) × EpochTokens), and the epoch is part of
+	// the new cluster's id, so restoring a backup again (the cluster an
+	// earlier restore started was lost before anyone backed it up), or an
+	// older one after a chain of restores, never reissues tokens granted
+	// before, and no node of an earlier restore joins the new one. At most
 	// MaxRestoreEpoch.
 	RestoreEpoch uint64
 

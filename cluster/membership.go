@@ -17,7 +17,6 @@ import (
 
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/fsm"
-	"github.com/leasefence/leasefence/transport"
 )
 
 // MaxNodeIDLen bounds a node id, in bytes.
@@ -78,11 +77,7 @@ func (n *Node) probe(ctx context.Context, addr string) (*api.StatusResponse, str
 	if err != nil {
 		return nil, "", err
 	}
-	var cluster string
-	if v := md.Get(transport.ClusterIDHeader); len(v) > 0 {
-		cluster = v[0]
-	}
-	return st, cluster, nil
+	return st, clusterID(md), nil
 }
 
 // statusOf asks the node at addr (through its peer route, if any) for its

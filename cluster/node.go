@@ -925,8 +925,9 @@ func (n *Node) peerClusterID() func() string {
 	return n.ClusterID
 }
 
-// clusterIDHeader carries the leader's cluster id in the answer to Join,
-// for the joining node's identity file.
+// clusterIDHeader carries a node's cluster id in its answer to Join (the
+// leader's, for the joining node's identity file) and to Status (for the
+// leader's join probe).
 const clusterIDHeader = transport.ClusterIDHeader
 
 func clusterID(md metadata.MD) string {
@@ -934,6 +935,13 @@ func clusterID(md metadata.MD) string {
 		return v[0]
 	}
 	return ""
+}
+
+// sendClusterID puts id, if any, in the answer's header (clusterIDHeader).
+func sendClusterID(ctx context.Context, id string) {
+	if id != "" {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(clusterIDHeader, id))
+	}
 }
 
 func (n *Node) setClusterID(id string) { n.clusterID.Store(&id) }

@@ -13,8 +13,8 @@ import (
 // no newer leader existed when the read arrived, then wait until that index
 // has applied. It returns the state's index then (waitApplied's floor):
 // the read must answer from state at least as new (stateMachine.readAt).
-// A leader serves nothing before its
-// term's barrier has applied (lead is set only after it).
+// A leader serves nothing before its term's barrier has applied (lead is
+// set only after it).
 //
 // Confirming takes a quorum of voters that accepted, in this term, an
 // append or heartbeat this node sent after the read arrived: a voter that

@@ -159,16 +159,14 @@ func TestAReadAfterOnlyABarrierAnswersFromTheLastCommand(t *testing.T) {
 	if commit := n.raft.CommitIndex(); commit <= content {
 		t.Fatalf("commit index %d, state's index %d: the barrier should be the last entry", commit, content)
 	}
-	start := time.Now()
+	// A read that waited for the next command would run into ctx (20 s,
+	// below the 30 s tick) or answer at a later index.
 	r, err := cl.Get(ctx, &api.GetRequest{Resource: "ri/barrier"})
 	if err != nil {
 		t.Fatalf("a read after a barrier: %v", err)
 	}
 	if r.Lease == nil || r.AppliedIndex != content {
 		t.Fatalf("the read answered at index %d (lease %v), want the grant at %d", r.AppliedIndex, r.Lease, content)
-	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Fatalf("the read took %v: it waited for a command", d)
 	}
 }
 

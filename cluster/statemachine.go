@@ -229,11 +229,11 @@ func (m *stateMachine) read(f func(st *fsm.State)) {
 // readAt runs f with the state and the index of its last entry, under the
 // read lock, if that index is at least floor (what appliedThrough judged
 // when a linearizable read's wait ended: the state then held every command
-// the read must see); it reports whether it ran f. The state
-// can go back after the wait: a node that stepped down may install an
-// older snapshot whose later entries its log still holds (Restore), and
-// raft then applies them again. A read answered from it would miss
-// entries committed before it arrived.
+// the read must see); it reports whether it ran f. The state can go back
+// after the wait: a node that stepped down may install an older snapshot
+// whose later entries its log still holds (Restore), and raft then applies
+// them again. A read answered from it would miss entries committed before
+// it arrived.
 func (m *stateMachine) readAt(floor uint64, f func(st *fsm.State, index uint64)) bool {
 	if h := m.testBeforeRead.Load(); h != nil {
 		(*h)()

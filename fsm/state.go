@@ -775,10 +775,10 @@ func (s *State) RaiseFloor(bump uint64) (uint64, error) {
 
 // RaiseFloorTo prepares a state read from a backup as RaiseFloor does: it
 // raises the token floor to at least atLeast (it never lowers it) and
-// returns it. The cluster package passes its restore epoch's share
-// (cluster/backup.go): every restore's floor then lies above a line that
-// grows with time faster than any scope grants, so a later restore, of
-// any backup, beats every token of an earlier restored cluster.
+// returns it. The cluster package passes its restore epoch's line
+// (cluster/backup.go): every restore's floor then lies on or above a line
+// that grows with time faster than any scope grants, so a later restore,
+// of any backup, beats every token of an earlier restored cluster.
 func (s *State) RaiseFloorTo(atLeast uint64) uint64 {
 	if s.knobs.planted(BugRestoreBumpsKnownScopes) {
 		return s.floor // issue 13's restore: no floor at all

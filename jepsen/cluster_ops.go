@@ -239,17 +239,17 @@ func (c *Cluster) RestoreAll(ctx context.Context, backup, lostDir, odd string) e
 	// The restore's epoch, read once: the same on every founding node,
 	// and later than any earlier restore's of the run.
 	c.lastEpoch = max(time.Now().Unix(), c.lastEpoch+1)
-	epoch := fmt.Sprint(c.lastEpoch)
 	for _, id := range c.ids {
 		if err := os.Rename(c.DataDir(id), filepath.Join(lostDir, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
-		p := c.Proc(id)
-		p.Args = append(withoutFlags(p.Args, "--bootstrap", "--join", "--restore", "--bump-tokens", "--restore-epoch"),
-			"--bootstrap", strings.Join(peers, ","), "--restore", backup, "--restore-epoch", epoch)
+		epoch := c.lastEpoch
 		if id == odd {
-			p.Args = append(withoutFlags(p.Args, "--restore-epoch"), "--restore-epoch", fmt.Sprint(c.lastEpoch+nm.MismatchEpochSkew))
+			epoch += nm.MismatchEpochSkew
 		}
+		p := c.Proc(id)
+		p.Args = append(withoutFlags(p.Args, "--bootstrap", "--join", "--restore", "--restore-epoch"),
+			"--bootstrap", strings.Join(peers, ","), "--restore", backup, "--restore-epoch", fmt.Sprint(epoch))
 	}
 	if odd != "" {
 		if err := c.Proc(odd).Start(); err != nil {
@@ -281,14 +281,14 @@ func (c *Cluster) RestoreAll(ctx context.Context, backup, lostDir, odd string) e
 // Refound repairs node id of a restored cluster as docs/OPERATIONS.md
 // says for a founding node given another file, bump or epoch: stop it,
 // move its data dir to lostDir, and start it again from backup with the
-// default bump and the others' epoch.
+// others' epoch.
 func (c *Cluster) Refound(ctx context.Context, id, backup, lostDir string) error {
 	p := c.Proc(id)
 	p.Kill(syscall.SIGKILL, 10*time.Second)
 	if err := os.Rename(c.DataDir(id), lostDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	p.Args = append(withoutFlags(p.Args, "--bump-tokens", "--restore-epoch"), "--restore-epoch", fmt.Sprint(c.lastEpoch))
+	p.Args = append(withoutFlags(p.Args, "--restore-epoch"), "--restore-epoch", fmt.Sprint(c.lastEpoch))
 	return p.Start()
 }
 
