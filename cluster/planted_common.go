@@ -25,6 +25,7 @@ const (
 	BugWALEmptiedOnInstall = "wal-emptied-on-install"
 	BugReadRaftApplied     = "read-raft-applied"
 	BugRestoreIgnoresEpoch = "restore-ignores-epoch"
+	BugKeepAliveNoBeats    = "keepalive-no-heartbeats"
 )
 
 // plantedWriteDelay is how long the planted leader-applies-unwritten
