@@ -39,3 +39,50 @@ func TestCheckRenewalsBounded(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckKeepAliveKept(t *testing.T) {
+	s := int64(time.Second)
+	ended := kaHold(100*s, 12*time.Second, 10*time.Second/3, 4, 3)
+	ended.Result, ended.Error = history.Fail, "lease ended while held: lease lost"
+	fault := func(kind string, from, to int64) []history.Fault {
+		return []history.Fault{{Phase: "start", Kind: kind, TimeNs: from * s}, {Phase: "heal", Kind: kind, TimeNs: to * s}}
+	}
+	for _, tc := range []struct {
+		name    string
+		h       []history.Record
+		faults  []history.Fault
+		verdict string
+	}{
+		{"kept without a fault", []history.Record{kaHold(100*s, 12*time.Second, 10*time.Second/3, 4, 1)}, nil, checker.Valid},
+		{"kept on a slow disk", []history.Record{kaHold(100*s, 12*time.Second, 10*time.Second/3, 4, 1)}, fault(history.NemSlowDisk, 90, 99), checker.Valid},
+		{"ended without a fault", []history.Record{ended}, nil, checker.Invalid},
+		{"ended on a slow disk", []history.Record{ended}, fault(history.NemSlowDisk, 90, 99), checker.Invalid},
+		{"ended within the settling after a slow disk", []history.Record{ended}, fault(history.NemSlowDisk, 70, 86), checker.Invalid},
+		{"ended during a kill: not judged", []history.Record{ended}, fault(history.NemKillLeader, 90, 93), history.Unknown},
+		{"ended during a slow disk and a partition: not judged", []history.Record{ended},
+			append(fault(history.NemSlowDisk, 80, 95), fault(history.NemPartitionLeader, 96, 98)...), history.Unknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := checker.CheckKeepAliveKept(tc.h, tc.faults)
+			if r.Verdict != tc.verdict || (tc.verdict == checker.Invalid) != (r.Anomaly == checker.AnomalyKeepAliveLost) {
+				t.Fatalf("got %s %s (%s), want %s", r.Verdict, r.Anomaly, r.Witness, tc.verdict)
+			}
+		})
+	}
+}
+
+// On slow disks an unknown renewals-bounded (no hold without a fault)
+// does not decide the run; what it finds still does, and elsewhere an
+// unknown one still counts.
+func TestSlowDiskRunsDoNotRequireRenewalsBounded(t *testing.T) {
+	rs := []checker.Result{{Checker: checker.NameRenewals, Verdict: history.Unknown}, {Checker: checker.NameRenewals, Verdict: checker.Invalid}}
+	checker.MarkRequired([]string{history.NemSlowDisk}, rs)
+	if rs[0].NotRequired == "" || rs[1].NotRequired != "" {
+		t.Fatalf("slow disk: %+v", rs)
+	}
+	other := []checker.Result{{Checker: checker.NameRenewals, Verdict: history.Unknown}}
+	checker.MarkRequired([]string{history.NemKill}, other)
+	if other[0].NotRequired != "" {
+		t.Fatalf("kill: %+v", other)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/leasefence/leasefence/jepsen/history"
 	nm "github.com/leasefence/leasefence/jepsen/nemesis"
 	"github.com/leasefence/leasefence/jepsen/report"
+	"github.com/leasefence/leasefence/jepsen/slowdisk"
 )
 
 // Config is one run. Everything needed to replay it is here (and in
@@ -263,7 +264,8 @@ type run struct {
 	stopProbes             context.CancelFunc
 	pwg                    sync.WaitGroup
 	nem                    *nm.Nemesis
-	tc                     time.Time // start of collect and check
+	disk                   *slowdisk.Disk // the nodes' slow disk (mountSlowDisk), or nil
+	tc                     time.Time      // start of collect and check
 	serves                 *checker.Finding
 	audit                  []fencekv.AuditRecord
 	rounds                 [][]checker.NodeStatus
@@ -409,6 +411,40 @@ func (r *run) binaries(ctx context.Context) error {
 	return nil
 }
 
+// mountSlowDisk puts the run's logs dir, which holds the nodes' data dirs,
+// on a slow disk (history.NemSlowDisk): the dir moves to .logs-disk and a
+// FUSE loopback of it is mounted in its place. When Run returns, after the
+// nodes and fencedkv have stopped, it is unmounted and moved back.
+func (r *run) mountSlowDisk() error {
+	if err := slowdisk.Available(); err != nil {
+		return fmt.Errorf("%s: %w", history.NemSlowDisk, err)
+	}
+	logs, backing := filepath.Join(r.dir, "logs"), filepath.Join(r.dir, ".logs-disk")
+	if err := os.Rename(logs, backing); err != nil {
+		return err
+	}
+	if err := os.Mkdir(logs, 0o755); err != nil {
+		return err
+	}
+	d, err := slowdisk.Mount(logs, backing)
+	if err != nil {
+		os.Remove(logs)
+		os.Rename(backing, logs)
+		return err
+	}
+	r.disk = d
+	r.onExit(func() {
+		if err := d.Unmount(); err != nil {
+			r.say("slow disk: unmount %s: %v (the data is in %s)", logs, err, backing)
+			return
+		}
+		if err := os.Remove(logs); err == nil {
+			os.Rename(backing, logs)
+		}
+	})
+	return nil
+}
+
 // startCluster starts the leased nodes (processes behind the net mode, or
 // containers) and fencedkv.
 func (r *run) startCluster(ctx context.Context) error {
@@ -419,6 +455,11 @@ func (r *run) startCluster(ctx context.Context) error {
 	extra = append(extra, r.edge.NodeArgs()...)
 	if UsesClock(cfg.Nemeses) {
 		extra = append(extra, ClockArgs(filepath.Join(r.dir, "logs"))...)
+	}
+	if slices.Contains(cfg.Nemeses, history.NemSlowDisk) {
+		if err := r.mountSlowDisk(); err != nil {
+			return err
+		}
 	}
 	var err error
 	if cfg.NetMode == NetDocker {
@@ -588,6 +629,9 @@ func (r *run) workload(ctx context.Context) error {
 	if UsesClock(cfg.Nemeses) {
 		nc.Clocks = fileClocks{c: r.cl, dir: filepath.Join(r.dir, "logs")}
 	}
+	if r.disk != nil {
+		nc.Disk = r.disk
+	}
 	r.nem = nm.New(nc)
 	nctx, stopNem := context.WithTimeout(ctx, cfg.Duration)
 	progressDone := make(chan struct{})
@@ -723,7 +767,7 @@ func (r *run) check(context.Context) error {
 	}
 	if cfg.KeepAliveWorkers > 0 {
 		r.say("keep-alive workload: %s", checker.KeepAliveSummary(h, faults))
-		sum.Results = append(sum.Results, checker.CheckRenewalsBounded(h, faults))
+		sum.Results = append(sum.Results, checker.CheckRenewalsBounded(h, faults), checker.CheckKeepAliveKept(h, faults))
 	}
 	if slices.Contains(cfg.Nemeses, history.NemMemberUnreachable) {
 		sum.Results = append(sum.Results, checker.CheckMembershipKeepsQuorum(samples, faults, checker.UnavailabilityBound))
@@ -958,7 +1002,7 @@ func Recheck(dir string, out io.Writer) ([]checker.Result, error) {
 		faults, _ := history.ReadFaults(nf)
 		rs = checker.WithRestoreCheck(cfg.Nemeses, rs, h, faults)
 		if cfg.KeepAliveWorkers > 0 {
-			rs = append(rs, checker.CheckRenewalsBounded(h, faults))
+			rs = append(rs, checker.CheckRenewalsBounded(h, faults), checker.CheckKeepAliveKept(h, faults))
 		}
 		if b, err := os.ReadFile(filepath.Join(dir, "availability.jsonl")); err == nil {
 			samples, _ := history.ReadProbeSamples(b)

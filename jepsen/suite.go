@@ -39,7 +39,8 @@ type ScenarioResult struct {
 }
 
 // QuickSuite is `make jepsen-quick`: the fenced run with every nemesis,
-// the unfenced control, and one short run per planted bug (up to three
+// the keep-alive workload without faults and on slow disks, the unfenced
+// control, and one short run per planted bug (up to three
 // seeds each), all on base's settings.
 func QuickSuite(base Config, bugs []string) []Scenario {
 	var out []Scenario
@@ -51,6 +52,11 @@ func QuickSuite(base Config, bugs []string) []Scenario {
 	ka := base
 	ka.Nemeses, ka.Duration, ka.KeepAliveWorkers = nil, 40*time.Second, KeepAliveWorkers
 	out = append(out, Scenario{Name: "fenced, realistic ttls (10s, 30s)", Cfg: ka})
+	// Slow disks with the keep-alive workload: its leases must live
+	// through commits that take over a second (keepalive-leases-kept).
+	sd := base
+	sd.Nemeses, sd.Duration, sd.KeepAliveWorkers = []string{history.NemSlowDisk}, 45*time.Second, KeepAliveWorkers
+	out = append(out, Scenario{Name: "fenced, slow disks, keep-alive leases", Cfg: sd})
 	ctl := base
 	ctl.Unfenced, ctl.Nemeses, ctl.Duration, ctl.LinWorkers = true, []string{history.NemClientPause}, 20*time.Second, 0
 	out = append(out, Scenario{Name: "unfenced control", Cfg: ctl, Catch: []string{checker.NameFencedTokens, checker.NameFinalRead}, Attempts: 3})

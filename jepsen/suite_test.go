@@ -8,8 +8,9 @@ import (
 	"github.com/leasefence/leasefence/jepsen/history"
 )
 
-// The quick suite runs every client planted bug, the keep-alive one with
-// keep-alive workers, and one fault-free run of the keep-alive workload.
+// The quick suite runs every client planted bug, the keep-alive ones with
+// keep-alive workers, one fault-free run of the keep-alive workload and
+// one on slow disks.
 func TestQuickSuiteHasTheClientBugsAndTheKeepAliveRun(t *testing.T) {
 	scs := QuickSuite(DefaultConfig(), PlantedBugNames())
 	byName := map[string]Scenario{}
@@ -32,6 +33,10 @@ func TestQuickSuiteHasTheClientBugsAndTheKeepAliveRun(t *testing.T) {
 	ka := FilterScenarios(scs, "realistic ttls")
 	if len(ka) != 1 || ka[0].Cfg.KeepAliveWorkers == 0 || len(ka[0].Cfg.Nemeses) != 0 || len(ka[0].Catch) != 0 {
 		t.Fatalf("realistic ttls scenario: %+v", ka)
+	}
+	sd := FilterScenarios(scs, "slow disks")
+	if len(sd) != 1 || sd[0].Cfg.KeepAliveWorkers == 0 || len(sd[0].Cfg.Nemeses) != 1 || sd[0].Cfg.Nemeses[0] != history.NemSlowDisk || len(sd[0].Catch) != 0 {
+		t.Fatalf("slow disks scenario: %+v", sd)
 	}
 	for _, sc := range FilterScenarios(scs, "client-, nothing-matches") {
 		if !strings.Contains(sc.Name, "client-") {

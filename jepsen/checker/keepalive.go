@@ -3,6 +3,7 @@ package checker
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/leasefence/leasefence/jepsen/history"
@@ -27,6 +28,59 @@ const (
 	AnomalyTooManyRenewals = "too-many-renewals"
 	AnomalyStreamChurn     = "keep-alive-stream-reopened"
 )
+
+// NameKeepAliveKept is the checker that keep-alive leases live on.
+const NameKeepAliveKept = "keepalive-leases-kept"
+
+// AnomalyKeepAliveLost: a keep-alive lease ended while its holder held it
+// and kept it alive, with no fault that could take it, or only faults
+// under which the cluster goes on committing (keptKinds).
+const AnomalyKeepAliveLost = "keep-alive-lease-lost"
+
+// keptKinds are the faults under which a keep-alive lease must live on:
+// the nodes stay up, connected and answering, and only commit late
+// (history.NemSlowDisk: about 2 s per commit, against the 6.7 s a
+// renewal sent at a third of a 10 s ttl has left).
+var keptKinds = map[string]bool{history.NemSlowDisk: true}
+
+// CheckKeepAliveKept checks that no keep-alive lease ended while held
+// (an OpKeepAlive record failed) when its hold overlapped no fault, or
+// only faults of keptKinds (each with settleAfterHeal after its heal). A
+// lease is the client's to keep alive: over a cluster that commits, late
+// or not, its renewals must be confirmed before its ttl runs out.
+func CheckKeepAliveKept(h []history.Record, faults []history.Fault) Result {
+	f := NewFinding(NameKeepAliveKept)
+	spans := heldSpans(faults)
+	for _, r := range h {
+		if r.Type != OpKeepAlive || r.Kind != history.Complete {
+			continue
+		}
+		from, other, kept := r.TimeNs-r.HeldNs, false, []string{}
+		for _, sp := range spans {
+			if sp.end < from || sp.start > r.TimeNs {
+				continue
+			}
+			if keptKinds[sp.kind] {
+				kept = append(kept, sp.kind)
+			} else {
+				other = true
+			}
+		}
+		if other {
+			continue
+		}
+		f.R.Checked++
+		if r.Result != history.OK {
+			during := "no fault"
+			if len(kept) > 0 {
+				during = strings.Join(kept, ", ")
+			}
+			f.Invalid(AnomalyKeepAliveLost, "%s's lease %s on %q ended %v into its hold, during %s: %s",
+				r.Worker, short(r.Value), r.Resource, time.Duration(r.HeldNs).Round(time.Millisecond), during, r.Error)
+		}
+	}
+	return f.Done("keep-alive lease held without a fault, or only through faults the cluster commits under")
+}
 
 // StreamsPerHold bounds the keep-alive streams opened for one hold without
 // a fault: the one the acquire opens, and one more for a stream the node

@@ -200,6 +200,19 @@ const NemRestoreAgain = "restore-again"
 // there clients still reach it: use netns for the whole fault).
 const NemSilentLeader = "silent-leader"
 
+// Realised in nemesis/slowdisk.go.
+
+// NemSlowDisk makes every node's disk slow for 14–18 s: each fsync and
+// fdatasync of a file under a node's data dir waits 1.8–2.2 s before it
+// reaches the disk (the nodes run on a FUSE loopback mount, package
+// slowdisk). The nodes stay up, connected and answering; every commit
+// takes about two seconds. A keep-alive stream then sees its renewals
+// answered late, never lost: CheckKeepAliveKept demands that no
+// keep-alive lease ended while held. Needs root and /dev/fuse, and the
+// nodes as local processes (not NetDocker); the mount is there for the
+// whole run, so it is not part of "all": name it.
+const NemSlowDisk = "slow-disk"
+
 // Realised in nemesis/state.go.
 
 // Nemeses that move state around rather than break processes.

@@ -26,24 +26,27 @@ import (
 // member-unreachable (membership.go), the
 // network ones (NetNemeses, net.go; silent-leader, silent.go),
 // the combined ones (ComboNemeses and lose-tail, combo.go), the clock ones
-// (clock.go) and restore (restore.go). "all" means every one in spec
-// (InSpecNemeses): clock-rate, beyond the drift bound, and restore, which
-// loses acknowledged state by design, must be named.
+// (clock.go), restore (restore.go) and slow-disk (slowdisk.go). "all"
+// means every one in spec (InSpecNemeses): clock-rate, beyond the drift
+// bound, and restore, which loses acknowledged state by design, must be
+// named, as must slow-disk, which puts the run's data dirs on a FUSE
+// mount.
 var AllNemeses = slices.Concat(
 	[]string{history.NemKill, history.NemKillLeader, history.NemPause, history.NemPauseLeader, history.NemClientPause, history.NemClientPauseAcquire, history.NemClientPauseReplay, history.NemSnapshot, history.NemMember, history.NemStorage, history.NemMemberUnreachable},
 	NetNemeses, []string{history.NemSilentLeader}, ComboNemeses, []string{history.NemLoseTail},
-	[]string{history.NemClockBump, history.NemClockStrobe, history.NemClockRate, history.NemClockRateClientPause, history.NemClockDriftEdge, history.NemClockDriftEdgeCoarse, history.NemRestore, history.NemRestoreMismatch, history.NemRestoreAgain})
+	[]string{history.NemClockBump, history.NemClockStrobe, history.NemClockRate, history.NemClockRateClientPause, history.NemClockDriftEdge, history.NemClockDriftEdgeCoarse, history.NemRestore, history.NemRestoreMismatch, history.NemRestoreAgain, history.NemSlowDisk})
 
 // InSpecNemeses is AllNemeses without the out-of-spec clock-rate and
 // restore, without clock-drift-edge and clock-drift-edge-coarse, which
 // are in spec but set up the whole run (driftedge.go), and without
 // lose-tail, in spec but undecidable for the watch-based checkers: every
 // node that serves during it has restored a snapshot past the watcher's
-// position, so the stream has gaps (combo.go).
+// position, so the stream has gaps (combo.go), and without slow-disk, in
+// spec but a FUSE mount under the whole run (slowdisk.go).
 func InSpecNemeses() []string {
 	var out []string
 	for _, k := range AllNemeses {
-		if k != history.NemClockRate && k != history.NemClockRateClientPause && !history.IsDriftEdge(k) && !history.IsRestore(k) && k != history.NemLoseTail {
+		if k != history.NemClockRate && k != history.NemClockRateClientPause && !history.IsDriftEdge(k) && !history.IsRestore(k) && k != history.NemLoseTail && k != history.NemSlowDisk {
 			out = append(out, k)
 		}
 	}
@@ -85,6 +88,9 @@ type Config struct {
 	Clocks ClockControl
 	// Net injects network faults (net.go); nil: none.
 	Net Net
+	// Disk slows the nodes' fsyncs (slowdisk.go); nil unless slow-disk is
+	// enabled.
+	Disk SlowDisk
 	// Workers are the fenced workers the client pauses stop.
 	Workers []Worker
 	// KV is the fenced store: the client pauses read the highest accepted
@@ -108,7 +114,7 @@ type Config struct {
 
 // New returns a Nemesis over c.
 func New(c Config) *Nemesis {
-	return &Nemesis{kinds: append([]string(nil), c.Kinds...), rng: c.Rng, nodes: c.Nodes, clocks: c.Clocks, net: c.Net,
+	return &Nemesis{kinds: append([]string(nil), c.Kinds...), rng: c.Rng, nodes: c.Nodes, clocks: c.Clocks, net: c.Net, disk: c.Disk,
 		workers: c.Workers, kv: c.KV, ttl: c.TTL, resourcePrefix: c.ResourcePrefix, log: c.Log, hist: c.Hist,
 		onRestore: c.OnRestore, progress: c.Progress, counts: map[string]int{}, effect: map[string]int{}}
 }
@@ -121,6 +127,7 @@ type Nemesis struct {
 	nodes          NodeControl
 	clocks         ClockControl // nil unless a clock nemesis is enabled (clock.go)
 	net            Net          // network faults (net.go); nil: none
+	disk           SlowDisk     // the nodes' slow disk (slowdisk.go); nil: none
 	workers        []Worker
 	kv             *fencekv.Client
 	ttl            time.Duration
@@ -213,6 +220,8 @@ func (n *Nemesis) Run(ctx context.Context) {
 			n.memberUnreachable(ctx, hold)
 		case history.NemSilentLeader:
 			n.silentLeader(ctx, hold)
+		case history.NemSlowDisk:
+			n.slowDisk(ctx)
 		case history.NemClockBump:
 			n.clockBump(ctx, hold)
 		case history.NemClockStrobe:
