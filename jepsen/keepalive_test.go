@@ -86,3 +86,19 @@ func TestSlowDiskRunsDoNotRequireRenewalsBounded(t *testing.T) {
 		t.Fatalf("kill: %+v", other)
 	}
 }
+
+// keepalive-leases-kept must decide a run without faults or with slow
+// disks alone; with other faults, which it does not judge through, an
+// unknown one does not decide the run.
+func TestKeepAliveKeptIsRequiredWhereItJudges(t *testing.T) {
+	for _, tc := range []struct {
+		nemeses  []string
+		required bool
+	}{{nil, true}, {[]string{history.NemSlowDisk}, true}, {[]string{history.NemSlowDisk, history.NemKillLeader}, false}, {[]string{history.NemPause}, false}} {
+		rs := []checker.Result{{Checker: checker.NameKeepAliveKept, Verdict: history.Unknown}, {Checker: checker.NameKeepAliveKept, Verdict: checker.Invalid}}
+		checker.MarkRequired(tc.nemeses, rs)
+		if (rs[0].NotRequired == "") != tc.required || rs[1].NotRequired != "" {
+			t.Errorf("%v: %+v", tc.nemeses, rs)
+		}
+	}
+}

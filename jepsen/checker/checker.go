@@ -747,4 +747,5 @@ func MarkRequired(nemeses []string, rs []Result) {
 	restoreRequired(nemeses, rs)
 	driftEdgeRequired(nemeses, rs)
 	slowDiskRequired(nemeses, rs)
+	keepAliveKeptRequired(nemeses, rs)
 }

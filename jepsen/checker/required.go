@@ -79,3 +79,23 @@ func slowDiskRequired(nemeses []string, rs []Result) {
 		}
 	}
 }
+
+// ReasonOtherFaults is why keepalive-leases-kept that found nothing to
+// check does not decide a run with faults it does not judge through.
+const ReasonOtherFaults = "every keep-alive hold overlapped a fault other than slow-disk"
+
+// keepAliveKeptRequired marks keepalive-leases-kept not required when it
+// is unknown in a run with a nemesis other than slow-disk: it judges only
+// holds without a fault or through slow disks, and the other faults may
+// cover every hold. Without faults, or with slow-disk alone, it must
+// decide; an anomaly it finds always fails the run.
+func keepAliveKeptRequired(nemeses []string, rs []Result) {
+	if !slices.ContainsFunc(nemeses, func(k string) bool { return !keptKinds[k] }) {
+		return
+	}
+	for i := range rs {
+		if rs[i].Checker == NameKeepAliveKept && rs[i].Verdict == history.Unknown {
+			rs[i].NotRequired = ReasonOtherFaults
+		}
+	}
+}
