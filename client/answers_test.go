@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -410,4 +412,172 @@ type cancelOnStatus struct {
 func (s *cancelOnStatus) Status(context.Context, *api.StatusRequest) (*api.StatusResponse, error) {
 	s.cancel()
 	return &api.StatusResponse{State: "follower"}, nil
+}
+
+// Two Acquires of one request id in one client: B's replay answered late
+// is abandoned, and A's answer for the same grant arrives after B looked
+// whether the lease is kept but before B's release went out. A must not
+// hand out a lease B is releasing (reviewer: abandon's check and release
+// were not one step against add).
+func TestAnAbandonedGrantIsNeverHandedOutByAConcurrentAcquire(t *testing.T) {
+	var (
+		mu        sync.Mutex
+		calls     int
+		aArrived  = make(chan struct{})
+		answerA   = make(chan struct{})
+		aReturned = make(chan *client.Lease, 1)
+		released  = make(chan error, 1) // A's lease's Err when B's release arrived (nil: live)
+		first     atomic.Bool           // B's release arrived
+	)
+	c := scriptedClient(t, &scripted{
+		acquire: func(_ context.Context, r *api.AcquireRequest) (*api.AcquireResponse, error) {
+			mu.Lock()
+			calls++
+			first := calls == 1
+			mu.Unlock()
+			g := grant(r)
+			if first { // A: granted, answered once B's release is under way
+				close(aArrived)
+				<-answerA
+				return g, nil
+			}
+			// B: the replay, answered after its window (300 ms) closed.
+			time.Sleep(400 * time.Millisecond)
+			g.Replayed, g.TtlRemaining = true, durationpb.New(300*time.Millisecond)
+			return g, nil
+		},
+		renew: func(context.Context, *api.RenewRequest) (*api.RenewResponse, error) {
+			return &api.RenewResponse{TtlRemaining: durationpb.New(5 * time.Second)}, nil
+		},
+		release: func(context.Context, *api.ReleaseRequest) (*api.ReleaseResponse, error) {
+			if !first.CompareAndSwap(false, true) {
+				return &api.ReleaseResponse{Released: true}, nil // Close's, of a lease A kept
+			}
+			close(answerA)
+			select {
+			case l := <-aReturned:
+				if l != nil {
+					released <- l.Err()
+				} else {
+					released <- errors.New("A got no lease")
+				}
+			case <-time.After(3 * time.Second):
+				released <- errors.New("A did not return")
+			}
+			return &api.ReleaseResponse{Released: true}, nil
+		},
+	})
+	ctx := context.Background()
+	var errA error
+	go func() {
+		l, err := c.Acquire(ctx, "r", client.WithTTL(5*time.Second), client.WithRequestID("req-race"))
+		errA = err
+		aReturned <- l
+	}()
+	<-aArrived
+	_, errB := c.Acquire(ctx, "r", client.WithTTL(5*time.Second), client.WithRequestID("req-race"))
+	if !errors.Is(errB, client.ErrSafeDeadline) {
+		t.Fatalf("B: %v, want ErrSafeDeadline", errB)
+	}
+	select {
+	case e := <-released:
+		if e == nil {
+			t.Fatal("B released the lease id while A had handed it out, live")
+		}
+		if errA != nil && !errors.Is(errA, client.ErrLeaseLost) {
+			t.Fatalf("A: %v, want ErrLeaseLost", errA)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no release arrived")
+	}
+}
+
+// A client closed while a call retried after an attempt that may have
+// taken effect (a node that proposed and lost its leadership): the call is
+// indeterminate, not a bare ErrClosed that reads as "nothing was done".
+func TestACallCutByCloseAfterAnAttemptThatMayHaveArrivedIsIndeterminate(t *testing.T) {
+	var calls atomic.Int64
+	st, err := status.New(codes.Unavailable, "cluster: leadership lost after the proposal").
+		WithDetails(&errdetails.ErrorInfo{Domain: api.ErrorDomain, Reason: api.ReasonIndeterminate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := scriptedClient(t, &scripted{
+		acquire: func(context.Context, *api.AcquireRequest) (*api.AcquireResponse, error) {
+			calls.Add(1)
+			return nil, st.Err()
+		},
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(context.Background(), "r", client.WithTTL(5*time.Second), client.WithRequestID("req-close"))
+		done <- err
+	}()
+	// The client retries with a backoff (20 ms, doubling): close it
+	// while it waits.
+	for calls.Load() < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	c.Close()
+	select {
+	case err := <-done:
+		var ie *client.IndeterminateError
+		if !errors.As(err, &ie) || ie.RequestID != "req-close" {
+			t.Fatalf("got %v (%T), want an *IndeterminateError with request id req-close", err, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Acquire did not return after Close")
+	}
+}
+
+// wrongLeaseKeepAlive answers every keep-alive renewal under its seq, but
+// naming another lease: a broken node or relay.
+type wrongLeaseKeepAlive struct{ *scripted }
+
+func (s wrongLeaseKeepAlive) KeepAlive(stream api.LeaseService_KeepAliveServer) error {
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		for _, r := range append([]*api.KeepAliveRequest{req}, req.More...) {
+			other := bytes.Repeat([]byte{0xff}, len(r.LeaseId))
+			if err := stream.Send(&api.KeepAliveResponse{Seq: r.Seq, LeaseId: other, TtlRemaining: durationpb.New(1500 * time.Millisecond)}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// An answer to a renewal's seq that names another lease confirms nothing:
+// the lease ends at its safe deadline (the network is not trusted; the
+// client took any answer under the seq as the renewal's).
+func TestAKeepAliveAnswerNamingAnotherLeaseConfirmsNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	api.RegisterLeaseServiceServer(srv, wrongLeaseKeepAlive{&scripted{
+		acquire: func(_ context.Context, r *api.AcquireRequest) (*api.AcquireResponse, error) { return grant(r), nil },
+	}})
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	c, err := client.New(client.Config{Endpoints: []string{ln.Addr().String()}, RequestTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	l, err := c.Acquire(context.Background(), "r", client.WithTTL(1500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+		if !errors.Is(l.Err(), client.ErrSafeDeadline) {
+			t.Fatalf("the lease ended with %v, want ErrSafeDeadline", l.Err())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the lease lived 5 s on answers naming another lease (ttl 1.5 s); %+v", c.Stats())
+	}
 }

@@ -444,8 +444,19 @@ func (c *Client) do(ctx context.Context, spec callSpec, op func(context.Context,
 		seen     attempts
 	)
 	backoff := 20 * time.Millisecond
+	// closed is the call's error when the client closes between attempts:
+	// indeterminate if an earlier one may have taken effect.
+	closed := func() error {
+		if seen.maybeSent && spec.mayChange() {
+			return &IndeterminateError{RequestID: spec.requestID, Err: ErrClosed}
+		}
+		return ErrClosed
+	}
 	for {
 		addr, conn, err := c.endpoint()
+		if errors.Is(err, ErrClosed) {
+			return closed()
+		}
 		if err != nil {
 			return err
 		}
@@ -476,7 +487,7 @@ func (c *Client) do(ctx context.Context, spec callSpec, op func(context.Context,
 			case <-ctx.Done():
 				return seen.overloaded(spec, err)
 			case <-c.ctx.Done():
-				return ErrClosed
+				return closed()
 			}
 			continue
 		}
@@ -526,7 +537,7 @@ func (c *Client) do(ctx context.Context, spec callSpec, op func(context.Context,
 		case <-ctx.Done():
 			return seen.giveUp(spec, ctx.Err())
 		case <-c.ctx.Done():
-			return ErrClosed
+			return closed()
 		}
 	}
 }

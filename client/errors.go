@@ -29,7 +29,9 @@ var (
 	// Acquire returns it too (with ErrNotFound) when its request id
 	// replays a grant that has since ended, and for a waiting Acquire
 	// whose grant it could not confirm with a renewal (refused or
-	// unanswered; the grant is released, best effort).
+	// unanswered; the grant is released, best effort), and when another
+	// Acquire of the same request id in this client gave the grant up
+	// and releases it.
 	ErrLeaseLost = errors.New("client: lease lost")
 	// ErrSafeDeadline ends a lease whose safe deadline passed without a
 	// confirmed renewal. The cluster may still count it as held for a
@@ -41,7 +43,9 @@ var (
 	ErrSafeDeadline = errors.New("client: safe deadline passed without a confirmed renewal")
 	// ErrReleased ends a lease released through this client.
 	ErrReleased = errors.New("client: lease released")
-	// ErrClosed: the client was closed (it also ends every lease).
+	// ErrClosed: the client was closed (it also ends every lease). A call
+	// that Close cut after an attempt that may have taken effect is an
+	// *IndeterminateError (ErrIndeterminate) wrapping ErrClosed.
 	ErrClosed = errors.New("client: closed")
 	// ErrTLSConfig: LoadTLS got a half configuration (a certificate
 	// without its key or the reverse, a certificate without a CA) or a file

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"container/heap"
 	"context"
 	"sync"
@@ -28,12 +29,16 @@ import (
 type keeper struct {
 	c *Client
 
-	mu      sync.Mutex
-	leases  map[ID]*Lease
-	due     renewHeap // the leases in leases, earliest nextRenew first
-	pending map[uint64]pendingRenew
-	seq     uint64
-	wake    chan struct{}
+	mu     sync.Mutex
+	leases map[ID]*Lease
+	// abandoned holds the lease ids an Acquire gave up and releases, each
+	// until its ttl has surely run out (c.clock): a concurrent Acquire of
+	// the same request id must not hand one out (add refuses it).
+	abandoned map[ID]time.Duration
+	due       renewHeap // the leases in leases, earliest nextRenew first
+	pending   map[uint64]pendingRenew
+	seq       uint64
+	wake      chan struct{}
 
 	// stalled is a test hook: while set, no renewal is sent.
 	stalled atomic.Bool
@@ -89,7 +94,7 @@ const retryUnconfirmed = 500 * time.Millisecond
 const resendUnanswered = 5 * time.Second
 
 func newKeeper(c *Client) *keeper {
-	return &keeper{c: c, leases: map[ID]*Lease{}, pending: map[uint64]pendingRenew{}, wake: make(chan struct{}, 1)}
+	return &keeper{c: c, leases: map[ID]*Lease{}, abandoned: map[ID]time.Duration{}, pending: map[uint64]pendingRenew{}, wake: make(chan struct{}, 1)}
 }
 
 func (k *keeper) interval(l *Lease) time.Duration {
@@ -109,6 +114,12 @@ func (k *keeper) add(l *Lease, sentAt time.Duration) *Lease {
 		k.mu.Unlock()
 		return kept
 	}
+	if k.abandonedLocked(l.id) {
+		// Another Acquire of its request id gave it up and is releasing
+		// it: never hand it out.
+		k.mu.Unlock()
+		return nil
+	}
 	l.nextRenew = sentAt + k.interval(l)
 	k.leases[l.id] = l
 	heap.Push(&k.due, dueEntry{at: l.nextRenew, l: l})
@@ -127,6 +138,33 @@ func (k *keeper) live(id ID) *Lease {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.liveLocked(id)
+}
+
+// abandon marks lease id as given up for ttl (the longest it can live
+// on, from now) unless it is kept alive: then it reports false and the
+// caller must not release it. Checked and marked in one step against add,
+// so that no concurrent Acquire hands out a lease being released.
+func (k *keeper) abandon(id ID, ttl time.Duration) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.liveLocked(id) != nil {
+		return false
+	}
+	now := k.c.clock.Now()
+	for x, until := range k.abandoned { // few: only grants an Acquire gave up
+		if until <= now {
+			delete(k.abandoned, x)
+		}
+	}
+	k.abandoned[id] = now + ttl
+	return true
+}
+
+// abandonedLocked reports, with k.mu held, whether id was abandoned and
+// may still be live.
+func (k *keeper) abandonedLocked(id ID) bool {
+	until, ok := k.abandoned[id]
+	return ok && until > k.c.clock.Now()
 }
 
 // liveLocked is live with k.mu held.
@@ -413,7 +451,9 @@ func (k *keeper) receive(stream api.LeaseService_KeepAliveClient) error {
 			}
 			// Every answer of the message is taken, the renewals that
 			// failed before it too: they are no less confirmed.
-			k.answered(resp, now)
+			if !k.answered(resp, now) && moveErr == nil {
+				moveErr = status.Errorf(codes.Unavailable, "keep-alive: the answer to renewal %d names another lease", resp.Seq)
+			}
 		}
 		if moveErr != nil {
 			return moveErr
@@ -428,17 +468,24 @@ func heartbeat(msg *api.KeepAliveResponse) bool {
 	return msg.Seq == 0 && len(msg.LeaseId) == 0 && msg.Code == 0 && len(msg.More) == 0
 }
 
-// answered takes the answer to one renewal, received at now.
-func (k *keeper) answered(resp *api.KeepAliveResponse, now time.Duration) {
+// answered takes the answer to one renewal, received at now. It reports
+// false, taking nothing, for an answer under a renewal's seq that names
+// another lease: a broken node or relay, whose stream is to be left (the
+// renewal is sent again on the next).
+func (k *keeper) answered(resp *api.KeepAliveResponse, now time.Duration) bool {
 	k.mu.Lock()
 	p, ok := k.pending[resp.Seq]
+	if ok && !bytes.Equal(resp.LeaseId, p.l.id[:]) {
+		k.mu.Unlock()
+		return false
+	}
 	delete(k.pending, resp.Seq)
 	if ok {
 		p.l.renewing = false
 	}
 	k.mu.Unlock()
 	if !ok {
-		return
+		return true
 	}
 	switch codes.Code(resp.Code) {
 	case codes.OK:
@@ -461,6 +508,7 @@ func (k *keeper) answered(resp *api.KeepAliveResponse, now time.Duration) {
 		// Unavailable and the like: the renewal may be retried; the
 		// lease ends at its safe deadline unless one is confirmed.
 	}
+	return true
 }
 
 // deferRenewal schedules the renewal of l that the leader refused for

@@ -285,7 +285,11 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 	}
 	// When the request id replayed a grant this client still holds, that
 	// lease: kept alive as it is, never a second *Lease for one lease id.
-	return c.keeper.add(l, l.lastSent), nil
+	if kept := c.keeper.add(l, l.lastSent); kept != nil {
+		return kept, nil
+	}
+	l.end(ErrLeaseLost)
+	return nil, fmt.Errorf("%w: acquire %q: a concurrent Acquire of request id %q gave this grant (token %d) up and releases it", ErrLeaseLost, resource, o.requestID, l.token)
 }
 
 // abandon ends a lease that Acquire will not hand out, releases it (best
@@ -298,7 +302,8 @@ func (c *Client) abandon(ctx context.Context, l *Lease, err error) error {
 		cause = ErrSafeDeadline
 	}
 	l.end(cause)
-	if c.keeper.live(l.id) != nil {
+	// Twice its ttl: the grant cannot outlive that, whatever the clocks.
+	if !c.keeper.abandon(l.id, 2*l.ttl) {
 		// The same grant is kept alive under another *Lease (a replay of
 		// its request id raced this one): its holder keeps it.
 		return err
