@@ -89,9 +89,9 @@ const retryUnconfirmed = 500 * time.Millisecond
 // resendUnanswered is how long a renewal may go unanswered on a stream
 // that answers others before it is sent again: a net under the rule of
 // one renewal in flight per lease, should a node ever drop one answer.
-// Well above the node's own bound on a renewal (3 s), so a slow cluster
+// Well above the node's own bound on a renewal (5 s), so a slow cluster
 // is not sent every renewal twice.
-const resendUnanswered = 5 * time.Second
+const resendUnanswered = 7 * time.Second
 
 func newKeeper(c *Client) *keeper {
 	return &keeper{c: c, leases: map[ID]*Lease{}, abandoned: map[ID]time.Duration{}, pending: map[uint64]pendingRenew{}, wake: make(chan struct{}, 1)}

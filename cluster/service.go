@@ -476,8 +476,14 @@ func (s *leaseService) Watch(req *api.WatchRequest, stream grpc.ServerStreamingS
 // It also bounds the renewals of one message (api.KeepAliveRequest.more).
 const keepAliveInFlight = 4096
 
-// keepAliveRenewTimeout bounds one renewal of a KeepAlive stream.
-const keepAliveRenewTimeout = 3 * time.Second
+// keepAliveRenewTimeout bounds one renewal of a KeepAlive stream. A
+// renewal answered late still extends the lease from when the client sent
+// it, so the bound only has to end a wait that can no longer help; on a
+// disk that takes two seconds per synced write an entry may wait for the
+// write in progress and then its own, over four seconds, and answering
+// such a renewal as failed at 3 s (as before) threw away a renewal that
+// committed and made the client send another to the slow disk.
+const keepAliveRenewTimeout = 5 * time.Second
 
 // KeepAlive implements api.LeaseServiceServer: every renewal is a Renew,
 // group-committed with all others; the renewals of one message are
