@@ -44,8 +44,9 @@ var (
 	// ErrReleased ends a lease released through this client.
 	ErrReleased = errors.New("client: lease released")
 	// ErrClosed: the client was closed (it also ends every lease). A call
-	// that Close cut after an attempt that may have taken effect is an
-	// *IndeterminateError (ErrIndeterminate) wrapping ErrClosed.
+	// that may have taken effect when Close cut it is an
+	// *IndeterminateError (ErrIndeterminate), wrapping ErrClosed when Close
+	// came between its attempts.
 	ErrClosed = errors.New("client: closed")
 	// ErrTLSConfig: LoadTLS got a half configuration (a certificate
 	// without its key or the reverse, a certificate without a CA) or a file

@@ -289,7 +289,7 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		return kept, nil
 	}
 	l.end(ErrLeaseLost)
-	return nil, fmt.Errorf("%w: acquire %q: a concurrent Acquire of request id %q gave this grant (token %d) up and releases it", ErrLeaseLost, resource, o.requestID, l.token)
+	return nil, fmt.Errorf("%w: acquire %q: an Acquire of request id %q in this client gave this grant (token %d) up (released, or ending with its ttl)", ErrLeaseLost, resource, o.requestID, l.token)
 }
 
 // abandon ends a lease that Acquire will not hand out, releases it (best
