@@ -40,6 +40,9 @@ type forwarder struct {
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
 	calls  map[string]*transport.CallConn
+	// closed: close ran; no connection is made after it (a loop still
+	// running as the node stops would leak one).
+	closed bool
 
 	hopMu sync.Mutex
 	hops  map[*hop]struct{}
@@ -95,6 +98,9 @@ func (f *forwarder) connLocked(addr string) (*grpc.ClientConn, error) {
 	if c, ok := f.conns[addr]; ok {
 		return c, nil
 	}
+	if f.closed {
+		return nil, ErrStopped
+	}
 	dial := addr
 	if via, ok := f.routes[addr]; ok {
 		dial = via
@@ -110,6 +116,7 @@ func (f *forwarder) connLocked(addr string) (*grpc.ClientConn, error) {
 func (f *forwarder) close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.closed = true
 	for a, cc := range f.calls {
 		cc.Close()
 		delete(f.calls, a)

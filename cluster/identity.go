@@ -64,36 +64,40 @@ func writeIdentity(dir string, id Identity) error {
 	if err != nil {
 		return err
 	}
-	b = append(b, '\n')
-	path := filepath.Join(dir, IdentityFile)
-	tmp, err := os.CreateTemp(dir, IdentityFile+".tmp-*")
-	if err != nil {
+	if err := writeDurably(dir, IdentityFile, append(b, '\n')); err != nil {
 		return fmt.Errorf("cluster: node identity: %w", err)
+	}
+	return nil
+}
+
+// writeDurably writes b to dir/name atomically: a temporary file, fsynced,
+// renamed over name, and the directory fsynced.
+func writeDurably(dir, name string, b []byte) error {
+	tmp, err := os.CreateTemp(dir, name+".tmp-*")
+	if err != nil {
+		return err
 	}
 	defer os.Remove(tmp.Name()) // after the rename, a no-op
 	if _, err := tmp.Write(b); err != nil {
 		tmp.Close()
-		return fmt.Errorf("cluster: node identity: %w", err)
+		return err
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
-		return fmt.Errorf("cluster: node identity: %w", err)
+		return err
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("cluster: node identity: %w", err)
+		return err
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("cluster: node identity: %w", err)
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
+		return err
 	}
 	d, err := os.Open(dir)
 	if err != nil {
-		return fmt.Errorf("cluster: node identity: %w", err)
+		return err
 	}
 	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("cluster: node identity: %w", err)
-	}
-	return nil
+	return d.Sync()
 }
 
 // clusterIDOf derives a cluster id from the founding member list and, for

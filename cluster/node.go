@@ -238,6 +238,11 @@ func (n *Node) open(ctx context.Context) error {
 	if err := n.buildServers(); err != nil {
 		return err
 	}
+	if !rs.existing && ident == nil && n.cfg.Join != "" && len(n.cfg.Bootstrap) == 0 && n.cfg.RestoreFrom == "" && !n.planted(BugLostVoterUnchecked) {
+		if err := n.checkNotALostVoter(ctx); err != nil {
+			return err
+		}
+	}
 	existing, err := n.startRaft(ctx, rs)
 	if err != nil {
 		return err
@@ -973,6 +978,9 @@ func (n *Node) writeJoinIdentity(cluster string) {
 	}
 	n.setClusterID(cluster)
 	n.log.Info("node identity written", "file", filepath.Join(n.cfg.DataDir, IdentityFile), "cluster-id", cluster)
+	// The identity guards the data dir from here on; a marker left
+	// behind would let a later loss that spared it skip the check.
+	_ = os.Remove(filepath.Join(n.cfg.DataDir, JoinMarkerFile))
 }
 
 // newLeaseID draws 16 random bytes on the leader: the FSM draws none.

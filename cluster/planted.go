@@ -30,6 +30,7 @@ var PlantedBugs = map[string]string{
 	BugReadRaftApplied:     "a linearizable read waits for raft's applied index, which raft moves before the state machine applied the entry; the leader's apply stalls 200 ms at every 16th entry (a GC, CPU starvation), so its reads miss entries the followers have applied and published",
 	BugRestoreIgnoresEpoch: "a restore ignores its epoch (the floor is the backup's highest token plus the bump, the cluster id has no epoch), so a second restore of one backup reissues the tokens of the cluster the first restore started",
 	BugKeepAliveNoBeats:    "a KeepAlive stream sends no heartbeats although its client asked for them, so renewals that take over a second to commit (a slow disk) look like a silent node: the client moves its stream, never sees an answer, and its lease ends while the cluster renews it",
+	BugLostVoterUnchecked:  "a first start with --join does not ask its join target whether the node is a voter already, so a voter whose data dir was lost runs again with an empty log and grants its vote to any candidate",
 	BugWALEmptiedOnInstall: "a snapshot install empties the raft-wal log although it holds entries past the snapshot (hashicorp/raft#697): the follower takes appends over the hole and panics re-applying them",
 }
 

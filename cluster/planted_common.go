@@ -26,6 +26,7 @@ const (
 	BugReadRaftApplied     = "read-raft-applied"
 	BugRestoreIgnoresEpoch = "restore-ignores-epoch"
 	BugKeepAliveNoBeats    = "keepalive-no-heartbeats"
+	BugLostVoterUnchecked  = "lost-voter-unchecked"
 )
 
 // plantedWriteDelay is how long the planted leader-applies-unwritten

@@ -1,0 +1,14 @@
+//go:build plantedbugs
+
+package cluster
+
+import "testing"
+
+// The planted lost-voter-unchecked asks nobody: the lost voter starts.
+func TestPlantedLostVoterUncheckedStartsALostVoter(t *testing.T) {
+	_, _, n, err := startLostVoter(t, func(c *Config) { c.Testing.PlantedBugs = []string{BugLostVoterUnchecked} })
+	if err != nil {
+		t.Fatalf("planted %s: the lost voter was refused (%v): not the defect", BugLostVoterUnchecked, err)
+	}
+	n.Close()
+}
