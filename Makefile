@@ -150,12 +150,13 @@ jepsen: jepsen-bin
 
 # jepsen-quick is the suite .ci/run runs, on 3 nodes, 6 workers and 3
 # resources to keep it short: fenced runs (process, network, clock,
-# drift-edge and combined faults, realistic ttls, the leader's lost tail)
-# and one with restores from a backup that must pass every required
-# checker, the --unfenced control that must be caught, and one short run
-# per planted bug (a plantedbugs build), each of which must be caught by a
-# checker the README's table names, within three seeds. About 30 minutes
-# (36 scenarios).
+# drift-edge and combined faults, realistic ttls, realistic ttls on slow
+# disks, the leader's lost tail) and one with restores from a backup that
+# must pass every required checker, the --unfenced control that must be
+# caught, and one short run per planted bug (a plantedbugs build), each of
+# which must be caught by a checker the README's table names, within three
+# seeds. About 33 minutes (39 scenarios). The slow-disk scenarios mount a
+# FUSE file system: root and /dev/fuse.
 jepsen-quick: jepsen-bin
 	$(BIN)/jepsen suite --bin-dir $(BIN) --seed $(JEPSEN_SEED) --nodes 3 --workers 6 --resources 3 $(JEPSEN_ARGS)
 

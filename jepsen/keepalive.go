@@ -104,8 +104,11 @@ func (w *workerState) keepAliveCycle() {
 	held := history.Now() - start
 	lerr := lease.Err()
 	w.release(base+"-r", res, lease)
+	// Stamped when the hold ended, not after the release (which takes
+	// seconds on a slow disk): the checkers judge the faults over
+	// [TimeNs-HeldNs, TimeNs].
 	rec := history.Record{Kind: history.Complete, Op: base + "-k", Type: checker.OpKeepAlive, Resource: res, Token: lease.Token(), Value: hexID, Result: history.OK,
-		HeldNs: held, IntervalNs: int64(ttl / 3), Renewals: w.ka.renewals(hexID), Streams: int(w.ka.streams.Load() - streams0)}
+		TimeNs: start + held, HeldNs: held, IntervalNs: int64(ttl / 3), Renewals: w.ka.renewals(hexID), Streams: int(w.ka.streams.Load() - streams0)}
 	if lerr != nil {
 		rec.Result, rec.Error = history.Fail, "lease ended while held: "+lerr.Error()
 	}

@@ -73,6 +73,8 @@ var PlantedBugs = []PlantedBug{
 		Nemeses: []string{history.NemPauseLeader}, Time: 30 * time.Second, Catch: []string{checker.NameUnavailability}},
 	{Name: "leader-applies-unwritten", In: "leased", What: "the leader applies and answers an entry, and tells followers it is committed, before its own log write (held 100 ms) is done",
 		Nemeses: []string{history.NemLoseTail}, Time: 45 * time.Second, Catch: []string{checker.NameDurable, checker.NameTokens, checker.NameLinearizable, checker.NameConverge}},
+	{Name: "lost-voter-unchecked", In: "leased", What: "a first start with --join does not ask whether the node is a voter already, so a voter whose data dir was lost runs again with an empty log (and would vote any candidate in)",
+		Nemeses: []string{history.NemLostVoter}, Time: 30 * time.Second, Catch: []string{checker.NameLostVoter}},
 	{Name: "keepalive-no-heartbeats", In: "leased", What: "a KeepAlive stream sends no heartbeats: renewals that commit over a second late (a slow disk) look like a silent node, the client moves its stream, and its lease ends while the cluster renews it",
 		Nemeses: []string{history.NemSlowDisk}, Time: 60 * time.Second, Catch: []string{checker.NameKeepAliveKept}, KeepAlive: true},
 	{Name: "add-unprobed", In: "leased", What: "the leader adds a member as a voter without probing it and without the quorum rule",

@@ -457,6 +457,12 @@ func (r *run) startCluster(ctx context.Context) error {
 		extra = append(extra, ClockArgs(filepath.Join(r.dir, "logs"))...)
 	}
 	if slices.Contains(cfg.Nemeses, history.NemSlowDisk) {
+		if slices.Contains(cfg.Nemeses, history.NemStorage) {
+			// It opens the nodes' raft.db with bbolt, which maps the
+			// file, in the process that serves the mount: a FUSE
+			// deadlock (go-fuse's fs/api.go, "Deadlocks").
+			return fmt.Errorf("%s cannot run with %s", history.NemSlowDisk, history.NemStorage)
+		}
 		if err := r.mountSlowDisk(); err != nil {
 			return err
 		}
@@ -764,6 +770,9 @@ func (r *run) check(context.Context) error {
 		CheckMeaningful(cfg, h, faults), unavail, checker.CheckNoPanics(readLogs(filepath.Join(r.dir, "logs"))))
 	if slices.Contains(cfg.Nemeses, history.NemStorage) {
 		sum.Results = append(sum.Results, checker.CheckStorageRefused(faults))
+	}
+	if slices.Contains(cfg.Nemeses, history.NemLostVoter) {
+		sum.Results = append(sum.Results, checker.CheckLostVoterRefused(faults))
 	}
 	if cfg.KeepAliveWorkers > 0 {
 		r.say("keep-alive workload: %s", checker.KeepAliveSummary(h, faults))

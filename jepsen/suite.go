@@ -84,7 +84,7 @@ var FencedGroups = []struct {
 	Nemeses []string
 	Time    time.Duration
 }{
-	{"process faults", []string{history.NemKill, history.NemKillLeader, history.NemPause, history.NemPauseLeader, history.NemClientPause, history.NemClientPauseAcquire, history.NemClientPauseReplay, history.NemSnapshot, history.NemMember}, 80 * time.Second},
+	{"process faults", []string{history.NemKill, history.NemKillLeader, history.NemPause, history.NemPauseLeader, history.NemClientPause, history.NemClientPauseAcquire, history.NemClientPauseReplay, history.NemSnapshot, history.NemMember, history.NemLostVoter}, 90 * time.Second},
 	{"network faults", nm.NetNemeses, 60 * time.Second},
 	{"clock faults", []string{history.NemClockBump, history.NemClockStrobe}, 25 * time.Second},
 	{"clocks at the drift edge", []string{history.NemClockDriftEdge}, 30 * time.Second},

@@ -11,7 +11,7 @@ import (
 
 // OpKeepAlive is the record a keep-alive worker writes when it has
 // released a lease: the lease (Value, hex id), how long it was held
-// (HeldNs), the renewal interval the client promises for it (IntervalNs:
+// (HeldNs, the hold ending at TimeNs, before the release), the renewal interval the client promises for it (IntervalNs:
 // client.Config.KeepAliveInterval, by default a third of the ttl), and
 // the renewals sent for it and the keep-alive streams opened while it was
 // held (Renewals, Streams). It carries no Lease, so no other checker
@@ -39,7 +39,7 @@ const AnomalyKeepAliveLost = "keep-alive-lease-lost"
 
 // keptKinds are the faults under which a keep-alive lease must live on:
 // the nodes stay up, connected and answering, and only commit late
-// (history.NemSlowDisk: about 2 s per commit, against the 6.7 s a
+// (history.NemSlowDisk: 1.8–4.4 s per commit, against the 6.4 s a
 // renewal sent at a third of a 10 s ttl has left).
 var keptKinds = map[string]bool{history.NemSlowDisk: true}
 

@@ -27,6 +27,16 @@ type StorageOutcome struct {
 	Served bool `json:"served,omitempty"`
 }
 
+// LostVoterOutcome is what a voter did when started again with --join on
+// an empty data dir under its old id, not removed (NemLostVoter).
+type LostVoterOutcome struct {
+	// Refused: the process exited saying its data was lost (it is a
+	// voter already), before it ran raft.
+	Refused bool `json:"refused,omitempty"`
+	// Served: it ran as a member (its status answered with a term).
+	Served bool `json:"served,omitempty"`
+}
+
 // MemberAdd is one add NemMemberUnreachable asked for.
 type MemberAdd struct {
 	ID     string `json:"id"`

@@ -213,4 +213,7 @@ type Fault struct {
 	// Membership is what NemMemberUnreachable's adds were answered and
 	// what the nodes listed (on heal).
 	Membership *MembershipOutcome `json:"membership,omitempty"`
+	// LostVoter is what a node did when NemLostVoter started it again on
+	// an empty data dir under its old id (on heal).
+	LostVoter *LostVoterOutcome `json:"lost_voter,omitempty"`
 }

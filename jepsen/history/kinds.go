@@ -206,12 +206,23 @@ const NemSilentLeader = "silent-leader"
 // fdatasync of a file under a node's data dir waits 1.8–2.2 s before it
 // reaches the disk (the nodes run on a FUSE loopback mount, package
 // slowdisk). The nodes stay up, connected and answering; every commit
-// takes about two seconds. A keep-alive stream then sees its renewals
+// takes two to four seconds. A keep-alive stream then sees its renewals
 // answered late, never lost: CheckKeepAliveKept demands that no
 // keep-alive lease ended while held. Needs root and /dev/fuse, and the
 // nodes as local processes (not NetDocker); the mount is there for the
 // whole run, so it is not part of "all": name it.
 const NemSlowDisk = "slow-disk"
+
+// Realised in nemesis/lostvoter.go.
+
+// NemLostVoter loses a follower's whole data dir and starts it again with
+// --join under its old id, without removing it first: the operator's
+// mistake docs/OPERATIONS.md warns against ("Replacing a dead node"). A
+// voter with an empty log would grant its vote to any candidate, so the
+// node must refuse to start (it asks its join target whether it is a
+// voter already); CheckLostVoterRefused decides. The heal replaces it as
+// the docs say (remove, wipe, join).
+const NemLostVoter = "lost-voter"
 
 // Realised in nemesis/state.go.
 

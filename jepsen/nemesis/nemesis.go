@@ -22,7 +22,8 @@ import (
 )
 
 // AllNemeses lists every kind implemented: the process nemeses above,
-// snapshot and member (state.go), storage (storage.go),
+// snapshot and member (state.go), storage (storage.go), lost-voter
+// (lostvoter.go),
 // member-unreachable (membership.go), the
 // network ones (NetNemeses, net.go; silent-leader, silent.go),
 // the combined ones (ComboNemeses and lose-tail, combo.go), the clock ones
@@ -32,7 +33,7 @@ import (
 // named, as must slow-disk, which puts the run's data dirs on a FUSE
 // mount.
 var AllNemeses = slices.Concat(
-	[]string{history.NemKill, history.NemKillLeader, history.NemPause, history.NemPauseLeader, history.NemClientPause, history.NemClientPauseAcquire, history.NemClientPauseReplay, history.NemSnapshot, history.NemMember, history.NemStorage, history.NemMemberUnreachable},
+	[]string{history.NemKill, history.NemKillLeader, history.NemPause, history.NemPauseLeader, history.NemClientPause, history.NemClientPauseAcquire, history.NemClientPauseReplay, history.NemSnapshot, history.NemMember, history.NemStorage, history.NemMemberUnreachable, history.NemLostVoter},
 	NetNemeses, []string{history.NemSilentLeader}, ComboNemeses, []string{history.NemLoseTail},
 	[]string{history.NemClockBump, history.NemClockStrobe, history.NemClockRate, history.NemClockRateClientPause, history.NemClockDriftEdge, history.NemClockDriftEdgeCoarse, history.NemRestore, history.NemRestoreMismatch, history.NemRestoreAgain, history.NemSlowDisk})
 
@@ -216,6 +217,8 @@ func (n *Nemesis) Run(ctx context.Context) {
 			n.loseTail(ctx, hold)
 		case history.NemStorage:
 			n.storage(ctx, hold)
+		case history.NemLostVoter:
+			n.lostVoter(ctx, hold)
 		case history.NemMemberUnreachable:
 			n.memberUnreachable(ctx, hold)
 		case history.NemSilentLeader:

@@ -10,8 +10,9 @@ import (
 func TestParseNemeses(t *testing.T) {
 	// "all" is every nemesis but the out-of-spec clock-rate and
 	// clock-rate-client-pause, the three restores, the two drift-edge
-	// ones (which set up the whole run) and lose-tail (its watch gaps).
-	if ks, err := ParseNemeses("all"); err != nil || len(ks) != len(AllNemeses)-8 {
+	// ones (which set up the whole run), lose-tail (its watch gaps) and
+	// slow-disk (a FUSE mount under the whole run).
+	if ks, err := ParseNemeses("all"); err != nil || len(ks) != len(AllNemeses)-9 || slices.Contains(ks, history.NemSlowDisk) {
 		t.Fatal(ks, err)
 	}
 	if _, err := ParseNemeses("kill,partition"); err == nil {

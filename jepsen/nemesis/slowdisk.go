@@ -21,9 +21,12 @@ type SlowDisk interface {
 // Slow-disk timings (history.NemSlowDisk). The delay is longer than the
 // silence after which the client moves a keep-alive stream (over 1 s,
 // looked at every 0.5 s), so that a node which answered nothing until its
-// commits were done would cost keep-alive leases every renewal; a commit
-// still takes less than half the 6.7 s a renewal has before a 10 s ttl
-// runs out. The hold outlasts that ttl, so that such a lease would end.
+// commits were done would cost keep-alive leases every renewal. An entry
+// may wait for the write in progress and then its own, so a commit takes
+// one to two delays (1.8–4.4 s): within the node's 5 s bound on a
+// keep-alive renewal and the 6.4 s a renewal sent at a third of a 10 s
+// ttl has left. The hold outlasts that ttl, so that such a lease would
+// end.
 const (
 	SlowDiskDelay     = 1800 * time.Millisecond
 	SlowDiskDelaySpan = 400 * time.Millisecond

@@ -1,0 +1,33 @@
+package checker
+
+import "github.com/leasefence/leasefence/jepsen/history"
+
+// NameLostVoter is the checker of NemLostVoter's outcomes.
+const NameLostVoter = "lost-voter-refused"
+
+// AnomalyLostVoterServed: a voter started on an empty data dir under its
+// old id, not removed, ran as a member.
+const AnomalyLostVoterServed = "lost-voter-served"
+
+// CheckLostVoterRefused checks that every voter NemLostVoter started again
+// on an empty data dir refused to start (cluster.ErrLostVoter) rather than
+// run with an empty log, with which it would grant its vote to any
+// candidate, one missing entries the cluster committed among them.
+func CheckLostVoterRefused(faults []history.Fault) Result {
+	f := NewFinding(NameLostVoter)
+	for _, x := range faults {
+		if x.Kind != history.NemLostVoter || x.Phase != "heal" || x.LostVoter == nil {
+			continue
+		}
+		switch o := x.LostVoter; {
+		case o.Refused:
+			f.R.Checked++
+		case o.Served:
+			f.R.Checked++
+			f.Invalid(AnomalyLostVoterServed, "%s, a voter started again on an empty data dir under its old id (not removed), ran as a member with an empty log", x.Target)
+		default:
+			f.Unknown("%s neither refused nor ran within the watch after its data dir was lost", x.Target)
+		}
+	}
+	return f.Done("lost-voter fault")
+}

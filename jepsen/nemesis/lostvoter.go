@@ -1,0 +1,87 @@
+package nemesis
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/leasefence/leasefence/jepsen/history"
+)
+
+// lostVoterMarker is what leased says when it refuses to start as a voter
+// whose data was lost (cluster.ErrLostVoter).
+const lostVoterMarker = "its data was lost"
+
+// lostVoter kills a follower, removes its whole data dir, starts it again
+// with --join under its old id (no remove) and watches whether it refuses
+// or runs; the heal replaces it (remove, wipe, join). Effective when the
+// node was wiped and its replacement joined and caught up.
+func (n *Nemesis) lostVoter(ctx context.Context, hold time.Duration) {
+	cl, id, ok := n.clusterFollower(ctx, history.NemLostVoter, "no follower to wipe (no leader)")
+	if !ok {
+		return
+	}
+	bg := context.WithoutCancel(ctx)
+	n.progress(fmt.Sprintf("nemesis: %s: %s killed, its data dir lost, started again with --join (not removed)", history.NemLostVoter, id))
+	p := cl.Process(id)
+	p.Kill(syscall.SIGKILL, 10*time.Second)
+	err := os.RemoveAll(cl.DataDir(id))
+	n.record(history.Fault{Phase: "start", Kind: history.NemLostVoter, Target: id, Detail: errString(err, "SIGKILL; data dir removed; started with --join under its old id")})
+	out := &history.LostVoterOutcome{}
+	logBefore := len(p.Tail(1 << 30))
+	if err == nil {
+		if err = cl.Rejoin(bg, id); err == nil {
+			observeLostVoter(bg, out, cl, id, p, logBefore, hold+10*time.Second)
+		}
+	}
+	p.Kill(syscall.SIGTERM, 15*time.Second)
+	all := len(cl.Nodes())
+	rerr := cl.RemoveMember(bg, id)
+	if rerr == nil {
+		cl.WaitMembers(bg, all-1, id, false)
+		rerr = os.RemoveAll(cl.DataDir(id))
+	}
+	if rerr == nil {
+		rerr = cl.Rejoin(bg, id)
+	}
+	joined := rerr == nil && cl.WaitMembers(bg, all, id, true) && cl.WaitCaughtUp(bg, id)
+	what := "undecided"
+	switch {
+	case out.Refused:
+		what = "refused to start"
+	case out.Served:
+		what = "ran as a voter with an empty log"
+	}
+	n.record(history.Fault{Phase: "heal", Kind: history.NemLostVoter, Target: id, Effective: err == nil && joined, LostVoter: out,
+		Detail: errString(rerr, fmt.Sprintf("started on an empty data dir it %s; replaced (removed, wiped, rejoined and caught up: %v)", what, joined))})
+}
+
+// observeLostVoter watches node id for up to d after its start on an
+// empty data dir, into o.
+func observeLostVoter(ctx context.Context, o *history.LostVoterOutcome, cl Cluster, id string, p Process, logBefore int, d time.Duration) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); {
+		select {
+		case <-p.Exited():
+			log := p.Tail(1 << 30)
+			if logBefore < len(log) {
+				log = log[logBefore:]
+			}
+			o.Refused = strings.Contains(log, lostVoterMarker)
+			return
+		default:
+		}
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := cl.Status(sctx, id)
+		cancel()
+		if err == nil && st.Term > 0 {
+			o.Served = true
+			return
+		}
+		if !sleepCtx(ctx, 200*time.Millisecond) {
+			return
+		}
+	}
+}
