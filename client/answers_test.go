@@ -63,6 +63,18 @@ func scriptedClient(t *testing.T, s *scripted) *client.Client {
 	return c
 }
 
+// replayedLate makes g a replay answered late: its window (300 ms) is
+// spent on arrival (400 ms).
+func replayedLate(g *api.AcquireResponse) {
+	time.Sleep(400 * time.Millisecond)
+	g.Replayed, g.TtlRemaining = true, durationpb.New(300*time.Millisecond)
+}
+
+// renewed5s answers a renewal with 5 s left.
+func renewed5s(context.Context, *api.RenewRequest) (*api.RenewResponse, error) {
+	return &api.RenewResponse{TtlRemaining: durationpb.New(5 * time.Second)}, nil
+}
+
 func grant(r *api.AcquireRequest) *api.AcquireResponse {
 	return &api.AcquireResponse{
 		Lease: &api.Lease{Id: make([]byte, 16), Resource: r.Resource, Scope: r.Resource, Holder: r.Holder, Token: 7,
@@ -188,9 +200,7 @@ func TestWaitingAcquireWhoseConfirmingRenewalFailsIsLeaseLost(t *testing.T) {
 func TestAcquireAgainWithAHeldLeasesRequestIDReturnsThatLease(t *testing.T) {
 	c := scriptedClient(t, &scripted{
 		acquire: func(_ context.Context, r *api.AcquireRequest) (*api.AcquireResponse, error) { return grant(r), nil },
-		renew: func(context.Context, *api.RenewRequest) (*api.RenewResponse, error) {
-			return &api.RenewResponse{TtlRemaining: durationpb.New(5 * time.Second)}, nil
-		},
+		renew:   renewed5s,
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -245,9 +255,7 @@ func TestReleaseThatMayHaveArrivedIsIndeterminate(t *testing.T) {
 			calls := 0
 			c := scriptedClient(t, &scripted{
 				acquire: func(_ context.Context, r *api.AcquireRequest) (*api.AcquireResponse, error) { return grant(r), nil },
-				renew: func(context.Context, *api.RenewRequest) (*api.RenewResponse, error) {
-					return &api.RenewResponse{TtlRemaining: durationpb.New(5 * time.Second)}, nil
-				},
+				renew:   renewed5s,
 				release: func(ctx context.Context, _ *api.ReleaseRequest) (*api.ReleaseResponse, error) {
 					calls++ // the call loop never runs two attempts at once
 					if tc.silent && calls == 1 {
@@ -296,15 +304,12 @@ func TestAReplayOfAKeptLeaseNeverReleasesIt(t *testing.T) {
 			replay := calls > 1
 			mu.Unlock()
 			g := grant(r)
-			if replay { // answered late: its window (300 ms) is spent on arrival
-				time.Sleep(400 * time.Millisecond)
-				g.Replayed, g.TtlRemaining = true, durationpb.New(300*time.Millisecond)
+			if replay {
+				replayedLate(g)
 			}
 			return g, nil
 		},
-		renew: func(context.Context, *api.RenewRequest) (*api.RenewResponse, error) {
-			return &api.RenewResponse{TtlRemaining: durationpb.New(5 * time.Second)}, nil
-		},
+		renew: renewed5s,
 		release: func(context.Context, *api.ReleaseRequest) (*api.ReleaseResponse, error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -345,9 +350,7 @@ func TestACallCanceledAfterASilentAttemptIsIndeterminate(t *testing.T) {
 			var armed, silenced atomic.Bool
 			s := &scripted{
 				acquire: func(_ context.Context, r *api.AcquireRequest) (*api.AcquireResponse, error) { return grant(r), nil },
-				renew: func(context.Context, *api.RenewRequest) (*api.RenewResponse, error) {
-					return &api.RenewResponse{TtlRemaining: durationpb.New(5 * time.Second)}, nil
-				},
+				renew:   renewed5s,
 			}
 			// The client probes the nodes' Status after a silent attempt:
 			// the caller cancels then.
@@ -441,14 +444,10 @@ func TestAnAbandonedGrantIsNeverHandedOutByAConcurrentAcquire(t *testing.T) {
 				<-answerA
 				return g, nil
 			}
-			// B: the replay, answered after its window (300 ms) closed.
-			time.Sleep(400 * time.Millisecond)
-			g.Replayed, g.TtlRemaining = true, durationpb.New(300*time.Millisecond)
+			replayedLate(g) // B
 			return g, nil
 		},
-		renew: func(context.Context, *api.RenewRequest) (*api.RenewResponse, error) {
-			return &api.RenewResponse{TtlRemaining: durationpb.New(5 * time.Second)}, nil
-		},
+		renew: renewed5s,
 		release: func(context.Context, *api.ReleaseRequest) (*api.ReleaseResponse, error) {
 			if !first.CompareAndSwap(false, true) {
 				return &api.ReleaseResponse{Released: true}, nil // Close's, of a lease A kept

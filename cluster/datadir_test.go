@@ -231,10 +231,7 @@ func TestJoinThroughAFollowerTakesTheLeadersClusterID(t *testing.T) {
 	fi, f := tc.follower()
 	want := leader.ClusterID()
 	f.setClusterID("a-follower-of-another-mind")
-	addr := freeAddrs(t, 1)[0]
-	cfg := tc.cfgs[fi]
-	cfg.ID, cfg.Listen, cfg.DataDir, cfg.Bootstrap, cfg.Join = "n4", addr, t.TempDir(), nil, tc.cfgs[fi].Listen
-	cfg.Clock, cfg.Logger = nil, testLogger(t, "n4")
+	cfg := tc.joinerConfig(t, fi, "n4")
 	n4, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -250,10 +247,7 @@ func TestJoinThroughAFollowerTakesTheLeadersClusterID(t *testing.T) {
 // cluster id of the cluster it joined.
 func TestJoinedNodeWritesTheClusterIdentity(t *testing.T) {
 	tc := newTestCluster(t, 1, nil)
-	addr := freeAddrs(t, 1)[0]
-	cfg := tc.cfgs[0]
-	cfg.ID, cfg.Listen, cfg.DataDir, cfg.Bootstrap, cfg.Join = "n2", addr, t.TempDir(), nil, tc.cfgs[0].Listen
-	cfg.Clock, cfg.Logger = nil, testLogger(t, "n2")
+	cfg := tc.joinerConfig(t, 0, "n2")
 	n2, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -92,6 +92,15 @@ func newTestCluster(t testing.TB, n int, tweak func(*Config)) *testCluster {
 	return tc
 }
 
+// joinerConfig is the config of a new node id with an empty data dir that
+// joins through node via (no bootstrap list, the system clock).
+func (tc *testCluster) joinerConfig(t *testing.T, via int, id string) Config {
+	cfg := tc.cfgs[via]
+	cfg.ID, cfg.Listen, cfg.DataDir, cfg.Bootstrap, cfg.Join = id, freeAddrs(t, 1)[0], t.TempDir(), nil, tc.cfgs[via].Listen
+	cfg.Clock, cfg.Logger = nil, testLogger(t, id)
+	return cfg
+}
+
 func (tc *testCluster) start(i int) {
 	tc.t.Helper()
 	node, err := Start(tc.cfgs[i])

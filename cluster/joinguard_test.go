@@ -84,10 +84,7 @@ func TestALostVoterRemovedFirstJoinsAgain(t *testing.T) {
 func TestARestartBeforeTheLogArrivedIsNotALostVoter(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
 	li, _ := tc.leader()
-	addr := freeAddrs(t, 1)[0]
-	cfg := tc.cfgs[li]
-	cfg.ID, cfg.Listen, cfg.DataDir, cfg.Bootstrap, cfg.Join = "n4", addr, t.TempDir(), nil, tc.cfgs[li].Listen
-	cfg.Clock, cfg.Logger = nil, testLogger(t, "n4")
+	cfg := tc.joinerConfig(t, li, "n4")
 	n4, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)
