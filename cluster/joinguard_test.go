@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,5 +119,23 @@ func TestARestartBeforeTheLogArrivedIsNotALostVoter(t *testing.T) {
 			n.Close()
 		}
 		t.Fatalf("a wiped n4: %v, want ErrLostVoter", err)
+	}
+}
+
+// A first start told to join through its own address fails at once (it
+// would wait for itself: it serves only once started).
+func TestJoiningThroughItselfIsRefused(t *testing.T) {
+	tc := newTestCluster(t, 1, nil)
+	cfg := tc.joinerConfig(t, 0, "n2")
+	cfg.Join = cfg.Listen
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := StartContext(ctx, cfg)
+	if err == nil {
+		n.Close()
+		t.Fatal("a node joining through itself started")
+	}
+	if ctx.Err() != nil || !strings.Contains(err.Error(), "own address") {
+		t.Fatalf("got %v (context %v), want a refusal naming its own address at once", err, ctx.Err())
 	}
 }

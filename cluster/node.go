@@ -596,6 +596,7 @@ func (n *Node) recordIdentity(ident *Identity, rs raftStores, existing bool) err
 		if err := writeIdentity(cfg.DataDir, *ident); err != nil {
 			return err
 		}
+		_ = os.Remove(filepath.Join(cfg.DataDir, JoinMarkerFile)) // the identity guards from here on
 		n.log.Info("node identity written", "file", filepath.Join(cfg.DataDir, IdentityFile), "cluster-id", ident.ClusterID)
 	}
 	if ident != nil {

@@ -55,6 +55,9 @@ func (n *Nemesis) lostVoter(ctx context.Context, hold time.Duration) {
 	case out.Served:
 		what = "ran as a voter with an empty log"
 	}
+	if err != nil {
+		out = nil // nothing was started on an empty data dir: nothing to judge
+	}
 	n.record(history.Fault{Phase: "heal", Kind: history.NemLostVoter, Target: id, Effective: err == nil && joined, LostVoter: out,
 		Detail: errString(rerr, fmt.Sprintf("started on an empty data dir it %s; replaced (removed, wiped, rejoined and caught up: %v)", what, joined))})
 }
