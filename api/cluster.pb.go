@@ -286,7 +286,13 @@ type StatusResponse struct {
 	// scope's next token is above it. 0 until the cluster is restored from a
 	// backup (leased --restore raises it above every token in the backup).
 	TokenFloor uint64 `protobuf:"varint,21,opt,name=token_floor,json=tokenFloor,proto3" json:"token_floor,omitempty"`
-	// (22-30 left for others' fields.)
+	// served lists, sorted, the ids of the nodes this node's state records
+	// as having served in this cluster (the leader records each member once
+	// it answers with the cluster's log). A founder started again with its
+	// --bootstrap list on a wiped data dir asks its peers for it, and is
+	// refused when its id is here: its data was lost.
+	Served []string `protobuf:"bytes,22,rep,name=served,proto3" json:"served,omitempty"`
+	// (23-30 left for others' fields.)
 	// state_checkpoints are this node's most recent state checkpoints, oldest
 	// first: every node hashes its state right after applying the first
 	// command entry at or past each multiple of the check interval, so
@@ -476,6 +482,13 @@ func (x *StatusResponse) GetTokenFloor() uint64 {
 		return x.TokenFloor
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetServed() []string {
+	if x != nil {
+		return x.Served
+	}
+	return nil
 }
 
 func (x *StatusResponse) GetStateCheckpoints() []*StateCheckpoint {
@@ -883,7 +896,7 @@ const file_api_cluster_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1a\n" +
 	"\bsuffrage\x18\x03 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\x04 \x01(\bR\x06leader\"\xa9\x06\n" +
+	"\x06leader\x18\x04 \x01(\bR\x06leader\"\xc1\x06\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
@@ -911,7 +924,8 @@ const file_api_cluster_proto_rawDesc = "" +
 	"state_hash\x18\x13 \x01(\fR\tstateHash\x12(\n" +
 	"\x10state_hash_index\x18\x14 \x01(\x04R\x0estateHashIndex\x12\x1f\n" +
 	"\vtoken_floor\x18\x15 \x01(\x04R\n" +
-	"tokenFloor\x12K\n" +
+	"tokenFloor\x12\x16\n" +
+	"\x06served\x18\x16 \x03(\tR\x06served\x12K\n" +
 	"\x11state_checkpoints\x18\x1f \x03(\v2\x1e.leasefence.v1.StateCheckpointR\x10stateCheckpoints\x12#\n" +
 	"\rstate_corrupt\x18  \x01(\tR\fstateCorrupt\";\n" +
 	"\x0fStateCheckpoint\x12\x14\n" +

@@ -57,6 +57,7 @@ func (s *clusterService) Status(ctx context.Context, req *api.StatusRequest) (*a
 		out.LiveLeases = uint64(st.Len())
 		out.ClusterTimeNs = st.Now()
 		out.TokenFloor = st.Floor()
+		out.Served = st.Served()
 	})
 	if req.GetStateHash() {
 		if h, idx, err := n.sm.stateHash(); err == nil {

@@ -192,6 +192,33 @@ func readBackup(path string, data []byte, opts ...fsm.Option) (*fsm.State, uint6
 // cluster whose leader grants below a floor a resource has seen. Stored
 // first, the id survives a start that stops before the identity file is
 // written.
+// restoreBump is the bump a restore adds to the backup's highest token.
+func (n *Node) restoreBump() uint64 {
+	if n.cfg.BumpTokens == 0 && !n.cfg.AllowZeroBump {
+		return DefaultBumpTokens
+	}
+	return n.cfg.BumpTokens
+}
+
+// restoreEpoch is the epoch a restore uses (0 when planted to ignore it).
+func (n *Node) restoreEpoch() uint64 {
+	if n.planted(BugRestoreIgnoresEpoch) {
+		return 0 // the restore before epochs: every restore of one file alike
+	}
+	return n.cfg.RestoreEpoch
+}
+
+// restoreSeed is what a restore from the backup bytes data adds to the
+// bootstrap list to derive the new cluster's id (clusterIDOf): a digest of
+// the file, the bump and the epoch.
+func (n *Node) restoreSeed(data []byte) string {
+	seed := fmt.Sprintf("restore %x bump %d", sha256.Sum256(data), n.restoreBump())
+	if e := n.restoreEpoch(); e != 0 { // 0: planted, the seed before epochs
+		seed += fmt.Sprintf(" epoch %d", e)
+	}
+	return seed
+}
+
 func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotStore) error {
 	cfg := n.cfg
 	data, err := os.ReadFile(cfg.RestoreFrom)
@@ -202,20 +229,14 @@ func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotSt
 	if err != nil {
 		return err
 	}
-	bump := cfg.BumpTokens
-	if bump == 0 && !cfg.AllowZeroBump {
-		bump = DefaultBumpTokens
-	}
+	bump := n.restoreBump()
 	if cfg.RestoreEpoch == 0 {
 		return fmt.Errorf("cluster: restore from %s needs its restore epoch (--restore-epoch): the Unix time in seconds when the restore began, the same on every founding node", cfg.RestoreFrom)
 	}
 	if bump > EpochTokens {
 		return fmt.Errorf("cluster: restore from %s: --bump-tokens %d is above %d: the floor could then pass the line of a later restore's epoch, which would reissue this cluster's tokens (the epoch's line already covers the grants after the backup)", cfg.RestoreFrom, bump, EpochTokens)
 	}
-	restoreEpoch := cfg.RestoreEpoch
-	if n.planted(BugRestoreIgnoresEpoch) {
-		restoreEpoch = 0 // the restore before epochs: every restore of one file alike
-	}
+	restoreEpoch := n.restoreEpoch()
 	if line := epochLine(restoreEpoch); restoreEpoch != 0 && st.Floor() > 0 && st.Floor() >= line {
 		// The backup descends from a restore begun in this second or
 		// later: this epoch is not later than every earlier restore's
@@ -228,11 +249,11 @@ func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotSt
 		return fmt.Errorf("cluster: restore from %s: %w (use a smaller --bump-tokens)", cfg.RestoreFrom, err)
 	}
 	floor = st.RaiseFloorTo(epochLine(restoreEpoch)) // Validate bounds the epoch: below 2^63
-	seed := fmt.Sprintf("restore %x bump %d", sha256.Sum256(data), bump)
-	if restoreEpoch != 0 { // 0: planted, the seed before epochs
-		seed += fmt.Sprintf(" epoch %d", restoreEpoch)
-	}
-	if err := setFoundingClusterID(store, clusterIDOf(cfg.Bootstrap, seed)); err != nil {
+	// The backup's cluster recorded its own members as having served; the
+	// new cluster's have served nothing of it yet (a founder of the new
+	// cluster starting late must not be taken for a lost one).
+	st.ClearServed()
+	if err := setFoundingClusterID(store, clusterIDOf(cfg.Bootstrap, n.restoreSeed(data))); err != nil {
 		return err
 	}
 	var servers []raft.Server

@@ -113,6 +113,23 @@ func (f *forwarder) connLocked(addr string) (*grpc.ClientConn, error) {
 	return c, nil
 }
 
+// dialOnce makes a connection to addr that is not kept (the caller closes
+// it), for asking a node that may not be up: a kept connection whose dial
+// failed waits out its reconnect backoff, and a call forwarded over it
+// soon after would fail at once.
+func (f *forwarder) dialOnce(addr string) (*grpc.ClientConn, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, ErrStopped
+	}
+	dial := addr
+	if via, ok := f.routes[addr]; ok {
+		dial = via
+	}
+	return grpc.NewClient(dial, f.opts...)
+}
+
 func (f *forwarder) close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()

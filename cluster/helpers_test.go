@@ -55,6 +55,17 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 func newTestCluster(t testing.TB, n int, tweak func(*Config)) *testCluster {
 	t.Helper()
+	tc := configTestCluster(t, n, tweak)
+	for i := range tc.cfgs {
+		tc.start(i)
+	}
+	tc.leader()
+	return tc
+}
+
+// configTestCluster is newTestCluster's cluster before any node starts.
+func configTestCluster(t testing.TB, n int, tweak func(*Config)) *testCluster {
+	t.Helper()
 	addrs := freeAddrs(t, n)
 	peers := map[string]string{}
 	for i, a := range addrs {
@@ -84,11 +95,7 @@ func newTestCluster(t testing.TB, n int, tweak func(*Config)) *testCluster {
 		tc.clocks = append(tc.clocks, clock)
 	}
 	tc.nodes = make([]*Node, n)
-	for i := range tc.cfgs {
-		tc.start(i)
-	}
 	t.Cleanup(tc.close)
-	tc.leader()
 	return tc
 }
 

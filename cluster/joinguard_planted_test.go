@@ -12,3 +12,12 @@ func TestPlantedLostVoterUncheckedStartsALostVoter(t *testing.T) {
 	}
 	n.Close()
 }
+
+// The planted lost-founder-unchecked asks nobody: the lost founder starts.
+func TestPlantedLostFounderUncheckedStartsALostFounder(t *testing.T) {
+	_, _, n, err := startLostFounder(t, func(c *Config) { c.Testing.PlantedBugs = []string{BugLostFounderUnchecked} })
+	if err != nil {
+		t.Fatalf("planted %s: the lost founder was refused (%v): not the defect", BugLostFounderUnchecked, err)
+	}
+	n.Close()
+}

@@ -243,6 +243,11 @@ func (n *Node) open(ctx context.Context) error {
 			return err
 		}
 	}
+	if !rs.existing && ident == nil && len(n.cfg.Bootstrap) > 0 && !n.planted(BugLostFounderUnchecked) {
+		if err := n.checkNotALostFounder(ctx); err != nil {
+			return err
+		}
+	}
 	existing, err := n.startRaft(ctx, rs)
 	if err != nil {
 		return err
@@ -841,6 +846,8 @@ func (n *Node) leaderLoop() {
 			n.log.Info("leading", "term", term, "cluster-time", time.Duration(base))
 			n.wg.Add(1)
 			go func() { defer n.wg.Done(); n.tickLoop(ls) }()
+			n.wg.Add(1)
+			go func() { defer n.wg.Done(); n.recordServedLoop(ls) }()
 		}
 	}
 }

@@ -18,20 +18,21 @@ import (
 
 // PlantedBugs lists the node's planted defects and what each breaks.
 var PlantedBugs = map[string]string{
-	BugLocalReads:          "a linearizable Get is answered from the local state, without confirming leadership or forwarding",
-	BugWallClockTime:       "the leader's cluster time is the wall clock (the fault clock's, when there is one), not its monotonic clock",
-	BugLeaseIDByResource:   "a lease id is derived from the resource, so a stale holder's renew and release act on the next holder's lease",
-	BugReleaseAckEarly:     "a release of a live lease is acknowledged once proposed, before Raft commits it",
-	BugRenewAckEarly:       "a renewal of a live lease is acknowledged at once and proposed 200 ms later, so a leader killed or cut off in between loses renewals it acknowledged",
-	BugForwardNoTimeout:    "a follower forwards a call to the leader it knows and waits out the caller's deadline when that leader is silent (no hop timeout, no re-route)",
-	BugAddUnprobed:         "the leader adds a member as a voter without probing it and without the quorum rule, so unreachable voters can cost the cluster its quorum",
-	BugClusterIDUnchecked:  "Raft RPCs carry and check no cluster id, so a founding node restored with another backup or bump votes, replicates and can lead",
-	BugLeaderUnwritten:     "the leader applies and answers an entry, and tells followers it is committed, before its own log write (held 100 ms, a slow disk) is done: a power cut can lose what it answered",
-	BugReadRaftApplied:     "a linearizable read waits for raft's applied index, which raft moves before the state machine applied the entry; the leader's apply stalls 200 ms at every 16th entry (a GC, CPU starvation), so its reads miss entries the followers have applied and published",
-	BugRestoreIgnoresEpoch: "a restore ignores its epoch (the floor is the backup's highest token plus the bump, the cluster id has no epoch), so a second restore of one backup reissues the tokens of the cluster the first restore started",
-	BugKeepAliveNoBeats:    "a KeepAlive stream sends no heartbeats although its client asked for them, so renewals that take over a second to commit (a slow disk) look like a silent node: the client moves its stream, never sees an answer, and its lease ends while the cluster renews it",
-	BugLostVoterUnchecked:  "a first start with --join does not ask its join target whether the node is a voter already, so a voter whose data dir was lost runs again with an empty log and grants its vote to any candidate",
-	BugWALEmptiedOnInstall: "a snapshot install empties the raft-wal log although it holds entries past the snapshot (hashicorp/raft#697): the follower takes appends over the hole and panics re-applying them",
+	BugLocalReads:           "a linearizable Get is answered from the local state, without confirming leadership or forwarding",
+	BugWallClockTime:        "the leader's cluster time is the wall clock (the fault clock's, when there is one), not its monotonic clock",
+	BugLeaseIDByResource:    "a lease id is derived from the resource, so a stale holder's renew and release act on the next holder's lease",
+	BugReleaseAckEarly:      "a release of a live lease is acknowledged once proposed, before Raft commits it",
+	BugRenewAckEarly:        "a renewal of a live lease is acknowledged at once and proposed 200 ms later, so a leader killed or cut off in between loses renewals it acknowledged",
+	BugForwardNoTimeout:     "a follower forwards a call to the leader it knows and waits out the caller's deadline when that leader is silent (no hop timeout, no re-route)",
+	BugAddUnprobed:          "the leader adds a member as a voter without probing it and without the quorum rule, so unreachable voters can cost the cluster its quorum",
+	BugClusterIDUnchecked:   "Raft RPCs carry and check no cluster id, so a founding node restored with another backup or bump votes, replicates and can lead",
+	BugLeaderUnwritten:      "the leader applies and answers an entry, and tells followers it is committed, before its own log write (held 100 ms, a slow disk) is done: a power cut can lose what it answered",
+	BugReadRaftApplied:      "a linearizable read waits for raft's applied index, which raft moves before the state machine applied the entry; the leader's apply stalls 200 ms at every 16th entry (a GC, CPU starvation), so its reads miss entries the followers have applied and published",
+	BugRestoreIgnoresEpoch:  "a restore ignores its epoch (the floor is the backup's highest token plus the bump, the cluster id has no epoch), so a second restore of one backup reissues the tokens of the cluster the first restore started",
+	BugKeepAliveNoBeats:     "a KeepAlive stream sends no heartbeats although its client asked for them, so renewals that take over a second to commit (a slow disk) look like a silent node: the client moves its stream, never sees an answer, and its lease ends while the cluster renews it",
+	BugLostVoterUnchecked:   "a first start with --join does not ask its join target whether the node is a voter already, so a voter whose data dir was lost runs again with an empty log and grants its vote to any candidate",
+	BugLostFounderUnchecked: "a founder started again with its --bootstrap list on a wiped data dir does not ask its peers whether the cluster recorded it as having served, so it runs again with an empty log and grants its vote to any candidate",
+	BugWALEmptiedOnInstall:  "a snapshot install empties the raft-wal log although it holds entries past the snapshot (hashicorp/raft#697): the follower takes appends over the hole and panics re-applying them",
 }
 
 // TestingKnobs are per-node test switches (Config.Testing), compiled in

@@ -13,20 +13,21 @@ import (
 // tag can switch them on, per node, through Config.Testing (planted.go);
 // see jepsen/README.md, "Planted bugs".
 const (
-	BugLocalReads          = "local-reads"
-	BugWallClockTime       = "wall-clock-time"
-	BugLeaseIDByResource   = "lease-id-by-resource"
-	BugReleaseAckEarly     = "release-ack-before-commit"
-	BugRenewAckEarly       = "renew-ack-before-commit"
-	BugForwardNoTimeout    = "forward-no-timeout"
-	BugAddUnprobed         = "add-unprobed"
-	BugClusterIDUnchecked  = "cluster-id-unchecked"
-	BugLeaderUnwritten     = "leader-applies-unwritten"
-	BugWALEmptiedOnInstall = "wal-emptied-on-install"
-	BugReadRaftApplied     = "read-raft-applied"
-	BugRestoreIgnoresEpoch = "restore-ignores-epoch"
-	BugKeepAliveNoBeats    = "keepalive-no-heartbeats"
-	BugLostVoterUnchecked  = "lost-voter-unchecked"
+	BugLocalReads           = "local-reads"
+	BugWallClockTime        = "wall-clock-time"
+	BugLeaseIDByResource    = "lease-id-by-resource"
+	BugReleaseAckEarly      = "release-ack-before-commit"
+	BugRenewAckEarly        = "renew-ack-before-commit"
+	BugForwardNoTimeout     = "forward-no-timeout"
+	BugAddUnprobed          = "add-unprobed"
+	BugClusterIDUnchecked   = "cluster-id-unchecked"
+	BugLeaderUnwritten      = "leader-applies-unwritten"
+	BugWALEmptiedOnInstall  = "wal-emptied-on-install"
+	BugReadRaftApplied      = "read-raft-applied"
+	BugRestoreIgnoresEpoch  = "restore-ignores-epoch"
+	BugKeepAliveNoBeats     = "keepalive-no-heartbeats"
+	BugLostVoterUnchecked   = "lost-voter-unchecked"
+	BugLostFounderUnchecked = "lost-founder-unchecked"
 )
 
 // plantedWriteDelay is how long the planted leader-applies-unwritten

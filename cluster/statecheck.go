@@ -106,10 +106,14 @@ func (c *stateCheckpoints) due(prev, index uint64, leases int) bool {
 func (c *stateCheckpoints) idle() bool { return len(c.pending) < cap(c.pending) }
 
 // hashSnapshot is the state hash replicas compare (Status state_hash and
-// the checkpoints): SHA-256 of the snapshot's deterministic encoding.
+// the checkpoints): SHA-256 of the snapshot's deterministic encoding,
+// without the served nodes. Those are no lease state, and a replica of the
+// version before them skips their entries: in a rolling upgrade, replicas
+// with the same leases must hash alike, or the majority rule would take
+// the minority's version for corruption.
 func hashSnapshot(sn *fsm.Snapshot) ([]byte, error) {
 	h := sha256.New()
-	if _, err := sn.WriteTo(h); err != nil {
+	if _, err := sn.WithoutServed().WriteTo(h); err != nil {
 		return nil, err
 	}
 	return h.Sum(nil), nil

@@ -40,7 +40,31 @@ const (
 	// the grant in it silently missing from that replica. No version
 	// wrote an ignorable entry before the requirement.
 	EntryIgnorable EntryType = 0x80
+
+	// EntryNodeServed records that a node has served as a member of the
+	// cluster (fsmpb.NodeServed; checksummed as every ignorable type). It
+	// is ignorable: it changes no lease, and a version before it skips it
+	// (its founders are then only unguarded, as they were).
+	EntryNodeServed EntryType = EntryIgnorable | 1
 )
+
+// EncodeNodeServed returns the log entry bytes recording that the node
+// nodeID has served: an EntryNodeServed entry. nodeID must be a valid name
+// (ValidateName).
+func EncodeNodeServed(nodeID string) ([]byte, error) {
+	if err := ValidateName("node id", nodeID); err != nil {
+		return nil, err
+	}
+	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(&fsmpb.NodeServed{NodeId: nodeID})
+	if err != nil {
+		return nil, fmt.Errorf("fsm: encode node served: %w", err)
+	}
+	out := make([]byte, 1+checksumLen+len(body))
+	out[0] = byte(EntryNodeServed)
+	binary.BigEndian.PutUint32(out[1:], entryChecksum(EntryNodeServed, body))
+	copy(out[1+checksumLen:], body)
+	return out, nil
+}
 
 // checksumLen is the size of an EntryBatchChecked entry's checksum.
 const checksumLen = 4
@@ -128,10 +152,11 @@ func checkedBody(data []byte, k *TestingKnobs) ([]byte, error) {
 
 // DecodeEntry parses log entry bytes without applying them, for tools that
 // read a log offline (leased dump-log). It returns (nil, nil) for an
-// unknown ignorable entry and the same errors Apply would.
+// ignorable entry (an unknown one, or EntryNodeServed, which holds no
+// command) and the same errors Apply would.
 func DecodeEntry(data []byte) (*fsmpb.Batch, error) {
 	v, err := decodeEntry(data, nil)
-	if v == nil || err != nil {
+	if v == nil || err != nil || v.served != "" {
 		return nil, err
 	}
 	if v.whole != nil {
@@ -150,6 +175,8 @@ type batchView struct {
 	params batchParams // as written: refusalKeep 0 is not yet keep
 	cmds   []cmdView
 	whole  *fsmpb.Batch // the message, when protobuf decoded it as a whole
+	// served is the node id of an EntryNodeServed entry (no commands).
+	served string
 }
 
 // cmdView is one command of a batchView: cmd, or when cmd is nil a renewal
@@ -192,6 +219,8 @@ func decodeEntry(data []byte, k *TestingKnobs) (*batchView, error) {
 	case t == EntryBatch:
 		body = data[1:]
 	case t == EntryBatchChecked:
+	case t == EntryNodeServed && checksummed(t, k):
+		return viewNodeServed(body)
 	case t&EntryIgnorable != 0:
 		return nil, nil // unknown to this version; its checksum matched
 	default:
@@ -328,4 +357,18 @@ func viewWhole(body []byte) (*batchView, error) {
 		v.cmds[i].cmd = c
 	}
 	return v, nil
+}
+
+// viewNodeServed decodes an EntryNodeServed body (its checksum matched):
+// a node id that is not a valid name is a corrupt entry, as garbage in a
+// batch is.
+func viewNodeServed(body []byte) (*batchView, error) {
+	var m fsmpb.NodeServed
+	if err := proto.Unmarshal(body, &m); err != nil {
+		return nil, fmt.Errorf("%w: node served: %v", ErrCorruptEntry, err)
+	}
+	if err := ValidateName("node id", m.NodeId); err != nil {
+		return nil, fmt.Errorf("%w: node served: %v", ErrCorruptEntry, err)
+	}
+	return &batchView{served: m.NodeId}, nil
 }

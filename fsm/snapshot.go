@@ -38,6 +38,7 @@ const (
 type Snapshot struct {
 	now    int64
 	floor  uint64
+	served []string // the State's is only ever replaced, never written in place
 	leases []*Lease // records never change
 	scopes []scopeCounter
 	// grants and refusals share the State's queues: their elements never
@@ -61,6 +62,7 @@ func (s *State) Snapshot() *Snapshot {
 	sn := &Snapshot{
 		now:      s.now,
 		floor:    s.floor,
+		served:   s.served,
 		leases:   make([]*Lease, len(s.expiry)),
 		scopes:   make([]scopeCounter, 0, s.scopes),
 		grants:   s.grants.live(),
@@ -84,6 +86,14 @@ func (s *State) Snapshot() *Snapshot {
 		}
 	}
 	return sn
+}
+
+// WithoutServed returns a copy of the snapshot that lists no served
+// nodes, for a hash of the lease state alone.
+func (sn *Snapshot) WithoutServed() *Snapshot {
+	c := *sn
+	c.served = nil
+	return &c
 }
 
 // Legacy reports whether the snapshot holds a request-id entry restored
@@ -112,12 +122,13 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	cw := &countingWriter{w: bufio.NewWriterSize(w, 64<<10)}
 	enc := &recordWriter{w: cw}
 	enc.write(recHeader, &fsmpb.SnapshotHeader{
-		Version:    snapshotVersion,
-		LastNowNs:  sn.now,
-		LeaseCount: uint64(len(sn.leases)),
-		ScopeCount: uint64(len(sn.scopes)),
-		DedupCount: uint64(len(sn.grants) + len(sn.refusals)),
-		TokenFloor: sn.floor,
+		Version:     snapshotVersion,
+		LastNowNs:   sn.now,
+		LeaseCount:  uint64(len(sn.leases)),
+		ScopeCount:  uint64(len(sn.scopes)),
+		DedupCount:  uint64(len(sn.grants) + len(sn.refusals)),
+		TokenFloor:  sn.floor,
+		ServedNodes: sn.served,
 	})
 	// One message of each kind, refilled per record: encoding a million
 	// leases allocates nothing per lease.
@@ -187,6 +198,15 @@ func restore(br *bufio.Reader, opts []Option) (*State, error) {
 	// A snapshot written before the floor existed has none: floor 0, the
 	// state it was taken from.
 	s.floor = hdr.TokenFloor
+	for i, id := range hdr.ServedNodes {
+		if err := ValidateName("served node", id); err != nil {
+			return nil, err
+		}
+		if i > 0 && id <= hdr.ServedNodes[i-1] {
+			return nil, fmt.Errorf("served nodes not sorted or listed twice at %q", id)
+		}
+	}
+	s.served = hdr.ServedNodes
 	for i := uint64(0); i < hdr.LeaseCount; i++ {
 		var rec fsmpb.LeaseRecord
 		if err := dec.read(recLease, &rec); err != nil {

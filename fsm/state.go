@@ -10,6 +10,7 @@ package fsm
 import (
 	"container/heap"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -280,6 +281,9 @@ type State struct {
 	refusals dedupQueue
 	// owners counts the leases in byID per holder owner (held.go).
 	owners map[string]int
+	// served holds, sorted, the ids of the nodes recorded as having served
+	// (EntryNodeServed); a restore seeds a state without them (ClearServed).
+	served []string
 	// knobs are the test switches the State was built with (empty in a
 	// release build); they never change.
 	knobs TestingKnobs
@@ -436,8 +440,35 @@ func (s *State) Apply(entry []byte) (*Applied, error) {
 	if v == nil {
 		return &Applied{Now: s.now}, nil
 	}
+	if v.served != "" {
+		s.addServed(v.served)
+		return &Applied{Now: s.now}, nil
+	}
 	return s.applyBatch(v), nil
 }
+
+// addServed records id among the served nodes, once. The slice is
+// replaced, never written in place: a Snapshot may share the old one.
+func (s *State) addServed(id string) {
+	i, found := slices.BinarySearch(s.served, id)
+	if !found {
+		s.served = slices.Concat(s.served[:i:i], []string{id}, s.served[i:])
+	}
+}
+
+// Served returns, sorted, the ids of the nodes recorded as having served
+// in this cluster (EntryNodeServed). The slice is the caller's.
+func (s *State) Served() []string { return slices.Clone(s.served) }
+
+// HasServed reports whether id is recorded as having served.
+func (s *State) HasServed(id string) bool {
+	_, found := slices.BinarySearch(s.served, id)
+	return found
+}
+
+// ClearServed forgets the served nodes: a restore seeds a new cluster
+// from a backup, whose members have served nothing of it yet.
+func (s *State) ClearServed() { s.served = nil }
 
 func (s *State) applyBatch(v *batchView) *Applied {
 	if v.now > s.now {

@@ -472,6 +472,54 @@ func (x *Tick) GetMaxExpire() uint32 {
 	return 0
 }
 
+// NodeServed is the body of a log entry of type EntryNodeServed: the
+// leader records that node_id has served as a member of this cluster (it
+// holds the cluster's log), so that a founder started again on a wiped
+// data dir under that id can be told from a founder that starts late.
+type NodeServed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeServed) Reset() {
+	*x = NodeServed{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeServed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeServed) ProtoMessage() {}
+
+func (x *NodeServed) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeServed.ProtoReflect.Descriptor instead.
+func (*NodeServed) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *NodeServed) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
 // SnapshotHeader is the first record of a snapshot.
 type SnapshotHeader struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -483,14 +531,20 @@ type SnapshotHeader struct {
 	// token_floor is the cluster-wide token floor: every scope's next token
 	// is max(its counter, token_floor) + 1. Only a restore from a backup
 	// raises it. Absent (0) in snapshots written before it existed.
-	TokenFloor    uint64 `protobuf:"varint,6,opt,name=token_floor,json=tokenFloor,proto3" json:"token_floor,omitempty"`
+	TokenFloor uint64 `protobuf:"varint,6,opt,name=token_floor,json=tokenFloor,proto3" json:"token_floor,omitempty"`
+	// served_nodes are the ids of the nodes the cluster has recorded as
+	// having served (NodeServed entries), sorted, each once. A founder
+	// started on a wiped data dir under one of them is refused (its votes
+	// once counted). Empty in snapshots written before it existed, and in
+	// the state a restore seeds.
+	ServedNodes   []string `protobuf:"bytes,7,rep,name=served_nodes,json=servedNodes,proto3" json:"served_nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -502,7 +556,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -515,7 +569,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -560,6 +614,13 @@ func (x *SnapshotHeader) GetTokenFloor() uint64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetServedNodes() []string {
+	if x != nil {
+		return x.ServedNodes
+	}
+	return nil
+}
+
 type LeaseRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -576,7 +637,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -588,7 +649,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -601,7 +662,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LeaseRecord) GetId() []byte {
@@ -670,7 +731,7 @@ type ScopeRecord struct {
 
 func (x *ScopeRecord) Reset() {
 	*x = ScopeRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +743,7 @@ func (x *ScopeRecord) String() string {
 func (*ScopeRecord) ProtoMessage() {}
 
 func (x *ScopeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +756,7 @@ func (x *ScopeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScopeRecord.ProtoReflect.Descriptor instead.
 func (*ScopeRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ScopeRecord) GetScope() string {
@@ -737,7 +798,7 @@ type DedupRecord struct {
 
 func (x *DedupRecord) Reset() {
 	*x = DedupRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +810,7 @@ func (x *DedupRecord) String() string {
 func (*DedupRecord) ProtoMessage() {}
 
 func (x *DedupRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +823,7 @@ func (x *DedupRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupRecord.ProtoReflect.Descriptor instead.
 func (*DedupRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DedupRecord) GetRequestId() string {
@@ -847,7 +908,10 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\blease_id\x18\x01 \x01(\fR\aleaseId\"%\n" +
 	"\x04Tick\x12\x1d\n" +
 	"\n" +
-	"max_expire\x18\x01 \x01(\rR\tmaxExpire\"\xce\x01\n" +
+	"max_expire\x18\x01 \x01(\rR\tmaxExpire\"%\n" +
+	"\n" +
+	"NodeServed\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xf1\x01\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1e\n" +
 	"\vlast_now_ns\x18\x02 \x01(\x03R\tlastNowNs\x12\x1f\n" +
@@ -858,7 +922,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\vdedup_count\x18\x05 \x01(\x04R\n" +
 	"dedupCount\x12\x1f\n" +
 	"\vtoken_floor\x18\x06 \x01(\x04R\n" +
-	"tokenFloor\"\xdc\x01\n" +
+	"tokenFloor\x12!\n" +
+	"\fserved_nodes\x18\a \x03(\tR\vservedNodes\"\xdc\x01\n" +
 	"\vLeaseRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x1a\n" +
 	"\bresource\x18\x02 \x01(\tR\bresource\x12\x14\n" +
@@ -893,7 +958,7 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Batch)(nil),          // 0: leasefence.fsm.v1.Batch
 	(*Command)(nil),        // 1: leasefence.fsm.v1.Command
@@ -901,10 +966,11 @@ var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Renew)(nil),          // 3: leasefence.fsm.v1.Renew
 	(*Release)(nil),        // 4: leasefence.fsm.v1.Release
 	(*Tick)(nil),           // 5: leasefence.fsm.v1.Tick
-	(*SnapshotHeader)(nil), // 6: leasefence.fsm.v1.SnapshotHeader
-	(*LeaseRecord)(nil),    // 7: leasefence.fsm.v1.LeaseRecord
-	(*ScopeRecord)(nil),    // 8: leasefence.fsm.v1.ScopeRecord
-	(*DedupRecord)(nil),    // 9: leasefence.fsm.v1.DedupRecord
+	(*NodeServed)(nil),     // 6: leasefence.fsm.v1.NodeServed
+	(*SnapshotHeader)(nil), // 7: leasefence.fsm.v1.SnapshotHeader
+	(*LeaseRecord)(nil),    // 8: leasefence.fsm.v1.LeaseRecord
+	(*ScopeRecord)(nil),    // 9: leasefence.fsm.v1.ScopeRecord
+	(*DedupRecord)(nil),    // 10: leasefence.fsm.v1.DedupRecord
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	1, // 0: leasefence.fsm.v1.Batch.commands:type_name -> leasefence.fsm.v1.Command
@@ -912,7 +978,7 @@ var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	3, // 2: leasefence.fsm.v1.Command.renew:type_name -> leasefence.fsm.v1.Renew
 	4, // 3: leasefence.fsm.v1.Command.release:type_name -> leasefence.fsm.v1.Release
 	5, // 4: leasefence.fsm.v1.Command.tick:type_name -> leasefence.fsm.v1.Tick
-	7, // 5: leasefence.fsm.v1.DedupRecord.lease:type_name -> leasefence.fsm.v1.LeaseRecord
+	8, // 5: leasefence.fsm.v1.DedupRecord.lease:type_name -> leasefence.fsm.v1.LeaseRecord
 	6, // [6:6] is the sub-list for method output_type
 	6, // [6:6] is the sub-list for method input_type
 	6, // [6:6] is the sub-list for extension type_name
@@ -937,7 +1003,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

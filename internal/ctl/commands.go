@@ -323,7 +323,7 @@ func setupStatus(a *app, fs *flag.FlagSet) func(context.Context, []string) error
 				LastLogIndex: s.GetLastLogIndex(), Members: viewMembers(s.GetMembers()),
 				LiveLeases: s.GetLiveLeases(), ClusterTimeNs: s.GetClusterTimeNs(),
 				SkewMargin: skew, Drift: s.GetDrift(), Tick: tick, Version: s.GetVersion(),
-				Unsafe: s.GetUnsafe(), TokenFloor: s.GetTokenFloor(), StateCorrupt: s.GetStateCorrupt(),
+				Unsafe: s.GetUnsafe(), TokenFloor: s.GetTokenFloor(), Served: s.GetServed(), StateCorrupt: s.GetStateCorrupt(),
 			})
 			return nil
 		}
@@ -347,6 +347,10 @@ func setupStatus(a *app, fs *flag.FlagSet) func(context.Context, []string) error
 		k.row("live leases", s.GetLiveLeases())
 		if f := s.GetTokenFloor(); f > 0 { // raised by a restore from a backup
 			k.row("token floor", f)
+		}
+		if sv := s.GetServed(); len(sv) > 0 {
+			// A wiped node started again under one of these ids is refused.
+			k.row("served", strings.Join(sv, ", "))
 		}
 		k.row("skew margin", skew)
 		k.row("drift", strconv.FormatFloat(s.GetDrift(), 'g', -1, 64))

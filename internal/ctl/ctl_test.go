@@ -463,7 +463,7 @@ func testStatus(addrs ...string) *api.StatusResponse {
 			{Id: "n3", Addr: addrs[2], Suffrage: "nonvoter"},
 		},
 		LiveLeases: 4, ClusterTimeNs: 123456789, SkewMarginNs: int64(500 * time.Millisecond),
-		Drift: 1e-4, TickNs: int64(time.Second), Version: "0.1.0",
+		Drift: 1e-4, TickNs: int64(time.Second), Version: "0.1.0", Served: []string{"n1", "n2"},
 	}
 }
 
@@ -481,6 +481,7 @@ func TestStatusOutput(t *testing.T) {
 		"applied index  119\n" +
 		"last log index 121\n" +
 		"live leases    4\n" +
+		"served         n1, n2\n" +
 		"skew margin    500ms\n" +
 		"drift          0.0001\n" +
 		"tick           1s\n" +
@@ -500,7 +501,8 @@ func TestStatusOutput(t *testing.T) {
 		t.Fatalf("stdout %q: %v", res.stdout, err)
 	}
 	if out.AnsweredBy != f.addr || out.LeaderID != "n1" || out.SkewMargin != "500ms" || out.Tick != "1s" ||
-		out.Drift != 1e-4 || len(out.Members) != 3 || !out.Members[0].Leader || out.Members[2].Suffrage != "nonvoter" {
+		out.Drift != 1e-4 || len(out.Members) != 3 || !out.Members[0].Leader || out.Members[2].Suffrage != "nonvoter" ||
+		len(out.Served) != 2 {
 		t.Errorf("JSON = %+v", out)
 	}
 }

@@ -131,8 +131,10 @@ type statusResult struct {
 	Version       string       `json:"version"`
 	Unsafe        []string     `json:"unsafe,omitempty"`
 	// TokenFloor is the cluster-wide token floor a restore raised (0: none).
-	TokenFloor   uint64 `json:"token_floor,omitempty"`
-	StateCorrupt string `json:"state_corrupt,omitempty"`
+	TokenFloor uint64 `json:"token_floor,omitempty"`
+	// Served lists the nodes the cluster records as having served.
+	Served       []string `json:"served,omitempty"`
+	StateCorrupt string   `json:"state_corrupt,omitempty"`
 }
 
 type eventView struct {

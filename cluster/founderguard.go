@@ -1,0 +1,213 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/fsm"
+)
+
+// servedPoll is how often a leader looks for members its state does not
+// yet record as having served (recordServedLoop).
+const servedPoll = time.Second
+
+// checkNotALostFounder runs before raft at a first start with a bootstrap
+// list (no Raft state, no identity). A founder whose data dir was wiped
+// and that starts again with its --bootstrap list cannot tell itself from
+// a founder that starts late: both have nothing. The cluster remembers:
+// its leader records every member that answers with the cluster's log
+// (recordServedLoop, an EntryNodeServed entry), and every node's Status
+// lists them. So it asks the other founders (and the leader one of them
+// names) for their status:
+//
+//   - any answer of this cluster (the cluster id this start would found)
+//     that lists this node's id as served refuses the start (ErrLostVoter,
+//     raft never started): a node it counted once with a log would now
+//     grant its vote to any candidate;
+//   - otherwise the leader's answer lets it start (a founder starting
+//     late), and so does finding no node that holds this cluster's state
+//     beyond its founding (the cluster is forming);
+//   - a node holds this cluster's state but no leader answers: it waits,
+//     within ctx.
+//
+// The window it leaves: a founder that acknowledged entries and was wiped
+// before the leader recorded it (within about servedPoll of the cluster's
+// forming, or of its own late start) is not caught, as etcd's check of a
+// member's published attributes is not.
+func (n *Node) checkNotALostFounder(ctx context.Context) error {
+	want, err := n.foundingID()
+	if err != nil {
+		return err
+	}
+	lastWarn := time.Now()
+	for {
+		v := n.askFounders(ctx, want)
+		switch {
+		case v.servedBy != nil:
+			return fmt.Errorf("%w: node %s (%s) of this cluster records node %q as having served. Remove it first (leasectl members remove %s), then start it again with --join and without --bootstrap (docs/OPERATIONS.md, Replacing a dead node)",
+				ErrLostVoter, v.servedBy.Id, v.servedBy.Addr, n.cfg.ID, n.cfg.ID)
+		case v.leader != nil:
+			n.log.Info("founder starts late: the leader does not record this node as having served", "leader", v.leader.Id)
+			return nil
+		case !v.formed:
+			return nil
+		case v.denied != nil:
+			return fmt.Errorf("cluster: ask the other founders whether this node served already: %w", v.denied)
+		}
+		if time.Since(lastWarn) >= 10*time.Second {
+			lastWarn = time.Now()
+			n.log.Warn("waiting for the leader: a founder starting on an empty data dir asks it whether this node served already before raft runs, and the cluster it founded holds state")
+		}
+		select {
+		case <-ctx.Done():
+			return started(ctx)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// foundingID is the cluster id this first start would found: the bootstrap
+// list's, with the backup's seed when it restores.
+func (n *Node) foundingID() (string, error) {
+	if n.cfg.RestoreFrom == "" {
+		return clusterIDOf(n.cfg.Bootstrap, ""), nil
+	}
+	data, err := os.ReadFile(n.cfg.RestoreFrom)
+	if err != nil {
+		return "", err
+	}
+	return clusterIDOf(n.cfg.Bootstrap, n.restoreSeed(data)), nil
+}
+
+// founderView is what the other founders said (askFounders).
+type founderView struct {
+	servedBy *api.StatusResponse // an answer listing this node as served
+	leader   *api.StatusResponse // the leader's answer
+	formed   bool                // an answer of a cluster past its founding
+	denied   error               // PermissionDenied or Unauthenticated
+}
+
+// askFounders asks every other founder, and a leader one of them names,
+// for its status, and keeps the answers of the cluster whose id is want.
+func (n *Node) askFounders(ctx context.Context, want string) founderView {
+	var v founderView
+	asked := map[string]bool{n.addr: true, n.cfg.Listen: true}
+	var addrs []string
+	for id, addr := range n.cfg.Bootstrap {
+		if id != n.cfg.ID {
+			addrs = append(addrs, addr)
+		}
+	}
+	slices.Sort(addrs)
+	for i := 0; i < len(addrs); i++ {
+		addr := addrs[i]
+		if asked[addr] {
+			continue
+		}
+		asked[addr] = true
+		st, id, err := n.askStatusID(ctx, addr)
+		if err != nil {
+			if c := status.Code(err); c == codes.PermissionDenied || c == codes.Unauthenticated {
+				v.denied = err
+			}
+			continue
+		}
+		if id != want {
+			continue // another cluster, or a node with no identity yet
+		}
+		if slices.Contains(st.Served, n.cfg.ID) {
+			v.servedBy = st
+			return v
+		}
+		if len(st.Served) > 0 || st.CommitIndex > 1 {
+			v.formed = true
+		}
+		if st.State == "leader" {
+			v.leader = st
+		} else if st.LeaderAddr != "" {
+			addrs = append(addrs, st.LeaderAddr) // perhaps a member that joined
+		}
+	}
+	return v
+}
+
+// askStatusID asks the node at addr for its status and the cluster id its
+// answer's header carries (2 s at most), over a connection of its own
+// (forwarder.dialOnce: the node asked may not be up).
+func (n *Node) askStatusID(ctx context.Context, addr string) (*api.StatusResponse, string, error) {
+	conn, err := n.fwd.dialOnce(addr)
+	if err != nil {
+		return nil, "", err
+	}
+	defer conn.Close()
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var hdr metadata.MD
+	st, err := api.NewClusterServiceClient(conn).Status(cctx, &api.StatusRequest{}, grpc.Header(&hdr))
+	if err != nil {
+		return nil, "", err
+	}
+	return st, clusterID(hdr), nil
+}
+
+// recordServedLoop runs while this node leads in ls's term: it records
+// (EntryNodeServed) every member its state does not list yet as having
+// served, itself at once and another once that member answers Status with
+// this cluster's id. Recorded, a founder started again with its bootstrap
+// list on a wiped data dir is refused (checkNotALostFounder). Entries are
+// proposed one at a time, only while members are missing: an idle
+// cluster whose members are all recorded proposes nothing.
+func (n *Node) recordServedLoop(ls *leaderState) {
+	for {
+		n.recordServed(ls)
+		select {
+		case <-ls.ctx.Done():
+			return
+		case <-n.stopCh:
+			return
+		case <-time.After(servedPoll):
+		}
+	}
+}
+
+// recordServed is one round of recordServedLoop.
+func (n *Node) recordServed(ls *leaderState) {
+	cf := n.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return
+	}
+	cluster := n.ClusterID()
+	for _, srv := range cf.Configuration().Servers {
+		id := string(srv.ID)
+		var done bool
+		n.sm.read(func(st *fsm.State) { done = st.HasServed(id) })
+		if done {
+			continue
+		}
+		if srv.ID != raft.ServerID(n.cfg.ID) {
+			st, got, err := n.askStatusID(ls.ctx, string(srv.Address))
+			if err != nil || st.Id != id || cluster == "" || got != cluster {
+				continue // not up, or not yet holding this cluster's log
+			}
+		}
+		data, err := fsm.EncodeNodeServed(id)
+		if err != nil {
+			continue // an id that is not a name: nothing to record
+		}
+		if err := n.await(ls.ctx, n.raft.Apply(data, n.cfg.ApplyTimeout)); err != nil {
+			return // not leading any more, or stopping: the next term's loop goes on
+		}
+		n.log.Info("recorded member as having served", "node", id)
+	}
+}

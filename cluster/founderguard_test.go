@@ -1,0 +1,160 @@
+package cluster
+
+import (
+	"bytes"
+	"errors"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/leasefence/leasefence/fsm"
+)
+
+// waitServed waits until the leader's state records every id as having
+// served.
+func waitServed(t *testing.T, tc *testCluster, ids ...string) {
+	t.Helper()
+	_, leader := tc.leader()
+	eventually(t, 15*time.Second, "the leader records "+fmtIDs(ids)+" as having served", func() bool {
+		var got []string
+		leader.sm.read(func(st *fsm.State) { got = st.Served() })
+		for _, id := range ids {
+			if !slices.Contains(got, id) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func fmtIDs(ids []string) string {
+	out := ""
+	for i, id := range ids {
+		if i > 0 {
+			out += ","
+		}
+		out += id
+	}
+	return out
+}
+
+// startLostFounder stops a follower of a new cluster (tweaked) once the
+// leader records every founder as having served, and starts it again with
+// its bootstrap list on an empty data dir.
+func startLostFounder(t *testing.T, tweak func(*Config)) (*testCluster, Config, *Node, error) {
+	tc := newTestCluster(t, 3, tweak)
+	waitServed(t, tc, "n1", "n2", "n3")
+	fi, _ := tc.follower()
+	tc.stop(fi)
+	cfg := tc.cfgs[fi]
+	cfg.DataDir = t.TempDir() // the whole data dir lost; --bootstrap kept
+	cfg.Clock, cfg.Logger = nil, testLogger(t, cfg.ID+"-wiped")
+	n, err := Start(cfg)
+	return tc, cfg, n, err
+}
+
+// A founder whose data dir was lost, started again with its bootstrap
+// list, is refused before raft runs: with an empty log it would grant its
+// vote to any candidate. The refused start leaves no identity behind, and
+// the cluster keeps serving.
+func TestALostFounderStartedWithItsBootstrapListIsRefused(t *testing.T) {
+	tc, cfg, n, err := startLostFounder(t, nil)
+	if err == nil {
+		n.Close()
+		t.Fatalf("%s started with an empty data dir although the cluster records it as having served", cfg.ID)
+	}
+	if !errors.Is(err, ErrLostVoter) {
+		t.Fatalf("got %v, want ErrLostVoter", err)
+	}
+	if _, serr := os.Stat(filepath.Join(cfg.DataDir, IdentityFile)); serr == nil {
+		t.Errorf("the refused start wrote %s", IdentityFile)
+	}
+	// Refused again at the next try: the refusal wrote no state.
+	if n, err := Start(cfg); !errors.Is(err, ErrLostVoter) {
+		if n != nil {
+			n.Close()
+		}
+		t.Fatalf("second start: got %v, want ErrLostVoter", err)
+	}
+	ctx := ctxT(t)
+	if _, err := tc.client(0).Acquire(ctx, acquireReq("jobs/after", 5*time.Second)); err != nil {
+		if _, err := tc.client(2).Acquire(ctx, acquireReq("jobs/after", 5*time.Second)); err != nil {
+			t.Fatalf("the cluster stopped serving after the refused start: %v", err)
+		}
+	}
+}
+
+// A founder that starts for the first time after the others formed the
+// cluster is not a lost one: it starts, and the leader then records it.
+func TestAFounderStartingLateStarts(t *testing.T) {
+	late := freeAddrs(t, 1)[0]
+	var boot map[string]string
+	tc := newTestCluster(t, 3, func(c *Config) {
+		if boot == nil {
+			boot = maps.Clone(c.Bootstrap)
+			boot["n4"] = late // four founders; three form the cluster
+		}
+		c.Bootstrap = boot
+	})
+	waitServed(t, tc, "n1", "n2", "n3")
+	cfg := tc.cfgs[0]
+	cfg.ID, cfg.Listen, cfg.DataDir = "n4", late, t.TempDir()
+	cfg.Clock, cfg.Logger = nil, testLogger(t, "n4")
+	n, err := Start(cfg)
+	if err != nil {
+		t.Fatalf("a founder starting late: %v", err)
+	}
+	defer n.Close()
+	waitServed(t, tc, "n4")
+	eventually(t, 15*time.Second, "n4 holds the cluster's log", func() bool { return n.AppliedIndex() > 2 })
+}
+
+// A restore seeds a state that records nobody: the backup's members served
+// the old cluster, not the new one. A founder of the restored cluster that
+// starts after the others formed it starts.
+func TestARestoredFounderStartingLateStarts(t *testing.T) {
+	old := newTestCluster(t, 3, nil)
+	waitServed(t, old, "n1", "n2", "n3")
+	backup := saveBackup(t, old, 0)
+	old.close()
+	tc := configTestCluster(t, 3, func(c *Config) { c.RestoreFrom, c.RestoreEpoch = backup, EpochBase })
+	tc.start(0)
+	tc.start(1)
+	waitServed(t, tc, "n1", "n2")
+	_, leader := tc.leader()
+	var served []string
+	leader.sm.read(func(st *fsm.State) { served = st.Served() })
+	if slices.Contains(served, "n3") {
+		t.Fatalf("the restored state records %v as having served, n3 included, before n3 started", served)
+	}
+	tc.start(2) // fails the test if refused
+	waitServed(t, tc, "n3")
+}
+
+// The state hash replicas compare leaves the served nodes out: a replica
+// of the version before them skips their entries, and in a rolling
+// upgrade it must not be taken for corrupt (nor take the others for it).
+func TestTheStateHashLeavesOutTheServedNodes(t *testing.T) {
+	with, without := fsm.New(), fsm.New()
+	entry, err := fsm.EncodeNodeServed("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := with.Apply(entry); err != nil {
+		t.Fatal(err)
+	}
+	a, err := hashSnapshot(with.Snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := hashSnapshot(without.Snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, b) {
+		t.Fatal("a state that recorded a served node hashes unlike the same leases without it")
+	}
+}
