@@ -292,7 +292,11 @@ type StatusResponse struct {
 	// --bootstrap list on a wiped data dir asks its peers for it, and is
 	// refused when its id is here: its data was lost.
 	Served []string `protobuf:"bytes,22,rep,name=served,proto3" json:"served,omitempty"`
-	// (23-30 left for others' fields.)
+	// leader_ready: this node leads and has applied its term's barrier, so
+	// its state holds every entry committed before its term (state says
+	// "leader" as soon as raft elects it, before that).
+	LeaderReady bool `protobuf:"varint,23,opt,name=leader_ready,json=leaderReady,proto3" json:"leader_ready,omitempty"`
+	// (24-30 left for others' fields.)
 	// state_checkpoints are this node's most recent state checkpoints, oldest
 	// first: every node hashes its state right after applying the first
 	// command entry at or past each multiple of the check interval, so
@@ -489,6 +493,13 @@ func (x *StatusResponse) GetServed() []string {
 		return x.Served
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetLeaderReady() bool {
+	if x != nil {
+		return x.LeaderReady
+	}
+	return false
 }
 
 func (x *StatusResponse) GetStateCheckpoints() []*StateCheckpoint {
@@ -896,7 +907,7 @@ const file_api_cluster_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1a\n" +
 	"\bsuffrage\x18\x03 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\x04 \x01(\bR\x06leader\"\xc1\x06\n" +
+	"\x06leader\x18\x04 \x01(\bR\x06leader\"\xe4\x06\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
@@ -925,7 +936,8 @@ const file_api_cluster_proto_rawDesc = "" +
 	"\x10state_hash_index\x18\x14 \x01(\x04R\x0estateHashIndex\x12\x1f\n" +
 	"\vtoken_floor\x18\x15 \x01(\x04R\n" +
 	"tokenFloor\x12\x16\n" +
-	"\x06served\x18\x16 \x03(\tR\x06served\x12K\n" +
+	"\x06served\x18\x16 \x03(\tR\x06served\x12!\n" +
+	"\fleader_ready\x18\x17 \x01(\bR\vleaderReady\x12K\n" +
 	"\x11state_checkpoints\x18\x1f \x03(\v2\x1e.leasefence.v1.StateCheckpointR\x10stateCheckpoints\x12#\n" +
 	"\rstate_corrupt\x18  \x01(\tR\fstateCorrupt\";\n" +
 	"\x0fStateCheckpoint\x12\x14\n" +

@@ -47,6 +47,7 @@ func (s *clusterService) Status(ctx context.Context, req *api.StatusRequest) (*a
 		Version:      Version,
 		Unsafe:       n.unsafeFeatures(),
 
+		LeaderReady:      n.IsLeader(),
 		StateCheckpoints: n.sm.checks.proto(),
 		StateCorrupt:     n.StateCorrupt(),
 	}

@@ -169,29 +169,6 @@ func readBackup(path string, data []byte, opts ...fsm.Option) (*fsm.State, uint6
 	return st, index, nil
 }
 
-// seedFromBackup makes a fresh data dir start from a backup: the state,
-// with its token floor raised to the backup's highest token plus bump, and
-// to at least its epoch's line (epochLine; fsm.State.RaiseFloor and
-// RaiseFloorTo: every scope's next token, a scope the backup never saw
-// included, beats every token the lost cluster issued if no scope made
-// more than bump grants after the backup; the epoch's line beats every
-// token of a cluster an earlier restore started, of this backup or any
-// other, which the bump alone did not: it was the same for every restore
-// of one file), becomes a Raft snapshot at
-// index 1 of a new cluster whose members are cfg.Bootstrap. Every founding
-// node of the new cluster is seeded from the same file, as with etcd's
-// snapshot restore.
-//
-// Before anything else it stores the new cluster's id
-// (setFoundingClusterID), derived from the bootstrap list and a digest of
-// the file's bytes, the bump and the epoch (clusterIDOf): founding nodes
-// given another file, bump or epoch get another cluster id (so a node left
-// over from an earlier restore of the same file never joins a later one),
-// and the transport refuses
-// Raft RPCs between nodes of different ids, so they can never form one
-// cluster whose leader grants below a floor a resource has seen. Stored
-// first, the id survives a start that stops before the identity file is
-// written.
 // restoreBump is the bump a restore adds to the backup's highest token.
 func (n *Node) restoreBump() uint64 {
 	if n.cfg.BumpTokens == 0 && !n.cfg.AllowZeroBump {
@@ -219,6 +196,29 @@ func (n *Node) restoreSeed(data []byte) string {
 	return seed
 }
 
+// seedFromBackup makes a fresh data dir start from a backup: the state,
+// with its token floor raised to the backup's highest token plus bump, and
+// to at least its epoch's line (epochLine; fsm.State.RaiseFloor and
+// RaiseFloorTo: every scope's next token, a scope the backup never saw
+// included, beats every token the lost cluster issued if no scope made
+// more than bump grants after the backup; the epoch's line beats every
+// token of a cluster an earlier restore started, of this backup or any
+// other, which the bump alone did not: it was the same for every restore
+// of one file), becomes a Raft snapshot at
+// index 1 of a new cluster whose members are cfg.Bootstrap. Every founding
+// node of the new cluster is seeded from the same file, as with etcd's
+// snapshot restore.
+//
+// Before anything else it stores the new cluster's id
+// (setFoundingClusterID), derived from the bootstrap list and a digest of
+// the file's bytes, the bump and the epoch (clusterIDOf): founding nodes
+// given another file, bump or epoch get another cluster id (so a node left
+// over from an earlier restore of the same file never joins a later one),
+// and the transport refuses
+// Raft RPCs between nodes of different ids, so they can never form one
+// cluster whose leader grants below a floor a resource has seen. Stored
+// first, the id survives a start that stops before the identity file is
+// written.
 func (n *Node) seedFromBackup(store *raftboltdb.BoltStore, snaps raft.SnapshotStore) error {
 	cfg := n.cfg
 	data, err := os.ReadFile(cfg.RestoreFrom)

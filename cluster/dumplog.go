@@ -224,7 +224,7 @@ func dumpLog(dataDir string, store raft.LogStore, where string, w io.Writer) err
 			return fmt.Errorf("cluster: dump-log: %s: entry %d: %w", where, i, err)
 		}
 		if b == nil {
-			continue // an ignorable entry this version does not know
+			continue // an ignorable entry: one this version does not know, or a member recorded as having served (no command)
 		}
 		for j, c := range b.Commands {
 			rec := LogRecord{Kind: LogCommand, Index: i, Term: l.Term, AppendedAtNs: at, NowNs: a.Now}

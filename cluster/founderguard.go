@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -26,8 +27,8 @@ const servedPoll = time.Second
 // list (no Raft state, no identity). A founder whose data dir was wiped
 // and that starts again with its --bootstrap list cannot tell itself from
 // a founder that starts late: both have nothing. The cluster remembers:
-// its leader records every member that answers with the cluster's log
-// (recordServedLoop, an EntryNodeServed entry), and every node's Status
+// its leader records every member that answers Status with the cluster's
+// id (recordServedLoop, an EntryNodeServed entry), and every node's Status
 // lists them. So it asks the other founders (and the leader one of them
 // names) for their status:
 //
@@ -35,16 +36,21 @@ const servedPoll = time.Second
 //     that lists this node's id as served refuses the start (ErrLostVoter,
 //     raft never started): a node it counted once with a log would now
 //     grant its vote to any candidate;
-//   - otherwise the leader's answer lets it start (a founder starting
-//     late), and so does finding no node that holds this cluster's state
-//     beyond its founding (the cluster is forming);
-//   - a node holds this cluster's state but no leader answers: it waits,
-//     within ctx.
+//   - otherwise a ready leader's answer (its term's barrier applied: its
+//     state holds every committed entry) lets it start: a founder
+//     starting late;
+//   - an answer refused for lack of permission ends the start;
+//   - no answer from a node that holds this cluster's log past its
+//     founding entry (its last log index, which survives its restarts,
+//     unlike its commit index) lets it start: the cluster is forming;
+//   - otherwise it waits, within ctx.
 //
-// The window it leaves: a founder that acknowledged entries and was wiped
-// before the leader recorded it (within about servedPoll of the cluster's
-// forming, or of its own late start) is not caught, as etcd's check of a
-// member's published attributes is not.
+// What it leaves: a founder wiped before the leader recorded it (within
+// about servedPoll of its first start), and one that finds none of the
+// other founders up, or at their bootstrap addresses (every node down, or
+// the founders replaced): it cannot tell that from a cluster forming,
+// whose founders answer nothing before their own raft runs. etcd's check
+// of a member's published attributes leaves the same.
 func (n *Node) checkNotALostFounder(ctx context.Context) error {
 	want, err := n.foundingID()
 	if err != nil {
@@ -60,10 +66,10 @@ func (n *Node) checkNotALostFounder(ctx context.Context) error {
 		case v.leader != nil:
 			n.log.Info("founder starts late: the leader does not record this node as having served", "leader", v.leader.Id)
 			return nil
-		case !v.formed:
-			return nil
 		case v.denied != nil:
 			return fmt.Errorf("cluster: ask the other founders whether this node served already: %w", v.denied)
+		case !v.formed:
+			return nil
 		}
 		if time.Since(lastWarn) >= 10*time.Second {
 			lastWarn = time.Now()
@@ -93,7 +99,7 @@ func (n *Node) foundingID() (string, error) {
 // founderView is what the other founders said (askFounders).
 type founderView struct {
 	servedBy *api.StatusResponse // an answer listing this node as served
-	leader   *api.StatusResponse // the leader's answer
+	leader   *api.StatusResponse // a ready leader's answer
 	formed   bool                // an answer of a cluster past its founding
 	denied   error               // PermissionDenied or Unauthenticated
 }
@@ -130,11 +136,13 @@ func (n *Node) askFounders(ctx context.Context, want string) founderView {
 			v.servedBy = st
 			return v
 		}
-		if len(st.Served) > 0 || st.CommitIndex > 1 {
+		if len(st.Served) > 0 || st.LastLogIndex > 1 {
 			v.formed = true
 		}
 		if st.State == "leader" {
-			v.leader = st
+			if st.LeaderReady {
+				v.leader = st
+			}
 		} else if st.LeaderAddr != "" {
 			addrs = append(addrs, st.LeaderAddr) // perhaps a member that joined
 		}
@@ -181,13 +189,21 @@ func (n *Node) recordServedLoop(ls *leaderState) {
 	}
 }
 
-// recordServed is one round of recordServedLoop.
+// recordServed is one round of recordServedLoop: the members not yet
+// recorded are asked at once (one that does not answer delays none of
+// the others by more than the round), then recorded one by one.
 func (n *Node) recordServed(ls *leaderState) {
+	cluster := n.ClusterID()
+	if cluster == "" {
+		return // a data dir older than identity files: no id to match answers with
+	}
 	cf := n.raft.GetConfiguration()
 	if cf.Error() != nil {
 		return
 	}
-	cluster := n.ClusterID()
+	var mu sync.Mutex
+	var ready []string
+	var wg sync.WaitGroup
 	for _, srv := range cf.Configuration().Servers {
 		id := string(srv.ID)
 		var done bool
@@ -195,18 +211,35 @@ func (n *Node) recordServed(ls *leaderState) {
 		if done {
 			continue
 		}
-		if srv.ID != raft.ServerID(n.cfg.ID) {
-			st, got, err := n.askStatusID(ls.ctx, string(srv.Address))
-			if err != nil || st.Id != id || cluster == "" || got != cluster {
-				continue // not up, or not yet holding this cluster's log
-			}
+		if srv.ID == raft.ServerID(n.cfg.ID) {
+			ready = append(ready, id)
+			continue
 		}
+		wg.Add(1)
+		go func(addr string) {
+			defer wg.Done()
+			st, got, err := n.askStatusID(ls.ctx, addr)
+			if err == nil && st.Id == id && got == cluster {
+				mu.Lock()
+				ready = append(ready, id)
+				mu.Unlock()
+			}
+		}(string(srv.Address))
+	}
+	wg.Wait()
+	slices.Sort(ready)
+	for _, id := range ready {
 		data, err := fsm.EncodeNodeServed(id)
 		if err != nil {
 			continue // an id that is not a name: nothing to record
 		}
-		if err := n.await(ls.ctx, n.raft.Apply(data, n.cfg.ApplyTimeout)); err != nil {
+		f := n.raft.Apply(data, n.cfg.ApplyTimeout)
+		if err := n.await(ls.ctx, f); err != nil {
 			return // not leading any more, or stopping: the next term's loop goes on
+		}
+		if err, ok := f.Response().(error); ok {
+			n.log.Warn("recording a member as having served failed", "node", id, "error", err)
+			return
 		}
 		n.log.Info("recorded member as having served", "node", id)
 	}

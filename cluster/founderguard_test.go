@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"maps"
 	"os"
@@ -84,6 +85,36 @@ func TestALostFounderStartedWithItsBootstrapListIsRefused(t *testing.T) {
 		if _, err := tc.client(2).Acquire(ctx, acquireReq("jobs/after", 5*time.Second)); err != nil {
 			t.Fatalf("the cluster stopped serving after the refused start: %v", err)
 		}
+	}
+}
+
+// A wiped founder that finds a founder holding the cluster's log but no
+// ready leader waits: the peer restarted alone knows neither its commit
+// index nor, until a leader applies its log, whom it recorded (its
+// snapshot may predate that). Once a leader is back, the start is refused.
+func TestALostFounderWaitsWhileNoLeaderAnswers(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	waitServed(t, tc, "n1", "n2", "n3")
+	tc.close() // every node down
+	cfg := tc.cfgs[2]
+	cfg.DataDir = t.TempDir() // n3's data dir lost
+	cfg.Clock, cfg.Logger = nil, testLogger(t, "n3-wiped")
+	tc.start(0) // n1 alone: the whole log, no quorum
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if n, err := StartContext(ctx, cfg); err == nil || errors.Is(err, ErrLostVoter) {
+		if n != nil {
+			n.Close()
+		}
+		t.Fatalf("with n1 up alone, the wiped n3's start ended with %v, want it to wait until its context ended", err)
+	}
+	tc.start(1)
+	tc.leader()
+	if n, err := Start(cfg); !errors.Is(err, ErrLostVoter) {
+		if n != nil {
+			n.Close()
+		}
+		t.Fatalf("with a leader back: got %v, want ErrLostVoter", err)
 	}
 }
 
