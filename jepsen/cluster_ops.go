@@ -87,6 +87,30 @@ func (c *Cluster) Rejoin(ctx context.Context, id string) error {
 	return p.Start()
 }
 
+// Founders implements nemesis.Members: every node founded the cluster
+// (the harness starts no node later; member-unreachable adds addresses,
+// not processes).
+func (c *Cluster) Founders() []string { return c.Nodes() }
+
+// RestartFounder implements nemesis.Members: node id starts again on its
+// address and data dir with the --bootstrap list the cluster was founded
+// with (every node's id=address), not --join.
+func (c *Cluster) RestartFounder(id string) error {
+	p := c.Proc(id)
+	p.Args = append(withoutFlags(p.Args, "--bootstrap", "--join"), "--bootstrap", c.bootstrapList())
+	return p.Start()
+}
+
+// bootstrapList is the --bootstrap value the cluster is founded with:
+// every node's id=address, in the nodes' order.
+func (c *Cluster) bootstrapList() string {
+	var peers []string
+	for i, id := range c.ids {
+		peers = append(peers, fmt.Sprintf("%s=%s", id, c.addrs[i]))
+	}
+	return strings.Join(peers, ",")
+}
+
 // WaitMembers waits up to 20 s until the leader lists want members and
 // id is (present) or is not (!present) among them.
 func (c *Cluster) WaitMembers(ctx context.Context, want int, id string, present bool) bool {
@@ -232,10 +256,6 @@ func (c *Cluster) RestoreAll(ctx context.Context, backup, lostDir, odd string) e
 	if err := os.MkdirAll(lostDir, 0o755); err != nil {
 		return err
 	}
-	var peers []string
-	for i, id := range c.ids {
-		peers = append(peers, fmt.Sprintf("%s=%s", id, c.addrs[i]))
-	}
 	// The restore's epoch, read once: the same on every founding node,
 	// and later than any earlier restore's of the run.
 	c.lastEpoch = max(time.Now().Unix(), c.lastEpoch+1)
@@ -249,7 +269,7 @@ func (c *Cluster) RestoreAll(ctx context.Context, backup, lostDir, odd string) e
 		}
 		p := c.Proc(id)
 		p.Args = append(withoutFlags(p.Args, "--bootstrap", "--join", "--restore", "--restore-epoch"),
-			"--bootstrap", strings.Join(peers, ","), "--restore", backup, "--restore-epoch", fmt.Sprint(epoch))
+			"--bootstrap", c.bootstrapList(), "--restore", backup, "--restore-epoch", fmt.Sprint(epoch))
 	}
 	if odd != "" {
 		if err := c.Proc(odd).Start(); err != nil {

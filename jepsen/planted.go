@@ -75,6 +75,11 @@ var PlantedBugs = []PlantedBug{
 		Nemeses: []string{history.NemLoseTail}, Time: 45 * time.Second, Catch: []string{checker.NameDurable, checker.NameTokens, checker.NameLinearizable, checker.NameConverge}},
 	{Name: "lost-voter-unchecked", In: "leased", What: "a first start with --join does not ask whether the node is a voter already, so a voter whose data dir was lost runs again with an empty log (and would vote any candidate in)",
 		Nemeses: []string{history.NemLostVoter}, Time: 30 * time.Second, Catch: []string{checker.NameLostVoter}},
+	// The same run as lost-voter-unchecked: lost-voter's faults alternate,
+	// the first with the founding --bootstrap list (nemesis.lostVoterVia),
+	// so a 30 s run starts a wiped founder with it some three times.
+	{Name: "lost-founder-unchecked", In: "leased", What: "a founder started again with its --bootstrap list on a wiped data dir is not checked, so it runs with an empty log and grants its vote to any candidate",
+		Nemeses: []string{history.NemLostVoter}, Time: 30 * time.Second, Catch: []string{checker.NameLostVoter}},
 	{Name: "keepalive-no-heartbeats", In: "leased", What: "a KeepAlive stream sends no heartbeats: renewals that commit over a second late (a slow disk) look like a silent node, the client moves its stream, and its lease ends while the cluster renews it",
 		Nemeses: []string{history.NemSlowDisk}, Time: 60 * time.Second, Catch: []string{checker.NameKeepAliveKept}, KeepAlive: true},
 	{Name: "add-unprobed", In: "leased", What: "the leader adds a member as a voter without probing it and without the quorum rule",

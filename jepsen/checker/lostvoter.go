@@ -10,9 +10,11 @@ const NameLostVoter = "lost-voter-refused"
 const AnomalyLostVoterServed = "lost-voter-served"
 
 // CheckLostVoterRefused checks that every voter NemLostVoter started again
-// on an empty data dir refused to start (cluster.ErrLostVoter) rather than
-// run with an empty log, with which it would grant its vote to any
-// candidate, one missing entries the cluster committed among them.
+// on an empty data dir, with --join or with its founding --bootstrap
+// list, refused to start (cluster.ErrLostVoter) rather than run with an
+// empty log, with which it would grant its vote to any candidate, one
+// missing entries the cluster committed among them. Its findings say
+// which start it was.
 func CheckLostVoterRefused(faults []history.Fault) Result {
 	f := NewFinding(NameLostVoter)
 	for _, x := range faults {
@@ -24,10 +26,19 @@ func CheckLostVoterRefused(faults []history.Fault) Result {
 			f.R.Checked++
 		case o.Served:
 			f.R.Checked++
-			f.Invalid(AnomalyLostVoterServed, "%s, a voter started again on an empty data dir under its old id (not removed), ran as a member with an empty log", x.Target)
+			f.Invalid(AnomalyLostVoterServed, "%s, a voter started again on an empty data dir under its old id (not removed)%s, ran as a member with an empty log", x.Target, startedWith(o))
 		default:
-			f.Unknown("%s neither refused nor ran within the watch after its data dir was lost", x.Target)
+			f.Unknown("%s neither refused nor ran within the watch after its data dir was lost%s", x.Target, startedWith(o))
 		}
 	}
 	return f.Done("lost-voter fault")
+}
+
+// startedWith says how NemLostVoter started the node (o.Via; a history
+// from before the bootstrap variant has none: --join).
+func startedWith(o *history.LostVoterOutcome) string {
+	if o.Via == history.LostVoterViaBootstrap {
+		return " with its founding --bootstrap list"
+	}
+	return " with --join"
 }

@@ -27,9 +27,22 @@ type StorageOutcome struct {
 	Served bool `json:"served,omitempty"`
 }
 
-// LostVoterOutcome is what a voter did when started again with --join on
-// an empty data dir under its old id, not removed (NemLostVoter).
+// How NemLostVoter started the node again (LostVoterOutcome.Via).
+const (
+	// LostVoterViaJoin: with --join through a running node.
+	LostVoterViaJoin = "join"
+	// LostVoterViaBootstrap: with the --bootstrap list the cluster was
+	// founded with (a founder only).
+	LostVoterViaBootstrap = "bootstrap"
+)
+
+// LostVoterOutcome is what a voter did when started again on an empty
+// data dir under its old id, not removed (NemLostVoter).
 type LostVoterOutcome struct {
+	// Via is how it was started: LostVoterViaJoin or
+	// LostVoterViaBootstrap ("": a run from before the bootstrap variant,
+	// always --join).
+	Via string `json:"via,omitempty"`
 	// Refused: the process exited saying its data was lost (it is a
 	// voter already), before it ran raft.
 	Refused bool `json:"refused,omitempty"`

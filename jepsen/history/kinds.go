@@ -215,13 +215,16 @@ const NemSlowDisk = "slow-disk"
 
 // Realised in nemesis/lostvoter.go.
 
-// NemLostVoter loses a follower's whole data dir and starts it again with
-// --join under its old id, without removing it first: the operator's
-// mistake docs/OPERATIONS.md warns against ("Replacing a dead node"). A
+// NemLostVoter loses a follower's whole data dir and starts it again
+// under its old id, without removing it first: the operator's mistake
+// docs/OPERATIONS.md warns against ("Replacing a dead node"). Its faults
+// alternate between a start with --join and, for a founder, one with the
+// --bootstrap list the cluster was founded with (LostVoterOutcome.Via). A
 // voter with an empty log would grant its vote to any candidate, so the
-// node must refuse to start (it asks its join target whether it is a
-// voter already); CheckLostVoterRefused decides. The heal replaces it as
-// the docs say (remove, wipe, join).
+// node must refuse to start (with --join it asks its join target whether
+// it is a voter already, with --bootstrap the other founders whether the
+// cluster recorded it as having served); CheckLostVoterRefused decides.
+// The heal replaces it as the docs say (remove, wipe, join).
 const NemLostVoter = "lost-voter"
 
 // Realised in nemesis/state.go.

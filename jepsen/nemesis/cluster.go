@@ -104,6 +104,13 @@ type Members interface {
 	// Rejoin starts node id again from an empty data dir, joining through
 	// a running node instead of bootstrapping.
 	Rejoin(ctx context.Context, id string) error
+	// Founders returns the ids of the --bootstrap list the cluster was
+	// founded with.
+	Founders() []string
+	// RestartFounder starts founder id again on its address and data dir
+	// with the --bootstrap list the cluster was founded with instead of
+	// --join: the command line it first ran with.
+	RestartFounder(id string) error
 	// WaitMembers waits up to 20 s until the leader lists want members
 	// and id is (present) or is not (!present) among them.
 	WaitMembers(ctx context.Context, want int, id string, present bool) bool

@@ -147,6 +147,9 @@ type Nemesis struct {
 	// againScopes are the probe's scopes of the restores from againFrom:
 	// a later restore of the file probes them too.
 	againScopes []string
+	// lostVoters counts the lost-voter faults injected so far: which
+	// start the next one uses (lostVoterVia).
+	lostVoters int
 
 	mu     sync.Mutex
 	counts map[string]int // started faults by kind

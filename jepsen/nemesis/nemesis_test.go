@@ -40,3 +40,26 @@ func TestSnapshotArgsKeepTheLogForLoseTailAlone(t *testing.T) {
 		}
 	}
 }
+
+// lost-voter's faults alternate between a start with the founding
+// --bootstrap list (first) and one with --join; a node that did not found
+// the cluster always joins.
+func TestLostVoterAlternatesBootstrapAndJoin(t *testing.T) {
+	founders := []string{"n1", "n2", "n3"}
+	for _, c := range []struct {
+		fault int
+		id    string
+		want  string
+	}{
+		{0, "n2", history.LostVoterViaBootstrap},
+		{1, "n2", history.LostVoterViaJoin},
+		{2, "n3", history.LostVoterViaBootstrap},
+		{3, "n1", history.LostVoterViaJoin},
+		{0, "n4", history.LostVoterViaJoin},
+		{2, "n4", history.LostVoterViaJoin},
+	} {
+		if got := lostVoterVia(c.fault, c.id, founders); got != c.want {
+			t.Errorf("fault %d on %s: %s, want %s", c.fault, c.id, got, c.want)
+		}
+	}
+}
