@@ -334,9 +334,13 @@ func setupStatus(a *app, fs *flag.FlagSet) func(context.Context, []string) error
 		k := newKV(a.stdout)
 		k.row("node", fmt.Sprintf("%s (%s) %s", s.GetId(), s.GetAddr(), s.GetState()))
 		// Status is each node's own view: only the leader's is current.
-		if s.GetState() == "leader" {
+		switch s.GetState() {
+		case "leader":
 			k.row("view", s.GetId()+"'s own, the leader's")
-		} else {
+		case "starting":
+			// A first start checking, before raft, that it is no lost voter.
+			k.row("view", s.GetId()+" is starting: it holds no state yet and waits for the cluster's answer (docs/OPERATIONS.md, Replacing a dead node)")
+		default:
 			k.row("view", s.GetId()+"'s own, as a "+s.GetState()+": it may lag the leader's")
 		}
 		k.row("leader", leader)
