@@ -269,7 +269,9 @@ func (n *Node) recordServed(ls *leaderState) {
 			continue
 		}
 		if srv.ID == raft.ServerID(n.cfg.ID) {
+			mu.Lock() // members asked before this one may be answering
 			ready = append(ready, id)
+			mu.Unlock()
 			continue
 		}
 		wg.Add(1)
