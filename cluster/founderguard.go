@@ -10,8 +10,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -20,47 +18,6 @@ import (
 	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/fsm"
 )
-
-// checkFirstStart runs the guards of a first start (no Raft state, no
-// identity) before raft runs: checkNotALostVoter for one that joins,
-// checkNotALostFounder for one with a bootstrap list. Meanwhile the node
-// answers on its port that it is starting (serveStarting: Status says
-// "starting", health NOT_SERVING), so that probes, leasectl and the other
-// founders see that instead of waiting out their deadline; a start that
-// joins may wait here long (until a leader answers).
-func (n *Node) checkFirstStart(ctx context.Context) error {
-	join := n.cfg.Join != "" && len(n.cfg.Bootstrap) == 0 && n.cfg.RestoreFrom == "" && !n.planted(BugLostVoterUnchecked)
-	found := len(n.cfg.Bootstrap) > 0 && !n.planted(BugLostFounderUnchecked)
-	if !join && !found {
-		return nil
-	}
-	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	stop := n.server.serveStarting(func(r grpc.ServiceRegistrar) {
-		api.RegisterClusterServiceServer(r, startingService{n: n})
-		healthpb.RegisterHealthServer(r, hs)
-	})
-	defer stop()
-	if join {
-		return n.checkNotALostVoter(ctx)
-	}
-	return n.checkNotALostFounder(ctx)
-}
-
-// startingState is the state a node's Status gives while its first
-// start's guards run, before raft.
-const startingState = "starting"
-
-// startingService answers Status before raft runs: the node's id and
-// address, state "starting", no cluster id (it has none yet).
-type startingService struct {
-	api.UnimplementedClusterServiceServer
-	n *Node
-}
-
-func (s startingService) Status(context.Context, *api.StatusRequest) (*api.StatusResponse, error) {
-	return &api.StatusResponse{Id: s.n.cfg.ID, Addr: s.n.addr, State: startingState, Version: Version}, nil
-}
 
 // servedPoll is how often a leader looks for members its state does not
 // yet record as having served (recordServedLoop).
@@ -95,10 +52,10 @@ const servedPoll = time.Second
 // about servedPoll of its first start), and one that finds none of the
 // other founders up, or at their bootstrap addresses (every node down, or
 // the founders replaced): it cannot tell that from a cluster forming,
-// whose founders answer only "starting" before their own raft runs (a
-// rule that waited for a majority of them would block a process that
-// starts its founders one after another). etcd's check of a member's
-// published attributes leaves the same.
+// whose founders answer nothing before their own raft runs (a rule that
+// waited for a majority of them would block a process that starts its
+// founders one after another). etcd's check of a member's published
+// attributes leaves the same.
 func (n *Node) checkNotALostFounder(ctx context.Context) error {
 	want, err := n.foundingID()
 	if err != nil {
@@ -127,7 +84,7 @@ func (n *Node) checkNotALostFounder(ctx context.Context) error {
 		}
 		if time.Since(lastWarn) >= 10*time.Second {
 			lastWarn = time.Now()
-			n.log.Warn("waiting for the leader: a founder starting on an empty data dir asks it whether this node served already before raft runs, and a founder holds the cluster's log")
+			n.log.Warn("waiting for the leader: a founder starting on an empty data dir asks it whether this node served already before raft runs, and the cluster it founded holds state")
 		}
 		select {
 		case <-ctx.Done():
@@ -183,11 +140,8 @@ func (n *Node) askFounders(ctx context.Context, want string) founderView {
 			}
 			continue
 		}
-		if st.State == startingState {
-			continue // in its own first start's guards: no state at all
-		}
 		if id != want {
-			continue // another cluster
+			continue // another cluster, or a node with no identity yet
 		}
 		if slices.Contains(st.Served, n.cfg.ID) {
 			v.servedBy = st

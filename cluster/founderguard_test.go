@@ -11,12 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
-	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/fsm"
 )
 
@@ -193,64 +187,5 @@ func TestTheStateHashLeavesOutTheServedNodes(t *testing.T) {
 	}
 	if !bytes.Equal(a, b) {
 		t.Fatal("a state that recorded a served node hashes unlike the same leases without it")
-	}
-}
-
-// While a first start waits in its guards (here a joiner whose cluster has
-// no leader), the node answers on its port that it is starting: Status
-// says so and health says NOT_SERVING, instead of the calls hanging until
-// their deadline.
-func TestANodeInItsFirstStartsGuardAnswersStarting(t *testing.T) {
-	tc := newTestCluster(t, 3, nil)
-	li, _ := tc.leader()
-	keep := (li + 1) % 3
-	for i := range tc.nodes {
-		if i != keep {
-			tc.stop(i) // no quorum: no leader
-		}
-	}
-	eventually(t, 10*time.Second, "no leader", func() bool { return !tc.nodes[keep].IsLeader() && tc.nodes[keep].raft.State() != raft.Leader })
-	cfg := tc.joinerConfig(t, keep, "n4")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		n, err := StartContext(ctx, cfg)
-		if n != nil {
-			n.Close()
-		}
-		done <- err
-	}()
-	var conn *grpc.ClientConn
-	eventually(t, 10*time.Second, "n4 answers its status as starting", func() bool {
-		c, err := grpc.NewClient(cfg.Listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cctx, ccancel := context.WithTimeout(ctx, time.Second)
-		defer ccancel()
-		st, err := api.NewClusterServiceClient(c).Status(cctx, &api.StatusRequest{})
-		if err != nil || st.State != startingState || st.Id != "n4" {
-			c.Close()
-			return false
-		}
-		conn = c
-		return true
-	})
-	defer conn.Close()
-	c, cancelCheck := context.WithTimeout(ctx, 2*time.Second)
-	defer cancelCheck()
-	h, err := healthpb.NewHealthClient(conn).Check(c, &healthpb.HealthCheckRequest{})
-	if err != nil || h.Status != healthpb.HealthCheckResponse_NOT_SERVING {
-		t.Fatalf("health while starting: %v, %v; want NOT_SERVING", h, err)
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Fatal("the start went on without a leader's answer")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the start did not end with its context")
 	}
 }

@@ -238,8 +238,13 @@ func (n *Node) open(ctx context.Context) error {
 	if err := n.buildServers(); err != nil {
 		return err
 	}
-	if !rs.existing && ident == nil {
-		if err := n.checkFirstStart(ctx); err != nil {
+	if !rs.existing && ident == nil && n.cfg.Join != "" && len(n.cfg.Bootstrap) == 0 && n.cfg.RestoreFrom == "" && !n.planted(BugLostVoterUnchecked) {
+		if err := n.checkNotALostVoter(ctx); err != nil {
+			return err
+		}
+	}
+	if !rs.existing && ident == nil && len(n.cfg.Bootstrap) > 0 && !n.planted(BugLostFounderUnchecked) {
+		if err := n.checkNotALostFounder(ctx); err != nil {
 			return err
 		}
 	}

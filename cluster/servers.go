@@ -39,9 +39,6 @@ type servers struct {
 	peer   *grpc.Server
 	client *grpc.Server // nil without TLS
 	log    hclog.Logger
-	// starting builds the server of serveStarting: the peer server's
-	// limits and credentials.
-	starting []grpc.ServerOption
 }
 
 // newServers builds the servers on lis with the node's limits. srvTLS is
@@ -59,7 +56,6 @@ func newServers(lis net.Listener, srvTLS *tls.Config, cfg Config, log hclog.Logg
 	})
 	opts = append(opts, transport.StreamWorkers())
 	peerOpts := append(l.PeerServerOptions(), opts...)
-	s.starting = l.PeerServerOptions()
 	if srvTLS == nil {
 		s.peer = grpc.NewServer(peerOpts...)
 		log.Warn("plaintext (--insecure): peers and clients cannot be told apart and share one gRPC server; "+
@@ -67,7 +63,6 @@ func newServers(lis net.Listener, srvTLS *tls.Config, cfg Config, log hclog.Logg
 			"max-message", l.MaxPeerMessage, "max-connections", l.MaxConnections)
 	} else {
 		creds := grpc.Creds(transport.HandshakenTLS())
-		s.starting = append(s.starting, creds)
 		s.peer = grpc.NewServer(append(peerOpts, creds)...)
 		s.client = grpc.NewServer(append(append(l.ClientServerOptions(), opts...), creds)...)
 	}
@@ -101,37 +96,6 @@ func (s *servers) serve() {
 		go run("client", s.client, s.port.Clients())
 	}
 	wg.Wait()
-}
-
-// serveStarting serves the port, until the returned stop is called, with
-// a server on which reg registers what a node answers before its own
-// servers serve (checkNotALostFounder: its status says "starting"; health
-// says NOT_SERVING). stop ends it and hands the port back: connections
-// it served are closed (their clients dial again), later ones wait for
-// serve.
-func (s *servers) serveStarting(reg func(grpc.ServiceRegistrar)) (stop func()) {
-	srv := grpc.NewServer(s.starting...)
-	reg(srv)
-	lis := []net.Listener{s.port.LendClients()}
-	if s.client != nil {
-		lis = append(lis, s.port.LendPeers())
-	}
-	var wg sync.WaitGroup
-	for _, l := range lis {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = srv.Serve(l) }()
-	}
-	return func() {
-		stopped := make(chan struct{})
-		go func() { srv.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-time.After(time.Second):
-			srv.Stop()
-			<-stopped
-		}
-		wg.Wait()
-	}
 }
 
 // stop stops the servers gracefully, forcibly after grace, then closes the

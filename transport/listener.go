@@ -460,46 +460,6 @@ func (q *connQueue) Close() error {
 
 func (q *connQueue) Addr() net.Addr { return q.addr }
 
-// LendPeers returns a listener of Peers' connections whose Close leaves
-// Peers open: a server that serves the port for a while before the
-// node's own servers (a node starting) hands it back untouched.
-func (p *Port) LendPeers() net.Listener { return newLent(p.peers) }
-
-// LendClients is LendPeers for Clients.
-func (p *Port) LendClients() net.Listener { return newLent(p.clients) }
-
-// lentQueue accepts its queue's connections until it or the queue closes.
-type lentQueue struct {
-	q    *connQueue
-	done chan struct{}
-	once sync.Once
-}
-
-func newLent(q *connQueue) *lentQueue { return &lentQueue{q: q, done: make(chan struct{})} }
-
-func (l *lentQueue) Accept() (net.Conn, error) {
-	select {
-	case <-l.done:
-		return nil, net.ErrClosed
-	default:
-	}
-	select {
-	case c := <-l.q.ch:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	case <-l.q.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *lentQueue) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *lentQueue) Addr() net.Addr { return l.q.addr }
-
 // HandshakenTLS returns server transport credentials for connections that
 // a Port has already taken through the TLS handshake: ServerHandshake
 // accepts the *tls.Conn as it is and returns its credentials.TLSInfo, so

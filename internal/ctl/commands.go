@@ -334,13 +334,9 @@ func setupStatus(a *app, fs *flag.FlagSet) func(context.Context, []string) error
 		k := newKV(a.stdout)
 		k.row("node", fmt.Sprintf("%s (%s) %s", s.GetId(), s.GetAddr(), s.GetState()))
 		// Status is each node's own view: only the leader's is current.
-		switch s.GetState() {
-		case "leader":
+		if s.GetState() == "leader" {
 			k.row("view", s.GetId()+"'s own, the leader's")
-		case "starting":
-			// A first start checking, before raft, that it is no lost voter.
-			k.row("view", s.GetId()+" is starting: it holds no state yet and waits for the cluster's answer (docs/OPERATIONS.md, Replacing a dead node)")
-		default:
+		} else {
 			k.row("view", s.GetId()+"'s own, as a "+s.GetState()+": it may lag the leader's")
 		}
 		k.row("leader", leader)

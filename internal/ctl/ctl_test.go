@@ -698,16 +698,3 @@ func TestStatusShowsACorruptState(t *testing.T) {
 		t.Errorf("JSON %q: %v", res.stdout, err)
 	}
 }
-
-// A node in its first start's checks says it is starting, not that its
-// view "may lag" as a follower's.
-func TestStatusOfAStartingNode(t *testing.T) {
-	t.Parallel()
-	f := start(t, &fake{onStatus: func(context.Context, *api.StatusRequest) (*api.StatusResponse, error) {
-		return &api.StatusResponse{Id: "n4", Addr: "10.0.0.4:7001", State: "starting", Version: "0.1.0"}, nil
-	}})
-	res := runCtl(t, "status", "--endpoints", f.addr)
-	if res.code != ExitOK || !strings.Contains(res.stdout, "n4 is starting: it holds no state yet") || strings.Contains(res.stdout, "may lag") {
-		t.Errorf("exit %d, stdout:\n%s", res.code, res.stdout)
-	}
-}
