@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/leasefence/leasefence/api"
+	"github.com/leasefence/leasefence/fsm"
 	"github.com/leasefence/leasefence/internal/loopback"
 )
 
@@ -60,7 +61,35 @@ func newTestCluster(t testing.TB, n int, tweak func(*Config)) *testCluster {
 		tc.start(i)
 	}
 	tc.leader()
+	tc.settle()
 	return tc
+}
+
+// settle waits (5 s at most, without failing) until the leader has
+// recorded every node as having served: those entries come right after
+// the first election, and a test that counts entries or holds the
+// leader's writes expects a quiet leader. A cluster whose nodes cannot
+// ask each other's status (a policy over plaintext) records no one.
+func (tc *testCluster) settle() {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, n := range tc.nodes {
+			if n == nil || !n.IsLeader() {
+				continue
+			}
+			all := true
+			n.sm.read(func(st *fsm.State) {
+				for _, c := range tc.cfgs {
+					all = all && st.HasServed(c.ID)
+				}
+			})
+			if all {
+				tc.waitAllApplied(tc.t)
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // configTestCluster is newTestCluster's cluster before any node starts.
