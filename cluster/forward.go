@@ -101,11 +101,7 @@ func (f *forwarder) connLocked(addr string) (*grpc.ClientConn, error) {
 	if f.closed {
 		return nil, ErrStopped
 	}
-	dial := addr
-	if via, ok := f.routes[addr]; ok {
-		dial = via
-	}
-	c, err := grpc.NewClient(dial, f.opts...)
+	c, err := grpc.NewClient(f.target(addr), f.opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -123,11 +119,15 @@ func (f *forwarder) dialOnce(addr string) (*grpc.ClientConn, error) {
 	if f.closed {
 		return nil, ErrStopped
 	}
-	dial := addr
+	return grpc.NewClient(f.target(addr), f.opts...)
+}
+
+// target is what to dial for addr: its unsafe route when it has one.
+func (f *forwarder) target(addr string) string {
 	if via, ok := f.routes[addr]; ok {
-		dial = via
+		return via
 	}
-	return grpc.NewClient(dial, f.opts...)
+	return addr
 }
 
 func (f *forwarder) close() {

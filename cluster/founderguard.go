@@ -133,7 +133,7 @@ func (n *Node) askFounders(ctx context.Context, want string) founderView {
 			continue
 		}
 		asked[addr] = true
-		st, id, err := n.askStatusID(ctx, addr)
+		st, id, err := n.askStatus(ctx, addr)
 		if err != nil {
 			if c := status.Code(err); c == codes.PermissionDenied || c == codes.Unauthenticated {
 				v.denied = err
@@ -161,10 +161,11 @@ func (n *Node) askFounders(ctx context.Context, want string) founderView {
 	return v
 }
 
-// askStatusID asks the node at addr for its status and the cluster id its
+// askStatus asks the node at addr for its status and the cluster id its
 // answer's header carries (2 s at most), over a connection of its own
-// (forwarder.dialOnce: the node asked may not be up).
-func (n *Node) askStatusID(ctx context.Context, addr string) (*api.StatusResponse, string, error) {
+// (forwarder.dialOnce: the node asked may not be up, and a kept connection
+// whose dial failed would fail the node's forwarded calls for a while).
+func (n *Node) askStatus(ctx context.Context, addr string) (*api.StatusResponse, string, error) {
 	conn, err := n.fwd.dialOnce(addr)
 	if err != nil {
 		return nil, "", err
@@ -231,7 +232,7 @@ func (n *Node) recordServed(ls *leaderState) {
 		wg.Add(1)
 		go func(addr string) {
 			defer wg.Done()
-			st, got, err := n.askStatusID(ls.ctx, addr)
+			st, got, err := n.askStatus(ls.ctx, addr)
 			if err == nil && st.Id == id && got == cluster {
 				mu.Lock()
 				ready = append(ready, id)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ import (
 func waitServed(t *testing.T, tc *testCluster, ids ...string) {
 	t.Helper()
 	_, leader := tc.leader()
-	eventually(t, 15*time.Second, "the leader records "+fmtIDs(ids)+" as having served", func() bool {
+	eventually(t, 15*time.Second, "the leader records "+strings.Join(ids, ",")+" as having served", func() bool {
 		var got []string
 		leader.sm.read(func(st *fsm.State) { got = st.Served() })
 		for _, id := range ids {
@@ -29,17 +30,6 @@ func waitServed(t *testing.T, tc *testCluster, ids ...string) {
 		}
 		return true
 	})
-}
-
-func fmtIDs(ids []string) string {
-	out := ""
-	for i, id := range ids {
-		if i > 0 {
-			out += ","
-		}
-		out += id
-	}
-	return out
 }
 
 // startLostFounder stops a follower of a new cluster (tweaked) once the

@@ -84,7 +84,7 @@ var errNoLeaderAnswer = errors.New("no leader's configuration yet")
 // leaderStatus returns the leader's status, asked through the join target
 // (the target's own when it leads).
 func (n *Node) leaderStatus(ctx context.Context) (*api.StatusResponse, error) {
-	st, err := n.askStatus(ctx, n.cfg.Join)
+	st, _, err := n.askStatus(ctx, n.cfg.Join)
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +92,7 @@ func (n *Node) leaderStatus(ctx context.Context) (*api.StatusResponse, error) {
 		if st.LeaderAddr == "" {
 			return nil, errNoLeaderAnswer
 		}
-		if st, err = n.askStatus(ctx, st.LeaderAddr); err != nil {
+		if st, _, err = n.askStatus(ctx, st.LeaderAddr); err != nil {
 			return nil, err
 		}
 	}
@@ -110,15 +110,4 @@ func voterEntry(st *api.StatusResponse, id string) *api.Member {
 		}
 	}
 	return nil
-}
-
-// askStatus asks the node at addr for its status (2 s at most).
-func (n *Node) askStatus(ctx context.Context, addr string) (*api.StatusResponse, error) {
-	conn, err := n.fwd.conn(addr)
-	if err != nil {
-		return nil, err
-	}
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	return api.NewClusterServiceClient(conn).Status(cctx, &api.StatusRequest{})
 }

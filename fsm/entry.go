@@ -59,11 +59,17 @@ func EncodeNodeServed(nodeID string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fsm: encode node served: %w", err)
 	}
+	return frame(EntryNodeServed, body), nil
+}
+
+// frame returns a checksummed entry: type byte t, the CRC-32C of t and
+// body, body.
+func frame(t EntryType, body []byte) []byte {
 	out := make([]byte, 1+checksumLen+len(body))
-	out[0] = byte(EntryNodeServed)
-	binary.BigEndian.PutUint32(out[1:], entryChecksum(EntryNodeServed, body))
+	out[0] = byte(t)
+	binary.BigEndian.PutUint32(out[1:], entryChecksum(t, body))
 	copy(out[1+checksumLen:], body)
-	return out, nil
+	return out
 }
 
 // checksumLen is the size of an EntryBatchChecked entry's checksum.
@@ -101,11 +107,7 @@ func EncodeBatch(b *fsmpb.Batch) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, 1+checksumLen+len(body))
-	out[0] = byte(EntryBatchChecked)
-	binary.BigEndian.PutUint32(out[1:], entryChecksum(EntryBatchChecked, body))
-	copy(out[1+checksumLen:], body)
-	return out, nil
+	return frame(EntryBatchChecked, body), nil
 }
 
 // VerifyEntry checks the checksum of entry bytes without decoding the
