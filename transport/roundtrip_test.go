@@ -509,3 +509,43 @@ func TestInstallSnapshotRefusesDataThatDoesNotMatchSize(t *testing.T) {
 		})
 	}
 }
+
+func TestHeldVotesAreRefusedBeforeRaftAndOtherRPCsPass(t *testing.T) {
+	a := startNode(t, "127.0.0.1:0", nil)
+	b := startNode(t, "127.0.0.1:0", nil)
+	b.tr.HoldVotes(true)
+	for name, fn := range map[string]func() error{
+		"request-vote": func() error {
+			return a.tr.RequestVote("b", b.addr, &raft.RequestVoteRequest{Term: 2}, &raft.RequestVoteResponse{})
+		},
+		"request-pre-vote": func() error {
+			return a.tr.RequestPreVote("b", b.addr, &raft.RequestPreVoteRequest{Term: 2}, &raft.RequestPreVoteResponse{})
+		},
+	} {
+		if err := fn(); status.Code(err) != codes.Unavailable {
+			t.Fatalf("%s while votes are held: error = %v, want Unavailable", name, err)
+		}
+	}
+	select {
+	case rpc := <-b.tr.Consumer():
+		t.Fatalf("a held vote reached raft: %T", rpc.Command)
+	default:
+	}
+
+	// Entries still arrive.
+	seen := answerOne(t, b.tr, &raft.AppendEntriesResponse{Term: 2, Success: true}, nil)
+	if _, err := call(a.tr, b.addr, &raft.AppendEntriesRequest{Term: 2, PrevLogEntry: 1}, nil); err != nil {
+		t.Fatalf("append-entries while votes are held: %v", err)
+	}
+	if r := <-seen; r.command == nil {
+		t.Fatal("append-entries did not reach raft")
+	}
+
+	b.tr.HoldVotes(false)
+	seen = answerOne(t, b.tr, &raft.RequestVoteResponse{Term: 2, Granted: true}, nil)
+	out, err := call(a.tr, b.addr, &raft.RequestVoteRequest{Term: 2}, nil)
+	if err != nil || !out.(*raft.RequestVoteResponse).Granted {
+		t.Fatalf("request-vote after the hold: %+v, %v", out, err)
+	}
+	<-seen
+}

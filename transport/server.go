@@ -59,6 +59,9 @@ func toStatus(err error) error {
 	}
 }
 
+// errVotesHeld answers vote requests while HoldVotes is set.
+var errVotesHeld = status.Error(codes.Unavailable, "transport: this node holds its vote for now (it may lack entries the cluster committed)")
+
 // refuse logs a request that could not be converted and returns its status.
 func (s *rpcServer) refuse(rpc string, err error) error {
 	s.t.logger.Warn("refused malformed request", "rpc", rpc, "error", err)
@@ -173,6 +176,9 @@ func (s *rpcServer) RequestVote(ctx context.Context, in *transportpb.RequestVote
 	if err != nil {
 		return nil, s.refuse("request-vote", err)
 	}
+	if s.t.votesHeld.Load() {
+		return nil, errVotesHeld
+	}
 	r, err := s.t.dispatch(ctx, req, false)
 	if err != nil {
 		return nil, toStatus(err)
@@ -185,6 +191,9 @@ func (s *rpcServer) RequestPreVote(ctx context.Context, in *transportpb.RequestP
 	req, err := requestPreVoteRequestFromPB(in)
 	if err != nil {
 		return nil, s.refuse("request-pre-vote", err)
+	}
+	if s.t.votesHeld.Load() {
+		return nil, errVotesHeld
 	}
 	r, err := s.t.dispatch(ctx, req, false)
 	if err != nil {

@@ -48,6 +48,10 @@ type Transport struct {
 	// refusal.
 	foreignLogged atomic.Int64
 
+	// votesHeld makes the server half refuse RequestVote and
+	// RequestPreVote (HoldVotes).
+	votesHeld atomic.Bool
+
 	mu        sync.Mutex // guards the fields below
 	shutdown  bool
 	conns     map[raft.ServerAddress]*peerConn
@@ -108,6 +112,20 @@ func New(cfg Config) (*Transport, error) {
 func (t *Transport) Consumer() <-chan raft.RPC {
 	return t.consumeCh
 }
+
+// HoldVotes makes the server half refuse every RequestVote and
+// RequestPreVote with Unavailable while hold is set, before raft sees
+// them: raft counts a failed vote request as a vote not granted. A node
+// whose own log may be missing entries the cluster committed (a founder
+// restarted on a wiped data dir that could not yet ask the others) holds
+// its votes until it knows: with its vote, a candidate missing committed
+// entries could win. Its own candidacy needs no gate (an empty log wins
+// no vote from a member that holds the cluster's log), and it still
+// accepts the leader's entries.
+func (t *Transport) HoldVotes(hold bool) { t.votesHeld.Store(hold) }
+
+// VotesHeld reports whether HoldVotes holds the votes.
+func (t *Transport) VotesHeld() bool { return t.votesHeld.Load() }
 
 // LocalAddr implements raft.Transport; it returns Config.LocalAddr.
 func (t *Transport) LocalAddr() raft.ServerAddress {
