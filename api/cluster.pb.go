@@ -296,7 +296,14 @@ type StatusResponse struct {
 	// its state holds every entry committed before its term (state says
 	// "leader" as soon as raft elects it, before that).
 	LeaderReady bool `protobuf:"varint,23,opt,name=leader_ready,json=leaderReady,proto3" json:"leader_ready,omitempty"`
-	// (24-30 left for others' fields.)
+	// votes_held: this node refuses every vote request for now. A founder
+	// started on an empty data dir that found none of the other founders
+	// answering cannot tell itself from a founder of a forming cluster, nor
+	// from one whose data was lost; it starts, holding its vote, until the
+	// others answer (the leader records no node as having served while it
+	// says so).
+	VotesHeld bool `protobuf:"varint,24,opt,name=votes_held,json=votesHeld,proto3" json:"votes_held,omitempty"`
+	// (25-30 left for others' fields.)
 	// state_checkpoints are this node's most recent state checkpoints, oldest
 	// first: every node hashes its state right after applying the first
 	// command entry at or past each multiple of the check interval, so
@@ -498,6 +505,13 @@ func (x *StatusResponse) GetServed() []string {
 func (x *StatusResponse) GetLeaderReady() bool {
 	if x != nil {
 		return x.LeaderReady
+	}
+	return false
+}
+
+func (x *StatusResponse) GetVotesHeld() bool {
+	if x != nil {
+		return x.VotesHeld
 	}
 	return false
 }
@@ -907,7 +921,7 @@ const file_api_cluster_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1a\n" +
 	"\bsuffrage\x18\x03 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\x04 \x01(\bR\x06leader\"\xe4\x06\n" +
+	"\x06leader\x18\x04 \x01(\bR\x06leader\"\x83\a\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
@@ -937,7 +951,9 @@ const file_api_cluster_proto_rawDesc = "" +
 	"\vtoken_floor\x18\x15 \x01(\x04R\n" +
 	"tokenFloor\x12\x16\n" +
 	"\x06served\x18\x16 \x03(\tR\x06served\x12!\n" +
-	"\fleader_ready\x18\x17 \x01(\bR\vleaderReady\x12K\n" +
+	"\fleader_ready\x18\x17 \x01(\bR\vleaderReady\x12\x1d\n" +
+	"\n" +
+	"votes_held\x18\x18 \x01(\bR\tvotesHeld\x12K\n" +
 	"\x11state_checkpoints\x18\x1f \x03(\v2\x1e.leasefence.v1.StateCheckpointR\x10stateCheckpoints\x12#\n" +
 	"\rstate_corrupt\x18  \x01(\tR\fstateCorrupt\";\n" +
 	"\x0fStateCheckpoint\x12\x14\n" +

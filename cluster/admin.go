@@ -48,6 +48,7 @@ func (s *clusterService) Status(ctx context.Context, req *api.StatusRequest) (*a
 		Unsafe:       n.unsafeFeatures(),
 
 		LeaderReady:      n.IsLeader(),
+		VotesHeld:        n.tr.VotesHeld(),
 		StateCheckpoints: n.sm.checks.proto(),
 		StateCorrupt:     n.StateCorrupt(),
 	}

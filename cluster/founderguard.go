@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -23,6 +24,13 @@ import (
 // yet record as having served (recordServedLoop).
 const servedPoll = time.Second
 
+// FounderHoldFile is written into a data dir, before raft first runs, by
+// a founder that starts holding its votes (holdVotes); it is removed, the
+// write synced, before the votes are released. A restart that finds it
+// holds them again and asks again: the start that wrote it did not know
+// whether its data was lost.
+const FounderHoldFile = "founder-votes-held"
+
 // checkNotALostFounder runs before raft at a first start with a bootstrap
 // list (no Raft state, no identity). A founder whose data dir was wiped
 // and that starts again with its --bootstrap list cannot tell itself from
@@ -41,46 +49,48 @@ const servedPoll = time.Second
 //     starting late;
 //   - no answer from a node that holds this cluster's log past its
 //     founding entry (its last log index, which survives its restarts,
-//     unlike its commit index) lets it start: the cluster is forming
-//     (also when founders refused the call for lack of permission: a
-//     policy without peer certificates, where nodes cannot ask each
-//     other and the leader records no one, leaves the guard blind);
+//     unlike its commit index) lets it start: the cluster is forming.
+//     When fewer than a majority of the founders answered so (this one
+//     included), it cannot tell that from a cluster whose every node is
+//     down and whose others have not come back yet: it starts holding its
+//     votes (hold), and watchFounders asks on until they answer. A rule
+//     that waited here instead would block a process that starts its
+//     founders one after another. When founders refused the call for lack
+//     of permission (a policy without peer certificates, where nodes
+//     cannot ask each other and the leader records no one) the guard is
+//     blind: it starts, with a warning;
 //   - an answer refused for lack of permission otherwise ends the start;
 //   - otherwise it waits, within ctx.
 //
 // What it leaves: a founder wiped before the leader recorded it (within
-// about servedPoll of its first start), and one that finds none of the
-// other founders up, or at their bootstrap addresses (every node down, or
-// the founders replaced): it cannot tell that from a cluster forming,
-// whose founders answer nothing before their own raft runs (a rule that
-// waited for a majority of them would block a process that starts its
-// founders one after another). etcd's check of a member's published
-// attributes leaves the same.
-func (n *Node) checkNotALostFounder(ctx context.Context) error {
+// about servedPoll of its first start), and one whose founders were
+// replaced at other addresses: it cannot reach them. etcd's check of a
+// member's published attributes leaves the same.
+func (n *Node) checkNotALostFounder(ctx context.Context) (hold bool, err error) {
 	want, err := n.foundingID()
 	if err != nil {
-		return err
+		return false, err
 	}
 	lastWarn := time.Now()
 	for {
-		v := n.askFounders(ctx, want)
+		v := n.askFounders(ctx, want, n.cfg.Bootstrap)
 		switch {
 		case v.servedBy != nil:
-			return fmt.Errorf("%w: node %s (%s) of this cluster records node %q as having served. Remove it first (leasectl members remove %s), then start it again with --join and without --bootstrap (docs/OPERATIONS.md, Replacing a dead node)",
-				ErrLostVoter, v.servedBy.Id, v.servedBy.Addr, n.cfg.ID, n.cfg.ID)
+			return false, n.lostFounder(v.servedBy)
 		case v.leader != nil:
 			n.log.Info("founder starts late: the leader does not record this node as having served", "leader", v.leader.Id)
-			return nil
+			return false, nil
 		case !v.formed:
 			if v.denied != nil {
 				// A policy without peer certificates (plaintext): the
 				// founders cannot ask each other, and the leader cannot
 				// record anyone either. The guard cannot work here.
 				n.log.Warn("founders refuse this node's status call: it cannot check whether it served already", "error", v.denied)
+				return false, nil
 			}
-			return nil
+			return !v.forming(len(n.cfg.Bootstrap)) && !n.planted(BugFounderVotesUnheld), nil
 		case v.denied != nil:
-			return fmt.Errorf("cluster: ask the other founders whether this node served already: %w", v.denied)
+			return false, fmt.Errorf("cluster: ask the other founders whether this node served already: %w", v.denied)
 		}
 		if time.Since(lastWarn) >= 10*time.Second {
 			lastWarn = time.Now()
@@ -88,10 +98,134 @@ func (n *Node) checkNotALostFounder(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return started(ctx)
+			return false, started(ctx)
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// lostFounder is the refusal of a founder that st lists as having served.
+func (n *Node) lostFounder(st *api.StatusResponse) error {
+	return fmt.Errorf("%w: node %s (%s) of this cluster records node %q as having served. Remove it first (leasectl members remove %s), then start it again with --join and without --bootstrap (docs/OPERATIONS.md, Replacing a dead node)",
+		ErrLostVoter, st.Id, st.Addr, n.cfg.ID, n.cfg.ID)
+}
+
+// holdVotes runs before raft: it reports whether this start holds its
+// votes (transport.HoldVotes, set here) and has watchFounders ask the
+// founders on. So does every start that finds FounderHoldFile, and a first
+// start with a bootstrap list that checkNotALostFounder lets start without
+// knowing whether this node served (it writes the file first).
+func (n *Node) holdVotes(ctx context.Context, rs raftStores, ident *Identity) (bool, error) {
+	if n.planted(BugLostFounderUnchecked) {
+		return false, nil
+	}
+	dir := n.cfg.DataDir
+	if _, err := os.Stat(filepath.Join(dir, FounderHoldFile)); err == nil {
+		n.tr.HoldVotes(true)
+		n.log.Warn("votes held: an earlier start of this founder did not learn whether it served in this cluster before", "file", filepath.Join(dir, FounderHoldFile))
+		return true, nil
+	}
+	if rs.existing || ident != nil || len(n.cfg.Bootstrap) == 0 {
+		return false, nil
+	}
+	hold, err := n.checkNotALostFounder(ctx)
+	if err != nil || !hold {
+		return false, err
+	}
+	note := fmt.Sprintf("founder %s started on an empty data dir at %s while fewer than a majority of its founders answered: it holds its votes until they say whether it served\n",
+		n.cfg.ID, time.Now().UTC().Format(time.RFC3339))
+	if err := writeDurably(dir, FounderHoldFile, []byte(note)); err != nil {
+		return false, fmt.Errorf("cluster: %s: %w", FounderHoldFile, err)
+	}
+	n.tr.HoldVotes(true)
+	n.log.Warn("votes held: fewer than a majority of the founders answer; this node cannot tell a cluster forming from one whose nodes are all down with its own data lost, and votes once they answer")
+	return true, nil
+}
+
+// watchFounders runs while this node holds its votes (holdVotes). Every
+// founderPoll it asks the voters of its configuration, as
+// checkNotALostFounder asks the founders: an answer listing this node as
+// having served stops the node (ErrLostVoter, through Err; FounderHoldFile
+// stays, so every restart is refused too); a ready leader's answer, a
+// majority of voters with nothing past the founding entry (this node
+// included), or this node's own leadership release the votes (the file is
+// removed first); founders that refuse the call for lack of permission
+// (the guard is blind) release them with a warning.
+func (n *Node) watchFounders() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-n.stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	lastWarn := time.Now()
+	for {
+		select {
+		case <-n.stopCh:
+			return
+		case <-time.After(founderPoll):
+		}
+		why := ""
+		if n.IsLeader() {
+			why = "this node leads"
+		} else {
+			peers, voters := n.votingPeers()
+			v := n.askFounders(ctx, n.ClusterID(), peers)
+			switch {
+			case v.servedBy != nil:
+				go n.onFatal(n.lostFounder(v.servedBy))
+				return
+			case v.leader != nil:
+				why = "the leader " + v.leader.Id + " does not record this node as having served"
+			case !v.formed && v.denied != nil:
+				n.log.Warn("founders refuse this node's status call: it cannot check whether it served already", "error", v.denied)
+				why = "the guard is blind (permission denied)"
+			case !v.formed && v.forming(voters):
+				why = "a majority of the voters hold nothing past the founding entry: the cluster is forming"
+			}
+		}
+		if why == "" {
+			if time.Since(lastWarn) >= 10*time.Second {
+				lastWarn = time.Now()
+				n.log.Warn("votes held: waiting for the other founders to answer whether this node served in this cluster before")
+			}
+			continue
+		}
+		if err := removeDurably(n.cfg.DataDir, FounderHoldFile); err != nil {
+			n.log.Warn("votes still held: remove "+FounderHoldFile, "error", err)
+			continue
+		}
+		n.tr.HoldVotes(false)
+		n.log.Info("votes released", "why", why)
+		return
+	}
+}
+
+// founderPoll is how often watchFounders asks.
+const founderPoll = 250 * time.Millisecond
+
+// votingPeers returns the other voters of this node's configuration (id to
+// address) and how many voters it has.
+func (n *Node) votingPeers() (map[string]string, int) {
+	peers := map[string]string{}
+	cf := n.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return peers, 0
+	}
+	voters := 0
+	for _, srv := range cf.Configuration().Servers {
+		if srv.Suffrage != raft.Voter {
+			continue
+		}
+		voters++
+		if string(srv.ID) != n.cfg.ID {
+			peers[string(srv.ID)] = string(srv.Address)
+		}
+	}
+	return peers, voters
 }
 
 // foundingID is the cluster id this first start would found: the bootstrap
@@ -112,16 +246,23 @@ type founderView struct {
 	servedBy *api.StatusResponse // an answer listing this node as served
 	leader   *api.StatusResponse // a ready leader's answer
 	formed   bool                // an answer of a cluster past its founding
+	fresh    int                 // answers of nodes with nothing past the founding entry
 	denied   error               // PermissionDenied or Unauthenticated
 }
 
-// askFounders asks every other founder, and a leader one of them names,
-// for its status, and keeps the answers of the cluster whose id is want.
-func (n *Node) askFounders(ctx context.Context, want string) founderView {
+// forming reports whether a majority of founders (voters of them) hold
+// nothing past the founding entry: the ones that answered so, and this
+// node.
+func (v founderView) forming(founders int) bool { return 2*(v.fresh+1) > founders }
+
+// askFounders asks every other founder in founders (id to address), and a
+// leader one of them names, for its status, and keeps the answers of the
+// cluster whose id is want.
+func (n *Node) askFounders(ctx context.Context, want string, founders map[string]string) founderView {
 	var v founderView
 	asked := map[string]bool{n.addr: true, n.cfg.Listen: true}
 	var addrs []string
-	for id, addr := range n.cfg.Bootstrap {
+	for id, addr := range founders {
 		if id != n.cfg.ID {
 			addrs = append(addrs, addr)
 		}
@@ -149,6 +290,8 @@ func (n *Node) askFounders(ctx context.Context, want string) founderView {
 		}
 		if len(st.Served) > 0 || st.LastLogIndex > 1 {
 			v.formed = true
+		} else {
+			v.fresh++
 		}
 		if st.State == "leader" {
 			if st.LeaderReady {
@@ -203,7 +346,11 @@ func (n *Node) recordServedLoop(ls *leaderState) {
 
 // recordServed is one round of recordServedLoop: the members not yet
 // recorded are asked at once (one that does not answer delays none of
-// the others by more than the round), then recorded one by one.
+// the others by more than the round), then recorded one by one. A member
+// that answers with its votes held (itself included) is not recorded: it
+// has not learned yet whether it served before this start, and being
+// recorded now would make its own watch (watchFounders) take it for a
+// lost founder.
 func (n *Node) recordServed(ls *leaderState) {
 	cluster := n.ClusterID()
 	if cluster == "" {
@@ -224,6 +371,9 @@ func (n *Node) recordServed(ls *leaderState) {
 			continue
 		}
 		if srv.ID == raft.ServerID(n.cfg.ID) {
+			if n.tr.VotesHeld() {
+				continue // it has not learned yet whether it served before
+			}
 			mu.Lock() // members asked before this one may be answering
 			ready = append(ready, id)
 			mu.Unlock()
@@ -233,7 +383,7 @@ func (n *Node) recordServed(ls *leaderState) {
 		go func(addr string) {
 			defer wg.Done()
 			st, got, err := n.askStatus(ls.ctx, addr)
-			if err == nil && st.Id == id && got == cluster {
+			if err == nil && st.Id == id && got == cluster && !st.VotesHeld {
 				mu.Lock()
 				ready = append(ready, id)
 				mu.Unlock()

@@ -179,3 +179,88 @@ func TestTheStateHashLeavesOutTheServedNodes(t *testing.T) {
 		t.Fatal("a state that recorded a served node hashes unlike the same leases without it")
 	}
 }
+
+// A wiped founder that starts while every other node is down finds no one
+// to ask: it cannot tell that from a cluster forming, so it starts holding
+// its votes (with its empty log it would grant one to any candidate, one
+// lacking committed entries included). Once the others are back and
+// answer, it stops with ErrLostVoter, and so does every later start of
+// its data dir.
+func TestALostFounderStartingWhileEveryNodeIsDownHoldsItsVotesThenStops(t *testing.T) {
+	tc, cfg, n := startLostFounderAlone(t, nil)
+	st, err := n.ClusterServer().Status(ctxT(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.VotesHeld {
+		t.Errorf("n3 started alone on an empty data dir with its votes free")
+	}
+	tc.start(0)
+	tc.start(1)
+	eventually(t, 15*time.Second, "n3 stops once its founders answer", func() bool { return n.Err() != nil })
+	if err := n.Err(); !errors.Is(err, ErrLostVoter) {
+		t.Fatalf("n3 stopped with %v, want ErrLostVoter", err)
+	}
+	if _, leader := tc.leader(); leader.ID() == "n3" {
+		t.Fatal("n3 leads")
+	}
+	// Its data dir now holds raft state and an identity; the file that
+	// says it never learned whether it served makes the next start ask
+	// again, and it is stopped again.
+	again, err := Start(cfg)
+	if err != nil {
+		if !errors.Is(err, ErrLostVoter) {
+			t.Fatalf("second start: %v", err)
+		}
+		return
+	}
+	defer again.Close()
+	eventually(t, 15*time.Second, "n3 stops again", func() bool { return again.Err() != nil })
+	if err := again.Err(); !errors.Is(err, ErrLostVoter) {
+		t.Fatalf("second start stopped with %v, want ErrLostVoter", err)
+	}
+}
+
+// startLostFounderAlone stops every node of a new cluster (tweaked) once
+// the leader recorded them all, and starts n3 alone again with its
+// bootstrap list on an empty data dir.
+func startLostFounderAlone(t *testing.T, tweak func(*Config)) (*testCluster, Config, *Node) {
+	tc := newTestCluster(t, 3, tweak)
+	waitServed(t, tc, "n1", "n2", "n3")
+	tc.close() // every node down
+	cfg := tc.cfgs[2]
+	cfg.DataDir = t.TempDir() // n3's data dir lost; it starts first
+	cfg.Clock, cfg.Logger = nil, testLogger(t, "n3-wiped")
+	n, err := Start(cfg)
+	if err != nil {
+		t.Fatalf("n3 alone on an empty data dir: %v (it cannot know yet)", err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return tc, cfg, n
+}
+
+// Founders started one after another: the first finds no one to ask and
+// holds its votes; the second finds it with nothing past the founding
+// entry (a majority of three), and the first releases its votes once it
+// hears the same. The cluster forms, records all three, and no file is
+// left behind.
+func TestFoundersStartedOneByOneReleaseTheirVotes(t *testing.T) {
+	tc := configTestCluster(t, 3, nil)
+	tc.start(0)
+	if !tc.nodes[0].tr.VotesHeld() {
+		t.Fatal("n1, started alone on an empty data dir, holds no vote")
+	}
+	tc.start(1)
+	tc.leader()
+	eventually(t, 10*time.Second, "n1 releases its votes", func() bool { return !tc.nodes[0].tr.VotesHeld() })
+	tc.start(2)
+	waitServed(t, tc, "n1", "n2", "n3")
+	for i, c := range tc.cfgs {
+		if tc.nodes[i].tr.VotesHeld() {
+			t.Errorf("%s still holds its votes", c.ID)
+		}
+		if _, err := os.Stat(filepath.Join(c.DataDir, FounderHoldFile)); err == nil {
+			t.Errorf("%s kept %s", c.ID, FounderHoldFile)
+		}
+	}
+}

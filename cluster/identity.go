@@ -100,6 +100,20 @@ func writeDurably(dir, name string, b []byte) error {
 	return d.Sync()
 }
 
+// removeDurably removes dir/name, if there, and syncs dir, so that the
+// removal survives a crash.
+func removeDurably(dir, name string) error {
+	if err := os.Remove(filepath.Join(dir, name)); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
 // clusterIDOf derives a cluster id from the founding member list and, for
 // a cluster restored from a backup, the restore's seed (seedFromBackup: the
 // backup's digest and the token bump): every founding node computes the

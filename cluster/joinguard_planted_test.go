@@ -21,3 +21,12 @@ func TestPlantedLostFounderUncheckedStartsALostFounder(t *testing.T) {
 	}
 	n.Close()
 }
+
+// The planted founder-votes-unheld takes a wiped founder that finds no
+// one to ask for a founder of a forming cluster: it votes at once.
+func TestPlantedFounderVotesUnheldVotesAtOnce(t *testing.T) {
+	_, _, n := startLostFounderAlone(t, func(c *Config) { c.Testing.PlantedBugs = []string{BugFounderVotesUnheld} })
+	if n.tr.VotesHeld() {
+		t.Fatalf("planted %s: the lost founder holds its votes: not the defect", BugFounderVotesUnheld)
+	}
+}

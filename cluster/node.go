@@ -243,10 +243,9 @@ func (n *Node) open(ctx context.Context) error {
 			return err
 		}
 	}
-	if !rs.existing && ident == nil && len(n.cfg.Bootstrap) > 0 && !n.planted(BugLostFounderUnchecked) {
-		if err := n.checkNotALostFounder(ctx); err != nil {
-			return err
-		}
+	hold, err := n.holdVotes(ctx, rs, ident)
+	if err != nil {
+		return err
 	}
 	existing, err := n.startRaft(ctx, rs)
 	if err != nil {
@@ -262,6 +261,10 @@ func (n *Node) open(ctx context.Context) error {
 		return err
 	}
 	n.startLoops(existing)
+	if hold {
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); n.watchFounders() }()
+	}
 	n.log.Info("node started", "addr", n.addr, "data-dir", n.cfg.DataDir, "existing-state", existing)
 	return nil
 }
@@ -682,7 +685,7 @@ func (n *Node) Err() error {
 }
 
 func (n *Node) onFatal(err error) {
-	err = fmt.Errorf("%w: %v", ErrFailed, err)
+	err = fmt.Errorf("%w: %w", ErrFailed, err)
 	n.fatal.CompareAndSwap(nil, &err)
 	n.log.Error("node failed; shutting down", "error", err)
 	_ = n.Close()

@@ -32,6 +32,7 @@ var PlantedBugs = map[string]string{
 	BugKeepAliveNoBeats:     "a KeepAlive stream sends no heartbeats although its client asked for them, so renewals that take over a second to commit (a slow disk) look like a silent node: the client moves its stream, never sees an answer, and its lease ends while the cluster renews it",
 	BugLostVoterUnchecked:   "a first start with --join does not ask its join target whether the node is a voter already, so a voter whose data dir was lost runs again with an empty log and grants its vote to any candidate",
 	BugLostFounderUnchecked: "a founder started again with its --bootstrap list on a wiped data dir does not ask its peers whether the cluster recorded it as having served, so it runs again with an empty log and grants its vote to any candidate",
+	BugFounderVotesUnheld:   "a founder started on a wiped data dir with its --bootstrap list that finds none of the other founders answering (every node down) takes the cluster for forming and votes at once, so once the others are back it runs with an empty log and grants its vote to any candidate",
 	BugWALEmptiedOnInstall:  "a snapshot install empties the raft-wal log although it holds entries past the snapshot (hashicorp/raft#697): the follower takes appends over the hole and panics re-applying them",
 }
 

@@ -28,6 +28,7 @@ const (
 	BugKeepAliveNoBeats     = "keepalive-no-heartbeats"
 	BugLostVoterUnchecked   = "lost-voter-unchecked"
 	BugLostFounderUnchecked = "lost-founder-unchecked"
+	BugFounderVotesUnheld   = "founder-votes-unheld"
 )
 
 // plantedWriteDelay is how long the planted leader-applies-unwritten

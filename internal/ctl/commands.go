@@ -323,7 +323,7 @@ func setupStatus(a *app, fs *flag.FlagSet) func(context.Context, []string) error
 				LastLogIndex: s.GetLastLogIndex(), Members: viewMembers(s.GetMembers()),
 				LiveLeases: s.GetLiveLeases(), ClusterTimeNs: s.GetClusterTimeNs(),
 				SkewMargin: skew, Drift: s.GetDrift(), Tick: tick, Version: s.GetVersion(),
-				Unsafe: s.GetUnsafe(), TokenFloor: s.GetTokenFloor(), Served: s.GetServed(), StateCorrupt: s.GetStateCorrupt(),
+				Unsafe: s.GetUnsafe(), TokenFloor: s.GetTokenFloor(), Served: s.GetServed(), VotesHeld: s.GetVotesHeld(), StateCorrupt: s.GetStateCorrupt(),
 			})
 			return nil
 		}
@@ -351,6 +351,11 @@ func setupStatus(a *app, fs *flag.FlagSet) func(context.Context, []string) error
 		if sv := s.GetServed(); len(sv) > 0 {
 			// A wiped node started again under one of these ids is refused.
 			k.row("served", strings.Join(sv, ", "))
+		}
+		if s.GetVotesHeld() {
+			// A founder started on an empty data dir that could not yet
+			// learn whether it served before (docs/OPERATIONS.md).
+			k.row("votes held", "until its founders answer whether it served in this cluster before")
 		}
 		k.row("skew margin", skew)
 		k.row("drift", strconv.FormatFloat(s.GetDrift(), 'g', -1, 64))

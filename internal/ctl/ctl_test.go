@@ -507,6 +507,25 @@ func TestStatusOutput(t *testing.T) {
 	}
 }
 
+// A founder holding its votes says so, in text and JSON.
+func TestStatusShowsHeldVotes(t *testing.T) {
+	t.Parallel()
+	f := start(t, &fake{onStatus: func(context.Context, *api.StatusRequest) (*api.StatusResponse, error) {
+		st := testStatus("10.0.0.1:7001", "10.0.0.2:7001", "10.0.0.3:7001")
+		st.VotesHeld = true
+		return st, nil
+	}})
+	res := runCtl(t, "status", "--endpoints", f.addr)
+	if want := "votes held     until its founders answer whether it served in this cluster before\n"; res.code != ExitOK || !strings.Contains(res.stdout, want) {
+		t.Errorf("exit %d, stdout:\n%s\nwant a line %q", res.code, res.stdout, want)
+	}
+	res = runCtl(t, "status", "--json", "--endpoints", f.addr)
+	var out statusResult
+	if err := json.Unmarshal([]byte(res.stdout), &out); err != nil || !out.VotesHeld {
+		t.Errorf("JSON %s: %+v, %v", res.stdout, out, err)
+	}
+}
+
 func TestMembershipCommandsWrapClusterService(t *testing.T) {
 	t.Parallel()
 	f := start(t, &fake{

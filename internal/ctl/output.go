@@ -133,8 +133,11 @@ type statusResult struct {
 	// TokenFloor is the cluster-wide token floor a restore raised (0: none).
 	TokenFloor uint64 `json:"token_floor,omitempty"`
 	// Served lists the nodes the cluster records as having served.
-	Served       []string `json:"served,omitempty"`
-	StateCorrupt string   `json:"state_corrupt,omitempty"`
+	Served []string `json:"served,omitempty"`
+	// VotesHeld: the node refuses vote requests until its founders
+	// answer whether it served before.
+	VotesHeld    bool   `json:"votes_held,omitempty"`
+	StateCorrupt string `json:"state_corrupt,omitempty"`
 }
 
 type eventView struct {
