@@ -155,7 +155,7 @@ jepsen: jepsen-bin
 # must pass every required checker, the --unfenced control that must be
 # caught, and one short run per planted bug (a plantedbugs build), each of
 # which must be caught by a checker the README's table names, within three
-# seeds. About 33 minutes (40 scenarios). The slow-disk scenarios mount a
+# seeds. About 34 minutes (41 scenarios). The slow-disk scenarios mount a
 # FUSE file system: root and /dev/fuse.
 jepsen-quick: jepsen-bin
 	$(BIN)/jepsen suite --bin-dir $(BIN) --seed $(JEPSEN_SEED) --nodes 3 --workers 6 --resources 3 $(JEPSEN_ARGS)

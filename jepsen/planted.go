@@ -80,6 +80,10 @@ var PlantedBugs = []PlantedBug{
 	// so a 30 s run starts a wiped founder with it some three times.
 	{Name: "lost-founder-unchecked", In: "leased", What: "a founder started again with its --bootstrap list on a wiped data dir is not checked, so it runs with an empty log and grants its vote to any candidate",
 		Nemeses: []string{history.NemLostVoter}, Time: 30 * time.Second, Catch: []string{checker.NameLostVoter}},
+	// lost-voter's third start (nemesis.lostVoterVia): every node down,
+	// the wiped founder first.
+	{Name: "founder-votes-unheld", In: "leased", What: "a founder started on a wiped data dir with its --bootstrap list while every other node is down takes the cluster for forming and votes at once; once the others are back it runs with an empty log",
+		Nemeses: []string{history.NemLostVoter}, Time: 30 * time.Second, Catch: []string{checker.NameLostVoter}},
 	{Name: "keepalive-no-heartbeats", In: "leased", What: "a KeepAlive stream sends no heartbeats: renewals that commit over a second late (a slow disk) look like a silent node, the client moves its stream, and its lease ends while the cluster renews it",
 		Nemeses: []string{history.NemSlowDisk}, Time: 60 * time.Second, Catch: []string{checker.NameKeepAliveKept}, KeepAlive: true},
 	{Name: "add-unprobed", In: "leased", What: "the leader adds a member as a voter without probing it and without the quorum rule",

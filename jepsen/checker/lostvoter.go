@@ -37,8 +37,11 @@ func CheckLostVoterRefused(faults []history.Fault) Result {
 // startedWith says how NemLostVoter started the node (o.Via; a history
 // from before the bootstrap variant has none: --join).
 func startedWith(o *history.LostVoterOutcome) string {
-	if o.Via == history.LostVoterViaBootstrap {
+	switch o.Via {
+	case history.LostVoterViaBootstrap:
 		return " with its founding --bootstrap list"
+	case history.LostVoterViaBootstrapAlone:
+		return " with its founding --bootstrap list while every other node was down"
 	}
 	return " with --join"
 }

@@ -34,19 +34,25 @@ const (
 	// LostVoterViaBootstrap: with the --bootstrap list the cluster was
 	// founded with (a founder only).
 	LostVoterViaBootstrap = "bootstrap"
+	// LostVoterViaBootstrapAlone: with the founding --bootstrap list while
+	// every other node was down (a whole-site outage that also cost it
+	// its disk), the others started again 2 s later: it finds no one to
+	// ask, holds its votes, and must stop once they answer.
+	LostVoterViaBootstrapAlone = "bootstrap-alone"
 )
 
 // LostVoterOutcome is what a voter did when started again on an empty
 // data dir under its old id, not removed (NemLostVoter).
 type LostVoterOutcome struct {
-	// Via is how it was started: LostVoterViaJoin or
-	// LostVoterViaBootstrap ("": a run from before the bootstrap variant,
-	// always --join).
+	// Via is how it was started: LostVoterViaJoin,
+	// LostVoterViaBootstrap or LostVoterViaBootstrapAlone ("": a run from
+	// before the bootstrap variant, always --join).
 	Via string `json:"via,omitempty"`
 	// Refused: the process exited saying its data was lost (it is a
 	// voter already), before it ran raft.
 	Refused bool `json:"refused,omitempty"`
-	// Served: it ran as a member (its status answered with a term).
+	// Served: it ran as a member (its status answered with a term, its
+	// votes not held).
 	Served bool `json:"served,omitempty"`
 }
 

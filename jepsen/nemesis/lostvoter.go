@@ -19,8 +19,9 @@ const lostVoterMarker = "its data was lost"
 
 // lostVoter kills a follower, removes its whole data dir, starts it again
 // under its old id (no remove), with --join or with its founding
-// --bootstrap list (lostVoterVia), and watches whether it refuses or
-// runs; the heal replaces it (remove, wipe, join). Effective when the
+// --bootstrap list, the latter also while every other node is down, the
+// others started again 2 s later (lostVoterVia), and watches whether it
+// refuses or runs; the heal replaces it (remove, wipe, join). Effective when the
 // node was wiped and its replacement joined and caught up.
 func (n *Nemesis) lostVoter(ctx context.Context, hold time.Duration) {
 	cl, id, ok := n.clusterFollower(ctx, history.NemLostVoter, "no follower to wipe (no leader)")
@@ -30,22 +31,44 @@ func (n *Nemesis) lostVoter(ctx context.Context, hold time.Duration) {
 	via := lostVoterVia(n.lostVoters, id, cl.Founders())
 	n.lostVoters++
 	flag := "--" + via
-	if via == history.LostVoterViaBootstrap {
+	switch via {
+	case history.LostVoterViaBootstrap:
 		flag = "its founding --bootstrap list"
+	case history.LostVoterViaBootstrapAlone:
+		flag = "its founding --bootstrap list while every other node was down"
 	}
 	bg := context.WithoutCancel(ctx)
 	n.progress(fmt.Sprintf("nemesis: %s: %s killed, its data dir lost, started again with %s (not removed)", history.NemLostVoter, id, flag))
 	p := cl.Process(id)
+	var down []string // the others, stopped for the alone start
+	if via == history.LostVoterViaBootstrapAlone {
+		for _, o := range cl.Nodes() {
+			if o != id {
+				cl.Process(o).Kill(syscall.SIGKILL, 10*time.Second)
+				down = append(down, o)
+			}
+		}
+	}
 	p.Kill(syscall.SIGKILL, 10*time.Second)
 	err := os.RemoveAll(cl.DataDir(id))
 	n.record(history.Fault{Phase: "start", Kind: history.NemLostVoter, Target: id, Detail: errString(err, "SIGKILL; data dir removed; started with "+flag+" under its old id")})
 	out := &history.LostVoterOutcome{Via: via}
 	logBefore := len(p.Tail(1 << 30))
 	if err == nil {
-		if via == history.LostVoterViaBootstrap {
-			err = cl.RestartFounder(id)
-		} else {
+		if via == history.LostVoterViaJoin {
 			err = cl.Rejoin(bg, id)
+		} else {
+			err = cl.RestartFounder(id)
+		}
+		if len(down) > 0 {
+			// Alone, it finds no one to ask: it must hold its votes
+			// until the others, started again from their data, answer.
+			sleepCtx(bg, 2*time.Second)
+			for _, o := range down {
+				if rerr := cl.Restart(o); rerr != nil && err == nil {
+					err = fmt.Errorf("start %s again: %w", o, rerr)
+				}
+			}
 		}
 		if err == nil {
 			observeLostVoter(bg, out, cl, id, p, logBefore, hold+10*time.Second)
@@ -77,19 +100,26 @@ func (n *Nemesis) lostVoter(ctx context.Context, hold time.Duration) {
 }
 
 // lostVoterVia says how the fault-th lost-voter fault of a run (from 0)
-// starts node id again: the faults alternate, the even ones with the
-// --bootstrap list the cluster was founded with
-// (history.LostVoterViaBootstrap) when id is among founders, the odd ones
-// and a non-founder's with --join (history.LostVoterViaJoin). A count,
-// not a draw from the rng, so that the seed's other choices stay as they
-// were. The bootstrap start comes first, because the suite's
-// process-faults run injects lost-voter about once and the --join start
-// has been judged since the nemesis began; the planted runs of
-// lost-voter-unchecked and lost-founder-unchecked (30 s, about 7 faults)
-// see each start some three times, so either bug can be caught in run 1.
+// starts node id again, in turn: with the --bootstrap list the cluster
+// was founded with (history.LostVoterViaBootstrap), with --join
+// (history.LostVoterViaJoin), and with the --bootstrap list while every
+// other node is down (history.LostVoterViaBootstrapAlone); a non-founder
+// always with --join. A count, not a draw from the rng, so that the
+// seed's other choices stay as they were. The bootstrap start comes
+// first, because the suite's process-faults run injects lost-voter about
+// once; the planted runs of lost-voter-unchecked, lost-founder-unchecked
+// and founder-votes-unheld (30 s, five to seven faults) see each start at
+// least once, and one is enough: every such start of the planted build is
+// an anomaly.
 func lostVoterVia(fault int, id string, founders []string) string {
-	if fault%2 == 0 && slices.Contains(founders, id) {
+	if !slices.Contains(founders, id) {
+		return history.LostVoterViaJoin
+	}
+	switch fault % 3 {
+	case 0:
 		return history.LostVoterViaBootstrap
+	case 2:
+		return history.LostVoterViaBootstrapAlone
 	}
 	return history.LostVoterViaJoin
 }
@@ -111,7 +141,7 @@ func observeLostVoter(ctx context.Context, o *history.LostVoterOutcome, cl Clust
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
 		st, err := cl.Status(sctx, id)
 		cancel()
-		if err == nil && st.Term > 0 {
+		if err == nil && st.Term > 0 && !st.VotesHeld {
 			o.Served = true
 			return
 		}

@@ -42,8 +42,9 @@ func TestSnapshotArgsKeepTheLogForLoseTailAlone(t *testing.T) {
 }
 
 // lost-voter's faults alternate between a start with the founding
-// --bootstrap list (first) and one with --join; a node that did not found
-// the cluster always joins.
+// --bootstrap list (first), one with --join, and one with the --bootstrap
+// list while every other node is down; a node that did not found the
+// cluster always joins.
 func TestLostVoterAlternatesBootstrapAndJoin(t *testing.T) {
 	founders := []string{"n1", "n2", "n3"}
 	for _, c := range []struct {
@@ -53,8 +54,10 @@ func TestLostVoterAlternatesBootstrapAndJoin(t *testing.T) {
 	}{
 		{0, "n2", history.LostVoterViaBootstrap},
 		{1, "n2", history.LostVoterViaJoin},
-		{2, "n3", history.LostVoterViaBootstrap},
-		{3, "n1", history.LostVoterViaJoin},
+		{2, "n3", history.LostVoterViaBootstrapAlone},
+		{3, "n1", history.LostVoterViaBootstrap},
+		{4, "n1", history.LostVoterViaJoin},
+		{5, "n2", history.LostVoterViaBootstrapAlone},
 		{0, "n4", history.LostVoterViaJoin},
 		{2, "n4", history.LostVoterViaJoin},
 	} {
