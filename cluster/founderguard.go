@@ -105,9 +105,15 @@ func (n *Node) checkNotALostFounder(ctx context.Context) (hold bool, err error) 
 }
 
 // lostFounder is the refusal of a founder that st lists as having served.
+// It tells a member that was removed already (st's members, when it
+// knows them, lack it) only to start again with --join.
 func (n *Node) lostFounder(st *api.StatusResponse) error {
-	return fmt.Errorf("%w: node %s (%s) of this cluster records node %q as having served. Remove it first (leasectl members remove %s), then start it again with --join and without --bootstrap (docs/OPERATIONS.md, Replacing a dead node)",
-		ErrLostVoter, st.Id, st.Addr, n.cfg.ID, n.cfg.ID)
+	next := fmt.Sprintf("Remove it first (leasectl members remove %s), then start it again", n.cfg.ID)
+	if len(st.Members) > 0 && !slices.ContainsFunc(st.Members, func(m *api.Member) bool { return m.Id == n.cfg.ID }) {
+		next = "It is no longer a member there: start it again"
+	}
+	return fmt.Errorf("%w: node %s (%s) of this cluster records node %q as having served. %s with --join and without --bootstrap (docs/OPERATIONS.md, Replacing a dead node)",
+		ErrLostVoter, st.Id, st.Addr, n.cfg.ID, next)
 }
 
 // holdVotes runs before raft: it reports whether this start holds its

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasefence/leasefence/api"
 	"github.com/leasefence/leasefence/fsm"
 )
 
@@ -262,5 +263,30 @@ func TestFoundersStartedOneByOneReleaseTheirVotes(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(c.DataDir, FounderHoldFile)); err == nil {
 			t.Errorf("%s kept %s", c.ID, FounderHoldFile)
 		}
+	}
+}
+
+// A founder removed from the cluster, then started again with its
+// bootstrap list on an empty data dir, is refused too (the cluster still
+// records it as having served), but not told to remove it first.
+func TestARemovedFounderStartedWithItsBootstrapListIsToldToJoin(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	waitServed(t, tc, "n1", "n2", "n3")
+	fi, _ := tc.follower()
+	cfg := tc.cfgs[fi]
+	tc.stop(fi)
+	_, leader := tc.leader()
+	if _, err := leader.admin.Remove(ctxT(t), &api.RemoveRequest{Id: cfg.ID}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.DataDir = t.TempDir()
+	cfg.Clock, cfg.Logger = nil, testLogger(t, cfg.ID+"-wiped")
+	n, err := Start(cfg)
+	if err == nil {
+		n.Close()
+		t.Fatalf("%s started with its bootstrap list after its removal", cfg.ID)
+	}
+	if !errors.Is(err, ErrLostVoter) || !strings.Contains(err.Error(), "no longer a member") || strings.Contains(err.Error(), "Remove it first") {
+		t.Fatalf("got %v, want ErrLostVoter saying it is no longer a member", err)
 	}
 }
