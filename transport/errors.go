@@ -36,6 +36,11 @@ var (
 	// when the local raft answers an RPC with a response of the wrong type.
 	// It indicates a bug, never a network fault.
 	ErrUnexpectedResponse = errors.New("transport: unexpected response type from raft")
+
+	// ErrVotesHeld is returned by RequestVote and RequestPreVote while
+	// HoldVotes holds this node's votes: its own vote requests are not
+	// sent.
+	ErrVotesHeld = errors.New("transport: this node holds its votes for now (it may lack entries the cluster committed)")
 )
 
 // RemoteError is the error the remote raft handler returned for an RPC

@@ -510,7 +510,7 @@ func TestInstallSnapshotRefusesDataThatDoesNotMatchSize(t *testing.T) {
 	}
 }
 
-func TestHeldVotesAreRefusedBeforeRaftAndOtherRPCsPass(t *testing.T) {
+func TestHeldVotesAreNeitherGrantedNorAskedAndOtherRPCsPass(t *testing.T) {
 	a := startNode(t, "127.0.0.1:0", nil)
 	b := startNode(t, "127.0.0.1:0", nil)
 	b.tr.HoldVotes(true)
@@ -529,6 +529,18 @@ func TestHeldVotesAreRefusedBeforeRaftAndOtherRPCsPass(t *testing.T) {
 	select {
 	case rpc := <-b.tr.Consumer():
 		t.Fatalf("a held vote reached raft: %T", rpc.Command)
+	default:
+	}
+	// Nor does b ask for votes.
+	if err := b.tr.RequestVote("a", a.addr, &raft.RequestVoteRequest{Term: 2}, &raft.RequestVoteResponse{}); !errors.Is(err, ErrVotesHeld) {
+		t.Fatalf("b's own request-vote while its votes are held: %v, want ErrVotesHeld", err)
+	}
+	if err := b.tr.RequestPreVote("a", a.addr, &raft.RequestPreVoteRequest{Term: 2}, &raft.RequestPreVoteResponse{}); !errors.Is(err, ErrVotesHeld) {
+		t.Fatalf("b's own request-pre-vote while its votes are held: %v, want ErrVotesHeld", err)
+	}
+	select {
+	case rpc := <-a.tr.Consumer():
+		t.Fatalf("b's held vote request reached a's raft: %T", rpc.Command)
 	default:
 	}
 

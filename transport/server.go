@@ -60,7 +60,7 @@ func toStatus(err error) error {
 }
 
 // errVotesHeld answers vote requests while HoldVotes is set.
-var errVotesHeld = status.Error(codes.Unavailable, "transport: this node holds its vote for now (it may lack entries the cluster committed)")
+var errVotesHeld = status.Error(codes.Unavailable, ErrVotesHeld.Error())
 
 // refuse logs a request that could not be converted and returns its status.
 func (s *rpcServer) refuse(rpc string, err error) error {

@@ -113,15 +113,16 @@ func (t *Transport) Consumer() <-chan raft.RPC {
 	return t.consumeCh
 }
 
-// HoldVotes makes the server half refuse every RequestVote and
-// RequestPreVote with Unavailable while hold is set, before raft sees
-// them: raft counts a failed vote request as a vote not granted. A node
-// whose own log may be missing entries the cluster committed (a founder
-// restarted on a wiped data dir that could not yet ask the others) holds
-// its votes until it knows: with its vote, a candidate missing committed
-// entries could win. Its own candidacy needs no gate (an empty log wins
-// no vote from a member that holds the cluster's log), and it still
-// accepts the leader's entries.
+// HoldVotes makes the transport refuse every vote request while hold is
+// set, both ways: the server half answers RequestVote and RequestPreVote
+// Unavailable before raft sees them, and the client half does not send
+// this node's own (ErrVotesHeld); raft counts either as a vote not
+// granted. A node whose own log may be missing entries the cluster
+// committed (a founder restarted on a wiped data dir that could not yet
+// ask the others) holds its votes until it knows: with its vote, a
+// candidate missing committed entries could win, and as a candidate it
+// could win the votes of founders that hold nothing either. It still
+// takes the leader's entries.
 func (t *Transport) HoldVotes(hold bool) { t.votesHeld.Store(hold) }
 
 // VotesHeld reports whether HoldVotes holds the votes.
@@ -301,6 +302,9 @@ func undecoded(err error) bool {
 // RequestVote implements raft.Transport, with the error contract of
 // AppendEntries.
 func (t *Transport) RequestVote(_ raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	if t.votesHeld.Load() {
+		return fmt.Errorf("transport: request-vote to %s: %w", target, ErrVotesHeld)
+	}
 	c, err := t.client(target)
 	if err != nil {
 		return err
@@ -320,6 +324,9 @@ func (t *Transport) RequestVote(_ raft.ServerID, target raft.ServerAddress, args
 // RequestPreVote implements raft.WithPreVote, with the error contract of
 // AppendEntries.
 func (t *Transport) RequestPreVote(_ raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	if t.votesHeld.Load() {
+		return fmt.Errorf("transport: request-pre-vote to %s: %w", target, ErrVotesHeld)
+	}
 	c, err := t.client(target)
 	if err != nil {
 		return err
