@@ -76,7 +76,7 @@ func (n *Node) checkNotALostFounder(ctx context.Context) (hold bool, err error) 
 		v := n.askFounders(ctx, want, n.cfg.Bootstrap)
 		switch {
 		case v.servedBy != nil:
-			return false, n.lostFounder(v.servedBy)
+			return false, n.lostFounder(v.servedBy, false)
 		case v.leader != nil:
 			n.log.Info("founder starts late: the leader does not record this node as having served", "leader", v.leader.Id)
 			return false, nil
@@ -106,13 +106,18 @@ func (n *Node) checkNotALostFounder(ctx context.Context) (hold bool, err error) 
 
 // lostFounder is the refusal of a founder that st lists as having served.
 // It tells a member that was removed already (st's members, when it
-// knows them, lack it) only to start again with --join.
-func (n *Node) lostFounder(st *api.StatusResponse) error {
-	next := fmt.Sprintf("Remove it first (leasectl members remove %s), then start it again", n.cfg.ID)
+// knows them, lack it) only to start again with --join; a node that ran
+// (stopped by watchFounders) to empty its data dir first, which now holds
+// what this start wrote.
+func (n *Node) lostFounder(st *api.StatusResponse, ran bool) error {
+	next := fmt.Sprintf("Remove it first (leasectl members remove %s), then", n.cfg.ID)
 	if len(st.Members) > 0 && !slices.ContainsFunc(st.Members, func(m *api.Member) bool { return m.Id == n.cfg.ID }) {
-		next = "It is no longer a member there: start it again"
+		next = "It is no longer a member there:"
 	}
-	return fmt.Errorf("%w: node %s (%s) of this cluster records node %q as having served. %s with --join and without --bootstrap (docs/OPERATIONS.md, Replacing a dead node)",
+	if ran {
+		next += " empty its data dir " + n.cfg.DataDir + " (it holds only what this start wrote) and"
+	}
+	return fmt.Errorf("%w: node %s (%s) of this cluster records node %q as having served. %s start it again with --join and without --bootstrap (docs/OPERATIONS.md, Replacing a dead node)",
 		ErrLostVoter, st.Id, st.Addr, n.cfg.ID, next)
 }
 
@@ -127,6 +132,7 @@ func (n *Node) holdVotes(ctx context.Context, rs raftStores, ident *Identity) (b
 	}
 	dir := n.cfg.DataDir
 	if _, err := os.Stat(filepath.Join(dir, FounderHoldFile)); err == nil {
+		n.restartedHeld = true
 		n.tr.HoldVotes(true)
 		n.log.Warn("votes held: an earlier start of this founder did not learn whether it served in this cluster before", "file", filepath.Join(dir, FounderHoldFile))
 		return true, nil
@@ -151,12 +157,15 @@ func (n *Node) holdVotes(ctx context.Context, rs raftStores, ident *Identity) (b
 // watchFounders runs while this node holds its votes (holdVotes). Every
 // founderPoll it asks the voters of its configuration, as
 // checkNotALostFounder asks the founders: an answer listing this node as
-// having served stops the node (ErrLostVoter, through Err; FounderHoldFile
-// stays, so every restart is refused too); a ready leader's answer, a
+// having served, or its own state doing so (the log it took from a
+// leader), stops the node (ErrLostVoter, through Err; FounderHoldFile
+// stays, so every restart is stopped too); a ready leader's answer, or a
 // majority of voters with nothing past the founding entry (this node
-// included), or this node's own leadership release the votes (the file is
-// removed first); founders that refuse the call for lack of permission
-// (the guard is blind) release them with a warning.
+// included, a node restarted while held not), release
+// the votes (the file is removed first); founders that refuse the call
+// for lack of permission (the guard is blind) release them with a
+// warning. A node holding its votes neither grants nor asks for one, so
+// until then the cluster needs a majority of the others.
 func (n *Node) watchFounders() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -174,24 +183,31 @@ func (n *Node) watchFounders() {
 			return
 		case <-time.After(founderPoll):
 		}
-		why := ""
-		if n.IsLeader() {
-			why = "this node leads"
-		} else {
-			peers, voters := n.votingPeers()
-			v := n.askFounders(ctx, n.ClusterID(), peers)
-			switch {
-			case v.servedBy != nil:
-				go n.onFatal(n.lostFounder(v.servedBy))
+		var self bool
+		n.sm.read(func(st *fsm.State) { self = st.HasServed(n.cfg.ID) })
+		if self {
+			own, err := n.admin.Status(ctx, &api.StatusRequest{})
+			if err == nil {
+				go n.onFatal(n.lostFounder(own, true))
 				return
-			case v.leader != nil:
-				why = "the leader " + v.leader.Id + " does not record this node as having served"
-			case !v.formed && v.denied != nil:
-				n.log.Warn("founders refuse this node's status call: it cannot check whether it served already", "error", v.denied)
-				why = "the guard is blind (permission denied)"
-			case !v.formed && v.forming(voters):
-				why = "a majority of the voters hold nothing past the founding entry: the cluster is forming"
 			}
+		}
+		why := ""
+		peers, voters := n.votingPeers()
+		v := n.askFounders(ctx, n.ClusterID(), peers)
+		switch {
+		case voters == 0:
+			// No configuration to go by: ask again.
+		case v.servedBy != nil:
+			go n.onFatal(n.lostFounder(v.servedBy, true))
+			return
+		case v.leader != nil:
+			why = "the leader " + v.leader.Id + " does not record this node as having served"
+		case !v.formed && v.denied != nil:
+			n.log.Warn("founders refuse this node's status call: it cannot check whether it served already", "error", v.denied)
+			why = "the guard is blind (permission denied)"
+		case !v.formed && v.forming(voters):
+			why = "a majority of the voters hold nothing past the founding entry: the cluster is forming"
 		}
 		if why == "" {
 			if time.Since(lastWarn) >= 10*time.Second {
@@ -252,7 +268,7 @@ type founderView struct {
 	servedBy *api.StatusResponse // an answer listing this node as served
 	leader   *api.StatusResponse // a ready leader's answer
 	formed   bool                // an answer of a cluster past its founding
-	fresh    int                 // answers of nodes with nothing past the founding entry
+	fresh    int                 // answers of nodes with nothing past the founding entry, not restarted while held
 	denied   error               // PermissionDenied or Unauthenticated
 }
 
@@ -294,9 +310,10 @@ func (n *Node) askFounders(ctx context.Context, want string, founders map[string
 			v.servedBy = st
 			return v
 		}
-		if len(st.Served) > 0 || st.LastLogIndex > 1 {
+		switch {
+		case len(st.Served) > 0 || st.LastLogIndex > 1:
 			v.formed = true
-		} else {
+		case !st.RestartedWhileHeld:
 			v.fresh++
 		}
 		if st.State == "leader" {

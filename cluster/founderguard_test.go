@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -288,5 +289,71 @@ func TestARemovedFounderStartedWithItsBootstrapListIsToldToJoin(t *testing.T) {
 	}
 	if !errors.Is(err, ErrLostVoter) || !strings.Contains(err.Error(), "no longer a member") || strings.Contains(err.Error(), "Remove it first") {
 		t.Fatalf("got %v, want ErrLostVoter saying it is no longer a member", err)
+	}
+}
+
+// A founder whose first start held its votes and stopped before the
+// cluster formed (n3) answers later with nothing past the founding entry,
+// as a founder of a forming cluster would. After an outage in which n1
+// lost its data, n3's answer must not let the wiped n1 vote or campaign:
+// with n2, which holds the log, down, n1 and n3 would elect a leader with
+// an empty log and overwrite what the cluster committed.
+func TestAFounderHeldSinceAnEarlierStartDoesNotVouchForAWipedOne(t *testing.T) {
+	tc := configTestCluster(t, 3, nil)
+	tc.start(2)
+	if !tc.nodes[2].tr.VotesHeld() {
+		t.Fatal("n3, started alone on an empty data dir, holds no vote")
+	}
+	tc.stop(2) // its first start cut short: it keeps its file
+	tc.start(0)
+	tc.start(1)
+	tc.leader()
+	ctx := ctxT(t)
+	var before uint64
+	for i := range 3 {
+		req := acquireReq(fmt.Sprintf("jobs/%d", i), 30*time.Second)
+		req.Scope = "jobs"
+		r, err := tc.client(0).Acquire(ctx, req)
+		if err != nil {
+			if r, err = tc.client(1).Acquire(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before = r.Lease.Token
+	}
+	waitServed(t, tc, "n1", "n2")
+	tc.close() // every node down
+	cfg := tc.cfgs[0]
+	cfg.DataDir = t.TempDir() // n1's data dir lost
+	cfg.Clock, cfg.Logger = nil, testLogger(t, "n1-wiped")
+	tc.start(2) // n3: held since its earlier start
+	n1, err := Start(cfg)
+	if err != nil {
+		t.Fatalf("wiped n1 with n3 up: %v", err)
+	}
+	defer n1.Close()
+	if !n1.tr.VotesHeld() {
+		t.Fatal("the wiped n1 took n3, held since an earlier start, for a founder of a forming cluster and votes")
+	}
+	time.Sleep(2 * time.Second) // election timeouts pass
+	if n1.IsLeader() || tc.nodes[2].IsLeader() {
+		t.Fatal("n1 and n3, neither holding the log, elected a leader")
+	}
+	tc.start(1) // n2, with the log, is back
+	eventually(t, 15*time.Second, "n1 stops", func() bool { return n1.Err() != nil })
+	if err := n1.Err(); !errors.Is(err, ErrLostVoter) || !strings.Contains(err.Error(), "empty its data dir") {
+		t.Fatalf("n1 stopped with %v, want ErrLostVoter telling to empty its data dir", err)
+	}
+	tc.leader()
+	req := acquireReq("jobs/after", 30*time.Second)
+	req.Scope = "jobs"
+	r, err := tc.client(1).Acquire(ctx, req)
+	if err != nil {
+		if r, err = tc.client(2).Acquire(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r.Lease.Token <= before {
+		t.Fatalf("token %d after the outage, at most the %d granted before it", r.Lease.Token, before)
 	}
 }

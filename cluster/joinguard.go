@@ -26,7 +26,7 @@ const JoinMarkerFile = "join-started"
 // two nodes with it could elect one that lacks entries the cluster
 // committed (on the lost log and a third node), and tokens would be
 // issued again. Remove it first; then it joins as a new member.
-var ErrLostVoter = errors.New("cluster: this node is a voter already and its data dir holds no raft state: its data was lost")
+var ErrLostVoter = errors.New("cluster: this node is a voter already and started on an empty data dir: its data was lost")
 
 // checkNotALostVoter runs before raft at a first start that joins (no
 // Raft state, no identity, no bootstrap list): unless the data dir has

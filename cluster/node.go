@@ -93,6 +93,9 @@ type Node struct {
 	closeOnce sync.Once
 	closeErr  error
 	fatal     atomic.Pointer[error]
+	// restartedHeld: this start found the FounderHoldFile of an earlier
+	// one (holdVotes; set before raft, then only read).
+	restartedHeld bool
 
 	// clusterID is the cluster id of the node identity (identity.go),
 	// empty until the node has one; a leader hands it to joining nodes,
@@ -260,11 +263,7 @@ func (n *Node) open(ctx context.Context) error {
 	if err := n.startHTTP(); err != nil {
 		return err
 	}
-	n.startLoops(existing)
-	if hold {
-		n.wg.Add(1)
-		go func() { defer n.wg.Done(); n.watchFounders() }()
-	}
+	n.startLoops(existing, hold)
 	n.log.Info("node started", "addr", n.addr, "data-dir", n.cfg.DataDir, "existing-state", existing)
 	return nil
 }
@@ -615,9 +614,10 @@ func (n *Node) recordIdentity(ident *Identity, rs raftStores, existing bool) err
 
 // startLoops serves and starts the node's goroutines (on n.wg): the gRPC
 // and in-process servers, health, leadership, leader following, proposals,
-// snapshots, state checks, the fault clock when set, and on a first start
-// that joins, the join loop. Nothing here fails.
-func (n *Node) startLoops(existing bool) {
+// snapshots, state checks, the fault clock when set, on a first start
+// that joins, the join loop, and while the node holds its votes (hold),
+// the founders' watch. Nothing here fails.
+func (n *Node) startLoops(existing, hold bool) {
 	cfg := n.cfg
 	n.wg.Add(5)
 	go func() { defer n.wg.Done(); n.server.serve() }()
@@ -640,6 +640,10 @@ func (n *Node) startLoops(existing bool) {
 	if !existing && len(cfg.Bootstrap) == 0 && cfg.Join != "" {
 		n.wg.Add(1)
 		go func() { defer n.wg.Done(); n.joinLoop() }()
+	}
+	if hold {
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); n.watchFounders() }()
 	}
 }
 
