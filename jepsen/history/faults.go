@@ -49,7 +49,8 @@ type LostVoterOutcome struct {
 	// before the bootstrap variant, always --join).
 	Via string `json:"via,omitempty"`
 	// Refused: the process exited saying its data was lost (it is a
-	// voter already), before it ran raft.
+	// voter already): before it ran raft, or, started alone
+	// (LostVoterViaBootstrapAlone), while it held its votes.
 	Refused bool `json:"refused,omitempty"`
 	// Served: it ran as a member (its status answered with a term, its
 	// votes not held).

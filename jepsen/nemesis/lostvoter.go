@@ -71,7 +71,11 @@ func (n *Nemesis) lostVoter(ctx context.Context, hold time.Duration) {
 			}
 		}
 		if err == nil {
-			observeLostVoter(bg, out, cl, id, p, logBefore, hold+10*time.Second)
+			watch := hold + 10*time.Second
+			if len(down) > 0 {
+				watch += 10 * time.Second // the others elect a leader first
+			}
+			observeLostVoter(bg, out, cl, id, p, logBefore, watch)
 		}
 	}
 	p.Kill(syscall.SIGTERM, 15*time.Second)
