@@ -303,14 +303,7 @@ type StatusResponse struct {
 	// others answer (the leader records no node as having served while it
 	// says so).
 	VotesHeld bool `protobuf:"varint,24,opt,name=votes_held,json=votesHeld,proto3" json:"votes_held,omitempty"`
-	// restarted_while_held: this start found the founder-votes-held file an
-	// earlier start left, which held its votes and never learned whether
-	// it served (set for the life of the process, also once the votes are
-	// released). Time has passed since that start: the cluster may have
-	// formed without it. Another founder never takes its answer for one of
-	// a cluster forming, so two such founders cannot vouch for each other.
-	RestartedWhileHeld bool `protobuf:"varint,25,opt,name=restarted_while_held,json=restartedWhileHeld,proto3" json:"restarted_while_held,omitempty"`
-	// (26-30 left for others' fields.)
+	// (25-30 left for others' fields.)
 	// state_checkpoints are this node's most recent state checkpoints, oldest
 	// first: every node hashes its state right after applying the first
 	// command entry at or past each multiple of the check interval, so
@@ -519,13 +512,6 @@ func (x *StatusResponse) GetLeaderReady() bool {
 func (x *StatusResponse) GetVotesHeld() bool {
 	if x != nil {
 		return x.VotesHeld
-	}
-	return false
-}
-
-func (x *StatusResponse) GetRestartedWhileHeld() bool {
-	if x != nil {
-		return x.RestartedWhileHeld
 	}
 	return false
 }
@@ -935,7 +921,7 @@ const file_api_cluster_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1a\n" +
 	"\bsuffrage\x18\x03 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\x04 \x01(\bR\x06leader\"\xb5\a\n" +
+	"\x06leader\x18\x04 \x01(\bR\x06leader\"\x83\a\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
@@ -967,8 +953,7 @@ const file_api_cluster_proto_rawDesc = "" +
 	"\x06served\x18\x16 \x03(\tR\x06served\x12!\n" +
 	"\fleader_ready\x18\x17 \x01(\bR\vleaderReady\x12\x1d\n" +
 	"\n" +
-	"votes_held\x18\x18 \x01(\bR\tvotesHeld\x120\n" +
-	"\x14restarted_while_held\x18\x19 \x01(\bR\x12restartedWhileHeld\x12K\n" +
+	"votes_held\x18\x18 \x01(\bR\tvotesHeld\x12K\n" +
 	"\x11state_checkpoints\x18\x1f \x03(\v2\x1e.leasefence.v1.StateCheckpointR\x10stateCheckpoints\x12#\n" +
 	"\rstate_corrupt\x18  \x01(\tR\fstateCorrupt\";\n" +
 	"\x0fStateCheckpoint\x12\x14\n" +

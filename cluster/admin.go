@@ -47,11 +47,10 @@ func (s *clusterService) Status(ctx context.Context, req *api.StatusRequest) (*a
 		Version:      Version,
 		Unsafe:       n.unsafeFeatures(),
 
-		LeaderReady:        n.IsLeader(),
-		VotesHeld:          n.tr.VotesHeld(),
-		RestartedWhileHeld: n.restartedHeld,
-		StateCheckpoints:   n.sm.checks.proto(),
-		StateCorrupt:       n.StateCorrupt(),
+		LeaderReady:      n.IsLeader(),
+		VotesHeld:        n.tr.VotesHeld(),
+		StateCheckpoints: n.sm.checks.proto(),
+		StateCorrupt:     n.StateCorrupt(),
 	}
 	if fc := n.faultClock; fc != nil {
 		out.FaultClock = &api.FaultClockStatus{Rate: fc.Rate(), WallOffsetNs: int64(fc.WallOffset())}

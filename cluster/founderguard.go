@@ -49,13 +49,13 @@ const FounderHoldFile = "founder-votes-held"
 //     starting late;
 //   - no answer from a node that holds this cluster's log past its
 //     founding entry (its last log index, which survives its restarts,
-//     unlike its commit index) lets it start: the cluster is forming.
-//     When fewer than a majority of the founders answered so (this one
-//     included), it cannot tell that from a cluster whose every node is
-//     down and whose others have not come back yet: it starts holding its
-//     votes (hold), and watchFounders asks on until they answer. A rule
-//     that waited here instead would block a process that starts its
-//     founders one after another. When founders refused the call for lack
+//     unlike its commit index) lets it start: the cluster may be forming.
+//     Unless enough founders answered with nothing past it (forming),
+//     it cannot tell that from a cluster whose every node is down and
+//     whose others have not come back yet: it starts holding its votes
+//     (hold), and watchFounders asks on until they answer. A rule that
+//     waited here instead would block a process that starts its founders
+//     one after another. When founders refused the call for lack
 //     of permission (a policy without peer certificates, where nodes
 //     cannot ask each other and the leader records no one) the guard is
 //     blind: it starts, with a warning;
@@ -132,7 +132,6 @@ func (n *Node) holdVotes(ctx context.Context, rs raftStores, ident *Identity) (b
 	}
 	dir := n.cfg.DataDir
 	if _, err := os.Stat(filepath.Join(dir, FounderHoldFile)); err == nil {
-		n.restartedHeld = true
 		n.tr.HoldVotes(true)
 		n.log.Warn("votes held: an earlier start of this founder did not learn whether it served in this cluster before", "file", filepath.Join(dir, FounderHoldFile))
 		return true, nil
@@ -144,13 +143,13 @@ func (n *Node) holdVotes(ctx context.Context, rs raftStores, ident *Identity) (b
 	if err != nil || !hold {
 		return false, err
 	}
-	note := fmt.Sprintf("founder %s started on an empty data dir at %s while fewer than a majority of its founders answered: it holds its votes until they say whether it served\n",
+	note := fmt.Sprintf("founder %s started on an empty data dir at %s before enough of its founders answered: it holds its votes until they say whether it served\n",
 		n.cfg.ID, time.Now().UTC().Format(time.RFC3339))
 	if err := writeDurably(dir, FounderHoldFile, []byte(note)); err != nil {
 		return false, fmt.Errorf("cluster: %s: %w", FounderHoldFile, err)
 	}
 	n.tr.HoldVotes(true)
-	n.log.Warn("votes held: fewer than a majority of the founders answer; this node cannot tell a cluster forming from one whose nodes are all down with its own data lost, and votes once they answer")
+	n.log.Warn("votes held: too few founders answer; this node cannot tell a cluster forming from one whose nodes are all down with its own data lost, and votes once they answer (a forming cluster of three: once all three are up)")
 	return true, nil
 }
 
@@ -159,10 +158,10 @@ func (n *Node) holdVotes(ctx context.Context, rs raftStores, ident *Identity) (b
 // checkNotALostFounder asks the founders: an answer listing this node as
 // having served, or its own state doing so (the log it took from a
 // leader), stops the node (ErrLostVoter, through Err; FounderHoldFile
-// stays, so every restart is stopped too); a ready leader's answer, or a
-// majority of voters with nothing past the founding entry (this node
-// included, a node restarted while held not), release
-// the votes (the file is removed first); founders that refuse the call
+// stays, so every restart is stopped too); a ready leader's answer, or
+// enough voters with nothing past the founding entry (forming: this node
+// included) release the votes (the file is removed first); founders that
+// refuse the call
 // for lack of permission (the guard is blind) release them with a
 // warning. A node holding its votes neither grants nor asks for one, so
 // until then the cluster needs a majority of the others.
@@ -207,7 +206,7 @@ func (n *Node) watchFounders() {
 			n.log.Warn("founders refuse this node's status call: it cannot check whether it served already", "error", v.denied)
 			why = "the guard is blind (permission denied)"
 		case !v.formed && v.forming(voters):
-			why = "a majority of the voters hold nothing past the founding entry: the cluster is forming"
+			why = "enough voters hold nothing past the founding entry: the cluster is forming"
 		}
 		if why == "" {
 			if time.Since(lastWarn) >= 10*time.Second {
@@ -268,20 +267,31 @@ type founderView struct {
 	servedBy *api.StatusResponse // an answer listing this node as served
 	leader   *api.StatusResponse // a ready leader's answer
 	formed   bool                // an answer of a cluster past its founding
-	fresh    int                 // answers of nodes with nothing past the founding entry, not restarted while held
+	fresh    map[string]bool     // ids of founders that answered with nothing of this cluster past the founding entry
 	denied   error               // PermissionDenied or Unauthenticated
 }
 
-// forming reports whether a majority of founders (voters of them) hold
-// nothing past the founding entry: the ones that answered so, and this
-// node.
-func (v founderView) forming(founders int) bool { return 2*(v.fresh+1) > founders }
+// forming reports whether enough of founders voters hold nothing past the
+// founding entry (the ones that answered so, and this node) for the
+// cluster to be forming: so many that, with one of them a founder whose
+// data was lost, the others still meet every majority. A cluster that
+// committed anything holds it on a majority, so it never had one, and no
+// vote can elect a leader missing an entry. That is every founder of
+// two or three, three of four, four of five (n - n/2 + 1): a forming
+// cluster of three votes once all three are up, as Consul's servers wait
+// for bootstrap_expect. A majority would not do: a founder wiped and one
+// that never started would be two of three, electing an empty leader
+// while the node holding the log is down.
+func (v founderView) forming(founders int) bool {
+	need := min(founders, founders-founders/2+1)
+	return len(v.fresh)+1 >= need
+}
 
 // askFounders asks every other founder in founders (id to address), and a
 // leader one of them names, for its status, and keeps the answers of the
 // cluster whose id is want.
 func (n *Node) askFounders(ctx context.Context, want string, founders map[string]string) founderView {
-	var v founderView
+	v := founderView{fresh: map[string]bool{}}
 	asked := map[string]bool{n.addr: true, n.cfg.Listen: true}
 	var addrs []string
 	for id, addr := range founders {
@@ -303,18 +313,24 @@ func (n *Node) askFounders(ctx context.Context, want string, founders map[string
 			}
 			continue
 		}
+		founder := st.Id != n.cfg.ID && founders[st.Id] == addr
 		if id != want {
-			continue // another cluster, or a node with no identity yet
+			if id != "" && founder {
+				// The founder at its address runs another cluster (a
+				// restore with another epoch, say): it holds none of
+				// this one's log (or is the one node that lost it).
+				v.fresh[st.Id] = true
+			}
+			continue // or a node with no identity yet: it may hold the log
 		}
 		if slices.Contains(st.Served, n.cfg.ID) {
 			v.servedBy = st
 			return v
 		}
-		switch {
-		case len(st.Served) > 0 || st.LastLogIndex > 1:
+		if len(st.Served) > 0 || st.LastLogIndex > 1 {
 			v.formed = true
-		case !st.RestartedWhileHeld:
-			v.fresh++
+		} else if founder {
+			v.fresh[st.Id] = true // by id: one node reached at two addresses counts once
 		}
 		if st.State == "leader" {
 			if st.LeaderReady {

@@ -93,9 +93,6 @@ type Node struct {
 	closeOnce sync.Once
 	closeErr  error
 	fatal     atomic.Pointer[error]
-	// restartedHeld: this start found the FounderHoldFile of an earlier
-	// one (holdVotes; set before raft, then only read).
-	restartedHeld bool
 
 	// clusterID is the cluster id of the node identity (identity.go),
 	// empty until the node has one; a leader hands it to joining nodes,
