@@ -92,12 +92,7 @@ func writeDurably(dir, name string, b []byte) error {
 	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
 		return err
 	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return syncDir(dir)
 }
 
 // removeDurably removes dir/name, if there, and syncs dir, so that the
@@ -106,6 +101,12 @@ func removeDurably(dir, name string) error {
 	if err := os.Remove(filepath.Join(dir, name)); err != nil && !os.IsNotExist(err) {
 		return err
 	}
+	return syncDir(dir)
+}
+
+// syncDir fsyncs directory dir: its entries' creations, renames and
+// removals reach the disk.
+func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err
