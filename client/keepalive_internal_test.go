@@ -389,3 +389,24 @@ func TestAnAnswerForARemovedLeaseLeavesALaterOneOfItsIDAlone(t *testing.T) {
 		t.Fatalf("the answer for the removed lease moved the later one's renewal from %v to %v", next, second.nextRenew)
 	}
 }
+
+// An answer that reports more time left than the lease's ttl (no correct
+// node sends one) moves the safe deadline by the ttl at most.
+func TestAnAnswerCannotStretchTheSafeWindowPastTheTTL(t *testing.T) {
+	clk := &fakeClock{}
+	c := &Client{clock: clk}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	t.Cleanup(func() { cancel(nil) })
+	l := &Lease{c: c, id: ID{9}, ttl: 10 * time.Second, ctx: ctx, cancel: cancel}
+	t.Cleanup(func() { l.end(ErrClosed) })
+	clk.now = 5 * time.Second
+	if !l.confirmAt(5*time.Second, time.Hour, clk.now) {
+		t.Fatal("the lease ended on a renewal answered at once")
+	}
+	l.mu.Lock()
+	safe := l.safeUntil
+	l.mu.Unlock()
+	if safe > 15*time.Second {
+		t.Fatalf("safe until %v on the client clock: an answer of an hour left stretched a 10s lease sent at 5s", safe)
+	}
+}

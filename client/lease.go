@@ -147,6 +147,11 @@ func (l *Lease) confirmAt(sentAt, remaining, now time.Duration) bool {
 	if k := &cfg.Testing; k.planted(BugZeroMargin) {
 		margin = 0
 	}
+	if l.ttl > 0 {
+		// No answer can leave more than the lease's ttl: one that says so
+		// (a misbehaving node) must not stretch the safe window.
+		remaining = min(remaining, l.ttl)
+	}
 	safe := sentAt + time.Duration(float64(remaining)*(1-drift)) - margin
 	l.mu.Lock()
 	defer l.mu.Unlock()
