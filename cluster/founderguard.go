@@ -74,22 +74,20 @@ func (n *Node) checkNotALostFounder(ctx context.Context) (hold bool, err error) 
 	lastWarn := time.Now()
 	for {
 		v := n.askFounders(ctx, want, n.cfg.Bootstrap)
-		switch {
-		case v.servedBy != nil:
+		switch v.verdict(len(n.cfg.Bootstrap)) {
+		case founderLost:
 			return false, n.lostFounder(v.servedBy, false)
-		case v.leader != nil:
+		case founderLate:
 			n.log.Info("founder starts late: the leader does not record this node as having served", "leader", v.leader.Id)
 			return false, nil
-		case !v.formed:
-			if v.denied != nil {
-				// A policy without peer certificates (plaintext): the
-				// founders cannot ask each other, and the leader cannot
-				// record anyone either. The guard cannot work here.
-				n.log.Warn("founders refuse this node's status call: it cannot check whether it served already", "error", v.denied)
-				return false, nil
-			}
-			return !v.forming(len(n.cfg.Bootstrap)) && !n.planted(BugFounderVotesUnheld), nil
-		case v.denied != nil:
+		case founderBlind:
+			n.logBlind(v)
+			return false, nil
+		case founderForming:
+			return false, nil
+		case founderUnsure:
+			return !n.planted(BugFounderVotesUnheld), nil
+		case founderDenied:
 			return false, fmt.Errorf("cluster: ask the other founders whether this node served already: %w", v.denied)
 		}
 		if time.Since(lastWarn) >= 10*time.Second {
@@ -185,27 +183,22 @@ func (n *Node) watchFounders() {
 		var self bool
 		n.sm.read(func(st *fsm.State) { self = st.HasServed(n.cfg.ID) })
 		if self {
-			own, err := n.admin.Status(ctx, &api.StatusRequest{})
-			if err == nil {
-				go n.onFatal(n.lostFounder(own, true))
-				return
-			}
+			go n.onFatal(n.lostFounder(&api.StatusResponse{Id: n.cfg.ID, Addr: n.addr}, true))
+			return
 		}
 		why := ""
 		peers, voters := n.votingPeers()
 		v := n.askFounders(ctx, n.ClusterID(), peers)
-		switch {
-		case voters == 0:
-			// No configuration to go by: ask again.
-		case v.servedBy != nil:
+		switch v.verdict(voters) {
+		case founderLost:
 			go n.onFatal(n.lostFounder(v.servedBy, true))
 			return
-		case v.leader != nil:
+		case founderLate:
 			why = "the leader " + v.leader.Id + " does not record this node as having served"
-		case !v.formed && v.denied != nil:
-			n.log.Warn("founders refuse this node's status call: it cannot check whether it served already", "error", v.denied)
+		case founderBlind:
+			n.logBlind(v)
 			why = "the guard is blind (permission denied)"
-		case !v.formed && v.forming(voters):
+		case founderForming:
 			why = "enough voters hold nothing past the founding entry: the cluster is forming"
 		}
 		if why == "" {
@@ -271,6 +264,48 @@ type founderView struct {
 	denied   error               // PermissionDenied or Unauthenticated
 }
 
+// founderVerdict is what the founders' answers decide (verdict).
+type founderVerdict int
+
+const (
+	founderWait    founderVerdict = iota // a founder holds the log, no ready leader answered: ask again
+	founderLost                          // an answer lists this node as having served: its data was lost
+	founderLate                          // a ready leader does not list it: a founder starting late
+	founderBlind                         // none holds the log, and founders refuse the call for lack of permission
+	founderForming                       // none holds the log, and enough hold nothing (forming)
+	founderUnsure                        // none holds the log, too few answered: hold the votes
+	founderDenied                        // a founder holds the log, and founders refuse the call
+)
+
+// verdict decides on v for a cluster of founders voters: the one table of
+// checkNotALostFounder (before raft) and watchFounders (while the votes
+// are held).
+func (v founderView) verdict(founders int) founderVerdict {
+	switch {
+	case v.servedBy != nil:
+		return founderLost
+	case v.leader != nil:
+		return founderLate
+	case !v.formed && v.denied != nil:
+		return founderBlind
+	case !v.formed && v.forming(founders):
+		return founderForming
+	case !v.formed:
+		return founderUnsure
+	case v.denied != nil:
+		return founderDenied
+	}
+	return founderWait
+}
+
+// logBlind warns that founders refuse this node's status call while none
+// holds the log: a policy without peer certificates (plaintext), where
+// founders cannot ask each other and the leader records no one. The guard
+// cannot work there.
+func (n *Node) logBlind(v founderView) {
+	n.log.Warn("founders refuse this node's status call: it cannot check whether it served already", "error", v.denied)
+}
+
 // forming reports whether enough of founders voters hold nothing past the
 // founding entry (the ones that answered so, and this node) for the
 // cluster to be forming: so many that, with one of them a founder whose
@@ -284,7 +319,7 @@ type founderView struct {
 // while the node holding the log is down.
 func (v founderView) forming(founders int) bool {
 	need := min(founders, founders-founders/2+1)
-	return len(v.fresh)+1 >= need
+	return founders > 0 && len(v.fresh)+1 >= need // 0: no configuration to go by
 }
 
 // askFounders asks every other founder in founders (id to address), and a

@@ -251,7 +251,7 @@ func TestFoundersStartedOneByOneReleaseTheirVotes(t *testing.T) {
 	tc := configTestCluster(t, 3, nil)
 	tc.start(0)
 	tc.start(1)
-	time.Sleep(2 * time.Second) // election timeouts pass
+	time.Sleep(4 * tc.cfgs[0].ElectionTimeout) // election rounds pass: none may elect
 	for i := range 2 {
 		if n := tc.nodes[i]; !n.tr.VotesHeld() || n.IsLeader() {
 			t.Fatalf("%s, with two founders of three up on empty data dirs: votes held %v, leads %v", n.ID(), n.tr.VotesHeld(), n.IsLeader())
@@ -307,7 +307,7 @@ func TestTwoFoundersOfThreeDoNotFormTheClusterWhileTheThirdIsAway(t *testing.T) 
 	tc.stop(2) // n3's first start cut short: it keeps its file
 	tc.start(0)
 	tc.start(1)
-	time.Sleep(2 * time.Second) // election timeouts pass
+	time.Sleep(4 * tc.cfgs[0].ElectionTimeout) // election rounds pass: none may elect
 	if tc.nodes[0].IsLeader() || tc.nodes[1].IsLeader() || !tc.nodes[0].tr.VotesHeld() || !tc.nodes[1].tr.VotesHeld() {
 		t.Fatal("n1 and n2 formed the cluster while n3, a founder, was away")
 	}

@@ -43,8 +43,7 @@ func (n *Nemesis) lostVoter(ctx context.Context, hold time.Duration) {
 	var down []string // the others, stopped for the alone start
 	if via == history.LostVoterViaBootstrapAlone {
 		for _, o := range cl.Nodes() {
-			if o != id {
-				cl.Process(o).Kill(syscall.SIGKILL, 10*time.Second)
+			if o != id && cl.Kill9(o) == nil {
 				down = append(down, o)
 			}
 		}
